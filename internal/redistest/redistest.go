@@ -1,0 +1,276 @@
+// Package redistest starts real redis-server processes for tests: a single
+// node on a free loopback port, or a 3-master Redis Cluster.
+//
+// Tests never skip because Redis is missing: when redis-server is not on
+// PATH the test fails with a message saying how to install it.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// InstallHint tells a developer how to get redis-server.
+const InstallHint = "redis-server was not found on PATH; install Redis 7 " +
+	"(Debian/Ubuntu: `sudo apt-get install redis-server`, macOS: `brew install redis`) " +
+	"or run ./scripts/test.sh, which installs it where it can"
+
+// Server is one redis-server process owned by a test.
+type Server struct {
+	Addr string
+	Dir  string
+	Port int
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Binary returns the path of redis-server or fails the test with InstallHint.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(InstallHint)
+	}
+	return p
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	p, err := freePort()
+	if err != nil {
+		tb.Fatalf("redistest: free port: %v", err)
+	}
+	return p
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs a redis-server with the given extra arguments (e.g. "--requirepass", "x")
+// on a free port; it is stopped when the test ends.
+func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	s, err := Launch(tb.TempDir(), extra...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Launch starts a redis-server outside a test (e.g. in TestMain, for
+// examples) with its files in dir. The caller must Stop it.
+func Launch(dir string, extra ...string) (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New(InstallHint)
+	}
+	s := &Server{Dir: dir}
+	s.args = append([]string{"--save", "", "--appendonly", "no", "--bind", "127.0.0.1"}, extra...)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if s.Port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("redistest: start redis-server: %w", err)
+}
+
+// New starts a private redis-server and returns a client for it; both are
+// closed when the test ends.
+func New(tb testing.TB) (*Server, *redis.Client) {
+	tb.Helper()
+	s := Start(tb)
+	return s, s.Client(tb)
+}
+
+// Client returns a new client for the server, closed when the test ends.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// URL is the redis:// URL of the server.
+func (s *Server) URL() string { return "redis://" + s.Addr }
+
+func (s *Server) start() error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return errors.New(InstallHint)
+	}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	args := append([]string{"--port", strconv.Itoa(s.Port), "--dir", s.Dir}, s.args...)
+	cmd := exec.Command(bin, args...)
+	logf, err := os.Create(filepath.Join(s.Dir, fmt.Sprintf("redis-%d.log", s.Port)))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	s.cmd = cmd
+	s.done = make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(s.done) }()
+	if err := waitReady(s.Addr, s.done, 10*time.Second); err != nil {
+		s.Stop()
+		b, _ := os.ReadFile(logf.Name())
+		return fmt.Errorf("%w; log: %s", err, lastLines(string(b), 5))
+	}
+	return nil
+}
+
+// Stop kills the server (SIGKILL: data not in AOF is lost, as in a crash)
+// and waits for it to exit. Safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Restart stops the server and starts it again on the same port and dir,
+// with the same arguments (so an AOF-backed server reloads its data).
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server on %s exited before it was ready", addr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on %s not ready after %v: %w", addr, timeout, err)
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	sc := bufio.NewScanner(strings.NewReader(s))
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Cluster is a Redis Cluster of redis-server processes on loopback.
+type Cluster struct {
+	Nodes []*Server
+	Addrs []string
+}
+
+// NewCluster starts a Redis Cluster with the given number of masters and
+// replicas per master, waits until every slot is served, and returns a
+// cluster client. Everything is stopped when the test ends.
+func NewCluster(tb testing.TB, masters, replicasPerMaster int) (*Cluster, *redis.ClusterClient) {
+	tb.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		tb.Fatal(strings.Replace(InstallHint, "redis-server was", "redis-cli was", 1))
+	}
+	c := &Cluster{}
+	total := masters * (1 + replicasPerMaster)
+	for i := 0; i < total; i++ {
+		s := Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+			"--cluster-config-file", "nodes.conf")
+		c.Nodes = append(c.Nodes, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	tb.Cleanup(func() { client.Close() })
+	c.WaitHealthy(tb, client)
+	return c, client
+}
+
+// WaitHealthy waits until the cluster reports state ok on every running node
+// and the client can write to every master.
+func (c *Cluster) WaitHealthy(tb testing.TB, client *redis.ClusterClient) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	ctx := context.Background()
+	for {
+		ok := true
+		for _, s := range c.Nodes {
+			select {
+			case <-s.done:
+				continue
+			default:
+			}
+			n := redis.NewClient(&redis.Options{Addr: s.Addr})
+			info, err := n.ClusterInfo(ctx).Result()
+			n.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			client.ReloadState(ctx)
+			err := client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return m.Ping(ctx).Err()
+			})
+			if err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: cluster not healthy after 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command: makes sure redis-server exists (installing Debian's
+# package when run as root with apt and it is missing), then runs every test
+# with the race detector. Extra arguments go to `go test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: redis-server missing; installing Debian's redis-server" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "test.sh: redis-server not found. Install Redis 7 (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis) and run again." >&2
+    exit 1
+  fi
+fi
+echo "test.sh: $(redis-server --version)"
+# Tests start their own redis-server processes on free ports; the system one is not used.
+exec go test -race -count=1 -timeout 15m "$@" ./...

@@ -1,0 +1,352 @@
+package throttle
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/scripts"
+)
+
+// DefaultPrefix starts every key the limiter writes.
+const DefaultPrefix = "sluice:rl"
+
+// ErrNoSecret reports a limiter built without an HMAC secret for subjects.
+var ErrNoSecret = errors.New("throttle: a subject secret of at least 16 bytes is required")
+
+// Limit applies a Rule to one subject of a group: "at most 1 SMS per minute
+// to this recipient of tenant acme".
+type Limit struct {
+	// Scope names what is limited, e.g. "sms:recipient" or "email:tenant":
+	// 1–64 characters of a–z, 0–9, '.', '_', '-', ':'.
+	Scope string
+	// Subject is who is limited within the group, e.g. a normalised phone
+	// number. It is stored only as an HMAC, never in clear. Empty means the
+	// group itself (a tenant-wide rule).
+	Subject string
+	// Rule is the quota.
+	Rule Rule
+}
+
+// String prints the limit without its subject, e.g. "sms:recipient 1/1m".
+func (l Limit) String() string { return l.Scope + " " + l.Rule.String() }
+
+// Decision is the limiter's answer. A denial is data, not an error.
+type Decision struct {
+	// Allowed reports whether the send may go ahead. True also for a
+	// Duplicate.
+	Allowed bool
+	// Duplicate reports that the member was already admitted inside a
+	// window of one of the rules: nothing was added, nothing counted twice.
+	Duplicate bool
+	// Remaining is the smallest number of further admissions any rule allows
+	// right after this decision.
+	Remaining int
+	// RetryAfter is -1 unless the check was denied; then it is the exact time
+	// until the entry that has to leave the longest-blocked window has left it.
+	RetryAfter time.Duration
+	// RetryAt is zero unless the check was denied; then it is the host clock's
+	// now (Options.Clock) plus RetryAfter — the moment to try again, in the
+	// clock of the process that asked.
+	RetryAt time.Time
+	// DeniedBy is -1 unless the check was denied; then it is the index, in the
+	// limits given to Allow, of the rule with the longest wait.
+	DeniedBy int
+	// Now is the time the decision was taken at (Redis TIME unless Options.Now).
+	Now time.Time
+}
+
+// Options configure a Limiter. The zero value of each field is its default.
+type Options struct {
+	// Secret keys the HMAC that subjects are stored as. Required, ≥ 16 bytes.
+	// Changing it starts every subject's window afresh (old keys expire).
+	Secret []byte
+	// Prefix starts every key. Default DefaultPrefix.
+	Prefix string
+	// Now, for tests and tools only, replaces the Redis server clock. Left
+	// nil (the default), every decision uses Redis TIME, so worker clocks
+	// never decide a window.
+	Now func() time.Time
+	// Clock is the host clock used only to turn RetryAfter into RetryAt.
+	// Default time.Now. It never affects admission.
+	Clock func() time.Time
+}
+
+// Limiter is an exact sliding-window-log limiter in Redis: one sorted set per
+// limited subject and rule, one Lua script per check. It is safe for
+// concurrent use.
+type Limiter struct {
+	client redis.UniversalClient
+	prefix string
+	secret []byte
+	now    func() time.Time
+	clock  func() time.Time
+}
+
+// New returns a Limiter over any go-redis client (single node, Sentinel, Cluster).
+func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
+	if client == nil {
+		return nil, errors.New("throttle: nil redis client")
+	}
+	if len(opts.Secret) < 16 {
+		return nil, ErrNoSecret
+	}
+	l := &Limiter{client: client, prefix: opts.Prefix, secret: append([]byte(nil), opts.Secret...), now: opts.Now, clock: opts.Clock}
+	if l.prefix == "" {
+		l.prefix = DefaultPrefix
+	}
+	if l.clock == nil {
+		l.clock = time.Now
+	}
+	return l, nil
+}
+
+// Allow checks every limit of the group at once and, only if all have room,
+// admits member into all of them (all-or-nothing, one script, one round
+// trip). member must be stable for the thing being sent (its notification
+// id): asking again for a member already admitted returns Allowed and
+// Duplicate without counting twice.
+func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Limit) (Decision, error) {
+	if err := checkMember(member); err != nil {
+		return Decision{}, err
+	}
+	keys, err := l.keys(group, limits)
+	if err != nil {
+		return Decision{}, err
+	}
+	args := make([]any, 2, 2+2*len(limits))
+	args[0], args[1] = member, l.nowArg()
+	for _, lim := range limits {
+		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
+	}
+	reply, err := scripts.Allow.Run(ctx, l.client, keys, args...).Int64Slice()
+	if err != nil {
+		return Decision{}, fmt.Errorf("throttle: allow: %w", err)
+	}
+	if len(reply) != 5 {
+		return Decision{}, fmt.Errorf("throttle: allow: unexpected reply of %d values", len(reply))
+	}
+	d := Decision{
+		Remaining:  int(reply[3]),
+		RetryAfter: -1,
+		DeniedBy:   -1,
+		Now:        time.UnixMilli(reply[4]),
+	}
+	switch reply[0] {
+	case 1:
+		d.Allowed = true
+	case 2:
+		d.Allowed, d.Duplicate = true, true
+	case 0:
+		idx := int(reply[1]) - 1
+		if idx < 0 || idx >= len(limits) || reply[2] < 1 {
+			return Decision{}, fmt.Errorf("throttle: allow: unexpected denial reply %v", reply)
+		}
+		d.DeniedBy = idx
+		d.RetryAfter = time.Duration(reply[2]) * time.Millisecond
+		d.RetryAt = l.clock().Add(d.RetryAfter)
+	default:
+		return Decision{}, fmt.Errorf("throttle: allow: unexpected status %d", reply[0])
+	}
+	return d, nil
+}
+
+// Release gives back the slots member took in the given limits: for a send
+// that definitely did not happen. It reports how many windows held member.
+func (l *Limiter) Release(ctx context.Context, group, member string, limits ...Limit) (int, error) {
+	if err := checkMember(member); err != nil {
+		return 0, err
+	}
+	keys, err := l.keys(group, limits)
+	if err != nil {
+		return 0, err
+	}
+	n, err := scripts.Release.Run(ctx, l.client, keys, member).Int()
+	if err != nil {
+		return 0, fmt.Errorf("throttle: release: %w", err)
+	}
+	return n, nil
+}
+
+// Usage is one limit's state, read without changing it.
+type Usage struct {
+	Limit Limit
+	// Used is the number of admissions inside the window now.
+	Used int
+	// Remaining is how many more would be admitted now.
+	Remaining int
+	// Oldest is the oldest admission inside the window; zero when none.
+	Oldest time.Time
+	// NextFree is when the next slot frees: Now when there is room already.
+	NextFree time.Time
+	// ResetAt is when the window is empty again: Now when it is empty.
+	ResetAt time.Time
+	// Now is the time the state was read at.
+	Now time.Time
+}
+
+// Usage reads the state of each limit of the group. It writes nothing.
+func (l *Limiter) Usage(ctx context.Context, group string, limits ...Limit) ([]Usage, error) {
+	keys, err := l.keys(group, limits)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 1, 1+2*len(limits))
+	args[0] = l.nowArg()
+	for _, lim := range limits {
+		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
+	}
+	reply, err := scripts.Usage.Run(ctx, l.client, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("throttle: usage: %w", err)
+	}
+	if len(reply) != 1+4*len(limits) {
+		return nil, fmt.Errorf("throttle: usage: unexpected reply of %d values", len(reply))
+	}
+	now := time.UnixMilli(reply[0])
+	out := make([]Usage, len(limits))
+	for i, lim := range limits {
+		count, oldest, newest, next := reply[1+4*i], reply[2+4*i], reply[3+4*i], reply[4+4*i]
+		u := Usage{Limit: lim, Used: int(count), Remaining: max(0, lim.Rule.Limit-int(count)), NextFree: now, ResetAt: now, Now: now}
+		if oldest >= 0 {
+			u.Oldest = time.UnixMilli(oldest)
+		}
+		if newest >= 0 {
+			u.ResetAt = time.UnixMilli(newest).Add(lim.Rule.Window + time.Millisecond)
+		}
+		if next >= 0 {
+			u.NextFree = time.UnixMilli(next).Add(lim.Rule.Window + time.Millisecond)
+		}
+		out[i] = u
+	}
+	return out, nil
+}
+
+// Reset deletes the windows of the given limits: every admission in them is forgotten.
+func (l *Limiter) Reset(ctx context.Context, group string, limits ...Limit) error {
+	keys, err := l.keys(group, limits)
+	if err != nil {
+		return err
+	}
+	// One DEL per key: the keys share a slot, but a pipeline keeps this
+	// correct even through a Cluster client.
+	_, err = l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Del(ctx, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("throttle: reset: %w", err)
+	}
+	return nil
+}
+
+// Key returns the Redis key that holds the window of lim for group:
+// prefix:{group}:scope:w<window ms>[:hmac(subject)]. The group is the Redis
+// Cluster hash tag, so every limit of one group lives in one slot.
+func (l *Limiter) Key(group string, lim Limit) (string, error) {
+	if err := checkGroup(group); err != nil {
+		return "", err
+	}
+	if err := checkScope(lim.Scope); err != nil {
+		return "", err
+	}
+	if err := lim.Rule.Validate(); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.Grow(len(l.prefix) + len(group) + len(lim.Scope) + 64)
+	b.WriteString(l.prefix)
+	b.WriteString(":{")
+	escapeGroup(&b, group)
+	b.WriteString("}:")
+	b.WriteString(lim.Scope)
+	b.WriteString(":w")
+	b.WriteString(strconv.FormatInt(lim.Rule.Window.Milliseconds(), 10))
+	if lim.Subject != "" {
+		if len(lim.Subject) > 1024 {
+			return "", fmt.Errorf("%w: subject longer than 1024 bytes", ErrInvalidKey)
+		}
+		m := hmac.New(sha256.New, l.secret)
+		m.Write([]byte(lim.Subject))
+		b.WriteByte(':')
+		b.WriteString(hex.EncodeToString(m.Sum(nil)[:16]))
+	}
+	return b.String(), nil
+}
+
+func (l *Limiter) keys(group string, limits []Limit) ([]string, error) {
+	if len(limits) == 0 || len(limits) > MaxRules {
+		return nil, fmt.Errorf("%w: a check takes 1 to %d limits, got %d", ErrTooManyRules, MaxRules, len(limits))
+	}
+	keys := make([]string, len(limits))
+	for i, lim := range limits {
+		k, err := l.Key(group, lim)
+		if err != nil {
+			return nil, fmt.Errorf("limit %d (%s): %w", i, lim.Scope, err)
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+func (l *Limiter) nowArg() string {
+	if l.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(l.now().UnixMilli(), 10)
+}
+
+func checkMember(m string) error {
+	if m == "" || len(m) > maxMemberLen {
+		return fmt.Errorf("%w: member must be 1 to %d bytes, got %d", ErrInvalidKey, maxMemberLen, len(m))
+	}
+	return nil
+}
+
+func checkGroup(g string) error {
+	if g == "" || len(g) > 256 || !utf8.ValidString(g) {
+		return fmt.Errorf("%w: group must be 1 to 256 bytes of UTF-8", ErrInvalidKey)
+	}
+	return nil
+}
+
+func checkScope(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("%w: scope must be 1 to 64 characters, got %q", ErrInvalidKey, s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':') {
+			return fmt.Errorf("%w: scope %q: only a-z 0-9 . _ - : are allowed", ErrInvalidKey, s)
+		}
+	}
+	return nil
+}
+
+// escapeGroup writes g with every byte outside [A-Za-z0-9._-] as %XX, so
+// that no group can close the hash tag ('}') or mimic another group's key:
+// the escaping is one-to-one.
+func escapeGroup(b *strings.Builder, g string) {
+	const hexdig = "0123456789ABCDEF"
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexdig[c>>4])
+		b.WriteByte(hexdig[c&15])
+	}
+}
