@@ -1,15 +1,17 @@
 -- allow.lua — sliding-window-log check-and-add over one or more rules, atomically.
 --
 -- KEYS[1..n] -> one sorted set per rule (score = admission time in ms, member = notification id).
+-- KEYS[n+1]  -> the member's done marker (a string key set once its send completed).
 --               All keys of one call share a Redis Cluster hash slot ({group} hash tag).
 -- ARGV[1]    -> member: the stable id of the send being admitted (unique per notification)
 -- ARGV[2]    -> now in ms, or "" to read the Redis server clock (TIME). Explicit now is for tests/tools.
--- ARGV[3..]  -> for each key i: ARGV[1+2i] = limit (> 0), ARGV[2+2i] = window in ms (> 0)
+-- ARGV[3..]  -> for each rule key i: ARGV[1+2i] = limit (> 0), ARGV[2+2i] = window in ms (> 0)
 --
 -- Returns an array of integers {status, rule, retry_ms, remaining, now_ms}:
 --   status    1 = admitted (the member was added to every key and each key's TTL set to its window)
 --             0 = denied (nothing was added to any key)
 --             2 = already admitted: the member is still inside a window of at least one key; nothing changed
+--             3 = done: the done marker exists (the send already happened); nothing changed, nothing trimmed
 --   rule      denied: 1-based index of the rule with the longest wait; otherwise 0
 --   retry_ms  denied: ms until the entry that must leave the denying window has left it
 --             (oldest_needed + window + 1 - now), the maximum over all denying rules; otherwise -1
@@ -28,7 +30,11 @@ else
   now = tonumber(ARGV[2])
 end
 
-local n = #KEYS
+local n = #KEYS - 1
+if redis.call('EXISTS', KEYS[n + 1]) == 1 then
+  return {3, 0, -1, 0, now}
+end
+
 local counts = {}
 local already = false
 local remaining = -1

@@ -48,6 +48,9 @@ type Decision struct {
 	// Duplicate reports that the member was already admitted inside a
 	// window of one of the rules: nothing was added, nothing counted twice.
 	Duplicate bool
+	// Done reports that MarkDone was called for the member: its work is
+	// finished, Allowed is false and nothing was counted.
+	Done bool
 	// Remaining is the smallest number of further admissions any rule allows
 	// right after this decision.
 	Remaining int
@@ -123,6 +126,7 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 	if err != nil {
 		return Decision{}, err
 	}
+	keys = append(keys, l.doneKey(group, member))
 	args := make([]any, 2, 2+2*len(limits))
 	args[0], args[1] = member, l.nowArg()
 	for _, lim := range limits {
@@ -146,6 +150,8 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 		d.Allowed = true
 	case 2:
 		d.Allowed, d.Duplicate = true, true
+	case 3:
+		d.Done = true
 	case 0:
 		idx := int(reply[1]) - 1
 		if idx < 0 || idx >= len(limits) || reply[2] < 1 {
@@ -158,6 +164,36 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 		return Decision{}, fmt.Errorf("throttle: allow: unexpected status %d", reply[0])
 	}
 	return d, nil
+}
+
+// MarkDone records that member's work in group is finished (its send
+// completed), for ttl: until then Allow answers Done for it and counts
+// nothing, so a task re-run after its send does not send again.
+func (l *Limiter) MarkDone(ctx context.Context, group, member string, ttl time.Duration) error {
+	if err := checkMember(member); err != nil {
+		return err
+	}
+	if err := checkGroup(group); err != nil {
+		return err
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: done ttl %v must be at least 1ms", ErrInvalidRule, ttl)
+	}
+	if err := l.client.Set(ctx, l.doneKey(group, member), 1, ttl).Err(); err != nil {
+		return fmt.Errorf("throttle: mark done: %w", err)
+	}
+	return nil
+}
+
+// doneKey is prefix:{group}:done:member — in the group's slot.
+func (l *Limiter) doneKey(group, member string) string {
+	var b strings.Builder
+	b.WriteString(l.prefix)
+	b.WriteString(":{")
+	escapeGroup(&b, group)
+	b.WriteString("}:done:")
+	b.WriteString(member)
+	return b.String()
 }
 
 // Release gives back the slots member took in the given limits: for a send

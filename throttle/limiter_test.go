@@ -460,3 +460,28 @@ func TestRedisDownIsAnError(t *testing.T) {
 		t.Fatalf("Redis down: decision %+v, err %v; want an error and no admission", d, err)
 	}
 }
+
+func TestMarkDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	lim := recipient(throttle.Rule{Limit: 5, Window: time.Minute})
+	id := member()
+	if d, _ := b.lim.Allow(ctx, b.group, id, lim); !d.Allowed {
+		t.Fatal("denied")
+	}
+	if err := b.lim.MarkDone(ctx, b.group, id, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Add(2 * time.Minute) // the window forgot the member; the marker did not
+	d, err := b.lim.Allow(ctx, b.group, id, lim)
+	if err != nil || d.Allowed || !d.Done {
+		t.Fatalf("after MarkDone: %+v %v; want Done, not Allowed", d, err)
+	}
+	if n := b.client.ZCard(ctx, b.key(t, lim)).Val(); n != 1 {
+		t.Fatalf("a done member was counted again: %d entries, want the first admission only", n)
+	}
+	pttl := b.client.PTTL(ctx, "sluice:rl:{"+b.group+"}:done:"+id).Val()
+	if pttl <= 59*time.Minute {
+		t.Fatalf("done marker PTTL %v", pttl)
+	}
+}

@@ -1,0 +1,328 @@
+package tasks
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Channel is how a notification is delivered.
+type Channel string
+
+// The channels Sluice delivers on.
+const (
+	Email Channel = "email"
+	SMS   Channel = "sms"
+)
+
+// Task types, one per channel.
+const (
+	TypeEmail = "notify:email"
+	TypeSMS   = "notify:sms"
+)
+
+// Bounds on a notification. Anything past them is rejected, never truncated.
+const (
+	MaxIDLen          = 64
+	MaxTenantLen      = 64
+	MaxEmailLen       = 254
+	MaxSubjectLen     = 998 // RFC 5322 line length
+	MaxEmailBodyBytes = 256 << 10
+	MaxSMSRunes       = 1600 // 10 concatenated segments
+	MaxMetadata       = 32
+	MaxMetaKeyLen     = 64
+	MaxMetaValueLen   = 512
+	MaxPayloadBytes   = MaxEmailBodyBytes + 64<<10
+)
+
+var (
+	// ErrInvalid reports a notification that can never be sent as it is:
+	// a bad address or number, a header with CR/LF, an oversize body, ...
+	ErrInvalid = errors.New("invalid notification")
+	// ErrUnknownChannel reports a channel other than email or sms.
+	ErrUnknownChannel = errors.New("unknown channel")
+)
+
+// Notification is one message to one recipient: the payload of a Sluice task.
+type Notification struct {
+	// ID is the notification's stable id: the task id, the limiter member,
+	// the dedupe key and the Message-ID. Default: a new UUIDv7. 1–64 of
+	// [A-Za-z0-9._-].
+	ID string `json:"id"`
+	// Tenant owns the notification and its quotas. 1–64 of [A-Za-z0-9._-].
+	Tenant string `json:"tenant"`
+	// Channel is email or sms.
+	Channel Channel `json:"channel"`
+	// To is an RFC 5322 address (email) or an E.164 number (sms).
+	To string `json:"to"`
+	// From overrides the worker's default sender (an address, or an SMS
+	// number / sender id). Optional.
+	From string `json:"from,omitempty"`
+	// Subject of an email; required for email, empty for sms.
+	Subject string `json:"subject,omitempty"`
+	// Body is the email's text body or the SMS text.
+	Body string `json:"body"`
+	// TemplateID names the template the body was rendered from. Optional.
+	TemplateID string `json:"template_id,omitempty"`
+	// Metadata is free-form, kept with the task for tracing. Optional.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// NewEmail returns an email notification with a new UUIDv7 id.
+func NewEmail(tenant, to, subject, body string) Notification {
+	return Notification{ID: NewID(), Tenant: tenant, Channel: Email, To: to, Subject: subject, Body: body}
+}
+
+// NewSMS returns an SMS notification with a new UUIDv7 id.
+func NewSMS(tenant, to, text string) Notification {
+	return Notification{ID: NewID(), Tenant: tenant, Channel: SMS, To: to, Body: text}
+}
+
+// NewID returns a new notification id (UUIDv7: time-ordered).
+func NewID() string {
+	id, err := uuid.NewV7()
+	if err != nil { // only when the random source fails
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// TaskType returns the Asynq task type of a channel.
+func (c Channel) TaskType() (string, error) {
+	switch c {
+	case Email:
+		return TypeEmail, nil
+	case SMS:
+		return TypeSMS, nil
+	}
+	return "", fmt.Errorf("%w %q: want email or sms", ErrUnknownChannel, string(c))
+}
+
+// Normalized returns a copy with the recipient in canonical form (lowercase
+// bare address; E.164 number without separators) and the channel lowercased.
+// It does not validate.
+func (n Notification) Normalized() Notification {
+	n.Channel = Channel(strings.ToLower(strings.TrimSpace(string(n.Channel))))
+	switch n.Channel {
+	case Email:
+		n.To = NormalizeEmail(n.To)
+	case SMS:
+		n.To = NormalizePhone(n.To)
+	}
+	return n
+}
+
+// NormalizeEmail returns the lowercase bare address of s ("Ann <Ann@X.org>"
+// → "ann@x.org"), or s trimmed when it does not parse.
+func NormalizeEmail(s string) string {
+	if strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	a, err := mail.ParseAddress(strings.TrimSpace(s))
+	if err != nil {
+		return strings.TrimSpace(s)
+	}
+	return strings.ToLower(a.Address)
+}
+
+// NormalizePhone drops spaces, dashes, dots and parentheses from s.
+func NormalizePhone(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case ' ', '-', '.', '(', ')', '\t':
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// Validate reports why n cannot be sent as it is; every error wraps ErrInvalid
+// or ErrUnknownChannel and names the field. Validate expects a Normalized
+// notification.
+func (n Notification) Validate() error {
+	if err := checkToken("id", n.ID, MaxIDLen); err != nil {
+		return err
+	}
+	if err := checkToken("tenant", n.Tenant, MaxTenantLen); err != nil {
+		return err
+	}
+	if _, err := n.Channel.TaskType(); err != nil {
+		return err
+	}
+	if !utf8.ValidString(n.Body) {
+		return invalid("body", "is not valid UTF-8")
+	}
+	if strings.TrimSpace(n.Body) == "" {
+		return invalid("body", "is empty")
+	}
+	switch n.Channel {
+	case Email:
+		if err := checkAddress("to", n.To); err != nil {
+			return err
+		}
+		if n.From != "" {
+			if err := checkAddress("from", n.From); err != nil {
+				return err
+			}
+		}
+		if err := checkHeader("subject", n.Subject, MaxSubjectLen); err != nil {
+			return err
+		}
+		if strings.TrimSpace(n.Subject) == "" {
+			return invalid("subject", "is empty (required for email)")
+		}
+		if len(n.Body) > MaxEmailBodyBytes {
+			return invalid("body", fmt.Sprintf("is %d bytes, over the %d-byte limit", len(n.Body), MaxEmailBodyBytes))
+		}
+	case SMS:
+		if !IsE164(n.To) {
+			return invalid("to", fmt.Sprintf("%q is not an E.164 number (+ and 7–15 digits)", Mask(n.To)))
+		}
+		if n.From != "" {
+			if err := checkHeader("from", n.From, 32); err != nil {
+				return err
+			}
+		}
+		if n.Subject != "" {
+			return invalid("subject", "is not used for sms")
+		}
+		if c := utf8.RuneCountInString(n.Body); c > MaxSMSRunes {
+			return invalid("body", fmt.Sprintf("is %d characters, over the %d-character SMS limit", c, MaxSMSRunes))
+		}
+	}
+	if err := checkHeader("template_id", n.TemplateID, 128); err != nil {
+		return err
+	}
+	if len(n.Metadata) > MaxMetadata {
+		return invalid("metadata", fmt.Sprintf("has %d entries, over %d", len(n.Metadata), MaxMetadata))
+	}
+	for k, v := range n.Metadata {
+		if k == "" || len(k) > MaxMetaKeyLen || len(v) > MaxMetaValueLen || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalid("metadata", fmt.Sprintf("key %q: keys 1–%d bytes, values up to %d bytes, UTF-8", k, MaxMetaKeyLen, MaxMetaValueLen))
+		}
+	}
+	return nil
+}
+
+// CheckTenant reports whether tenant is a valid tenant id.
+func CheckTenant(tenant string) error { return checkToken("tenant", tenant, MaxTenantLen) }
+
+// IsE164 reports whether s is "+" followed by 7 to 15 digits, the first not 0.
+func IsE164(s string) bool {
+	if len(s) < 8 || len(s) > 16 || s[0] != '+' || s[1] == '0' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Mask hides most of a recipient for logs: "a***@example.com", "+1415***0100".
+func Mask(s string) string {
+	if at := strings.LastIndexByte(s, '@'); at > 0 {
+		return s[:1] + "***" + s[at:]
+	}
+	if len(s) > 8 {
+		return s[:5] + "***" + s[len(s)-4:]
+	}
+	return "***"
+}
+
+// Encode returns the JSON payload of a valid notification.
+func (n Notification) Encode() ([]byte, error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: encode: %w", err)
+	}
+	return b, nil
+}
+
+// Decode parses and validates a payload. Unknown fields, trailing data, an
+// oversize payload and every invalid notification are errors wrapping ErrInvalid.
+func Decode(payload []byte) (Notification, error) {
+	if len(payload) > MaxPayloadBytes {
+		return Notification{}, invalid("payload", fmt.Sprintf("is %d bytes, over %d", len(payload), MaxPayloadBytes))
+	}
+	dec := json.NewDecoder(strings.NewReader(string(payload)))
+	dec.DisallowUnknownFields()
+	var n Notification
+	if err := dec.Decode(&n); err != nil {
+		return Notification{}, invalid("payload", "is not a notification: "+err.Error())
+	}
+	if dec.More() {
+		return Notification{}, invalid("payload", "has data after the notification")
+	}
+	n = n.Normalized()
+	if err := n.Validate(); err != nil {
+		return Notification{}, err
+	}
+	return n, nil
+}
+
+func invalid(field, why string) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalid, field, why)
+}
+
+func checkToken(field, s string, max int) error {
+	if s == "" || len(s) > max {
+		return invalid(field, fmt.Sprintf("must be 1–%d characters", max))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return invalid(field, fmt.Sprintf("%q: only A-Z a-z 0-9 . _ - are allowed", s))
+		}
+	}
+	return nil
+}
+
+// checkHeader rejects what would break or inject into a message header.
+func checkHeader(field, s string, max int) error {
+	if len(s) > max {
+		return invalid(field, fmt.Sprintf("is %d bytes, over %d", len(s), max))
+	}
+	if !utf8.ValidString(s) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	for _, r := range s {
+		if r == '\r' || r == '\n' || r == 0 || r == '\u2028' || r == '\u2029' {
+			return invalid(field, "contains a line break or NUL (header injection)")
+		}
+	}
+	return nil
+}
+
+func checkAddress(field, s string) error {
+	if err := checkHeader(field, s, MaxEmailLen); err != nil {
+		return err
+	}
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Name != "" || a.Address != s || !strings.Contains(a.Address[strings.LastIndexByte(a.Address, '@')+1:], ".") {
+		return invalid(field, fmt.Sprintf("%q is not a bare RFC 5322 address like name@example.com", Mask(s)))
+	}
+	return nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// injectID returns the JSON object b with a new "id" field.
+func injectID(b []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	id, _ := json.Marshal(NewID())
+	m["id"] = id
+	return json.Marshal(m)
+}

@@ -1,0 +1,182 @@
+package tasks_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/tasks"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ok := func(n tasks.Notification) tasks.Notification { return n }
+	email := tasks.NewEmail("acme", "ann@example.com", "Hello", "Hi Ann")
+	sms := tasks.NewSMS("acme", "+14155550100", "Your code is 123456")
+	cases := []struct {
+		name string
+		n    tasks.Notification
+		want string // "" = valid
+	}{
+		{"Email", email, ""},
+		{"SMS", sms, ""},
+		{"SMSWithSeparators", ok(tasks.NewSMS("acme", "+1 (415) 555-0100", "x")), ""},
+		{"EmailDisplayNameNormalised", ok(tasks.NewEmail("acme", "Ann <Ann@Example.COM>", "S", "b")), ""},
+		{"EmptyID", func() tasks.Notification { n := sms; n.ID = ""; return n }(), "id"},
+		{"IDWithColon", func() tasks.Notification { n := sms; n.ID = "a:b"; return n }(), "id"},
+		{"TenantWithBrace", func() tasks.Notification { n := sms; n.Tenant = "a{b}"; return n }(), "tenant"},
+		{"TenantWithSpace", func() tasks.Notification { n := sms; n.Tenant = "a b"; return n }(), "tenant"},
+		{"TenantWithColon", func() tasks.Notification { n := sms; n.Tenant = "a:b"; return n }(), "tenant"},
+		{"UnknownChannel", func() tasks.Notification { n := sms; n.Channel = "fax"; return n }(), "unknown channel"},
+		{"NotE164", tasks.NewSMS("acme", "4155550100", "x"), "E.164"},
+		{"E164TooLong", tasks.NewSMS("acme", "+1234567890123456", "x"), "E.164"},
+		{"E164LeadingZero", tasks.NewSMS("acme", "+0415555010", "x"), "E.164"},
+		{"BadEmail", tasks.NewEmail("acme", "ann@", "S", "b"), "RFC 5322"},
+		{"EmailNoDot", tasks.NewEmail("acme", "ann@localhost", "S", "b"), "RFC 5322"},
+		{"TwoAddresses", tasks.NewEmail("acme", "a@example.com, b@example.com", "S", "b"), "RFC 5322"},
+		{"SubjectCRLF", tasks.NewEmail("acme", "a@example.com", "Hi\r\nBcc: x@example.com", "b"), "header injection"},
+		{"SubjectLF", tasks.NewEmail("acme", "a@example.com", "Hi\nBcc: x@example.com", "b"), "header injection"},
+		{"FromCRLF", func() tasks.Notification { n := email; n.From = "a@example.com\r\nBcc: x@y.com"; return n }(), "header injection"},
+		{"EmptySubject", tasks.NewEmail("acme", "a@example.com", " ", "b"), "subject"},
+		{"EmptyBody", tasks.NewSMS("acme", "+14155550100", " "), "body"},
+		{"InvalidUTF8", tasks.NewSMS("acme", "+14155550100", "bad \xff"), "UTF-8"},
+		{"SMSTooLong", tasks.NewSMS("acme", "+14155550100", strings.Repeat("é", tasks.MaxSMSRunes+1)), "SMS limit"},
+		{"EmailTooBig", tasks.NewEmail("acme", "a@example.com", "S", strings.Repeat("x", tasks.MaxEmailBodyBytes+1)), "byte limit"},
+		{"SMSWithSubject", func() tasks.Notification { n := sms; n.Subject = "x"; return n }(), "not used for sms"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.n.Normalized().Validate()
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("valid notification rejected: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, c.want)
+			}
+			if !errors.Is(err, tasks.ErrInvalid) && !errors.Is(err, tasks.ErrUnknownChannel) {
+				t.Fatalf("err %v wraps neither ErrInvalid nor ErrUnknownChannel", err)
+			}
+		})
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	if got := tasks.NormalizeEmail("Ann <Ann@Example.COM>"); got != "ann@example.com" {
+		t.Fatalf("NormalizeEmail = %q", got)
+	}
+	if got := tasks.NormalizePhone("+1 (415) 555-0100"); got != "+14155550100" {
+		t.Fatalf("NormalizePhone = %q", got)
+	}
+	// Two spellings of one recipient are one quota subject.
+	a := tasks.NewSMS("acme", "+1 415 555 0100", "x").Normalized()
+	b := tasks.NewSMS("acme", "+1-415-555-0100", "x").Normalized()
+	if a.To != b.To {
+		t.Fatalf("%q and %q differ", a.To, b.To)
+	}
+}
+
+func TestNewTaskKeepsRetryBudget(t *testing.T) {
+	t.Parallel()
+	for _, want := range []int{0, 1, 8} {
+		task, err := tasks.NewTask(tasks.NewSMS("acme", "+14155550100", "x"), asynq.MaxRetry(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tasks.RetryBudget(task, -1); got != want {
+			t.Fatalf("budget header %d, want %d", got, want)
+		}
+	}
+	task, _ := tasks.NewTask(tasks.NewSMS("acme", "+14155550100", "x"))
+	if got := tasks.RetryBudget(task, -1); got != tasks.DefaultMaxRetry {
+		t.Fatalf("default budget %d", got)
+	}
+	if _, err := tasks.NewTask(tasks.NewSMS("acme", "bad", "x")); !errors.Is(err, tasks.ErrInvalid) {
+		t.Fatalf("NewTask of an invalid notification: %v", err)
+	}
+}
+
+func TestDecodeRoundTrip(t *testing.T) {
+	t.Parallel()
+	n := tasks.NewEmail("acme", "Ann <ANN@example.com>", "Hi", "Body")
+	n.Metadata = map[string]string{"order": "42"}
+	task, err := tasks.NewTask(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tasks.Decode(task.Payload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.To != "ann@example.com" || got.ID != n.ID || got.Metadata["order"] != "42" || task.Type() != tasks.TypeEmail {
+		t.Fatalf("decoded %+v from %s", got, task.Payload())
+	}
+	for _, bad := range []string{``, `null`, `[]`, `{"id":"x"} {}`, `{"id":"x","extra":1}`} {
+		if _, err := tasks.Decode([]byte(bad)); !errors.Is(err, tasks.ErrInvalid) {
+			t.Errorf("Decode(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"sms","to":"+14155550100","body":"hi"}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"email","to":"a@example.com","subject":"s\r\nBcc: x","body":"hi"}`))
+	f.Add([]byte(`{"id":"a","tenant":"a}b","channel":"email","to":"A <a@example.com>","subject":"s","body":"hi"}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"sms","to":"+1 (415) 555-0100","body":"\xff"}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := tasks.Decode(b)
+		if err != nil {
+			if !errors.Is(err, tasks.ErrInvalid) && !errors.Is(err, tasks.ErrUnknownChannel) {
+				t.Fatalf("Decode error %v has no sentinel", err)
+			}
+			if err.Error() == "" {
+				t.Fatal("empty reason")
+			}
+			return
+		}
+		// Whatever decodes is valid, normalised, injection-free, and round-trips.
+		if err := n.Validate(); err != nil {
+			t.Fatalf("decoded notification does not validate: %v", err)
+		}
+		if strings.ContainsAny(n.Subject+n.To+n.From, "\r\n") {
+			t.Fatalf("header with CR/LF passed: %+v", n)
+		}
+		if n.Normalized().To != n.To {
+			t.Fatalf("decoded recipient %q not normalised", n.To)
+		}
+		enc, err := n.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := tasks.Decode(enc)
+		if err != nil || back.ID != n.ID || back.To != n.To || back.Body != n.Body {
+			t.Fatalf("round trip: %+v, %v", back, err)
+		}
+	})
+}
+
+func FuzzNormalizeRecipient(f *testing.F) {
+	for _, s := range []string{"+14155550100", "+1 (415) 555-0100", "Ann <a@Example.com>", "a@b", "\r\n", "", "+", "@"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p := tasks.NormalizePhone(s)
+		if tasks.NormalizePhone(p) != p {
+			t.Fatalf("NormalizePhone not idempotent on %q", s)
+		}
+		if tasks.IsE164(p) && strings.ContainsAny(p, " -().") {
+			t.Fatalf("E.164 with separators: %q", p)
+		}
+		e := tasks.NormalizeEmail(s)
+		if strings.ContainsAny(s, "\r\n") && e != s {
+			t.Fatalf("NormalizeEmail rewrote a CR/LF input %q to %q", s, e)
+		}
+		_ = tasks.Mask(s)
+	})
+}

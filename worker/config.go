@@ -1,0 +1,205 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// EnvPrefix starts every environment variable Sluice reads.
+const EnvPrefix = "SLUICE_"
+
+// ErrConfig reports a configuration that cannot run; the message names the variable.
+var ErrConfig = errors.New("config")
+
+// Config is the worker's configuration, read from SLUICE_* environment
+// variables. Every field has a default (envDefault) and a description
+// (desc), from which the README's table is generated.
+type Config struct {
+	RedisURL          string        `env:"REDIS_URL" envDefault:"redis://localhost:6379/0" desc:"Redis for queues and quotas: redis://[user:password@]host:port/db, or rediss:// for TLS." secret:"true"`
+	RedisClusterAddrs []string      `env:"REDIS_CLUSTER_ADDRS" envSeparator:"," desc:"Comma-separated host:port seeds of a Redis Cluster; when set it is used instead of REDIS_URL's host (REDIS_URL still gives user, password and TLS)."`
+	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Asynq queue the worker serves and 'sluice enqueue' writes to."`
+	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
+	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"Send quotas: comma-separated [TENANT/]CHANNEL:SCOPE=LIMIT/WINDOW; SCOPE is recipient or tenant; a TENANT/ rule replaces the default of the same channel, scope and window for that tenant."`
+	SubjectSecret     string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
+	DedupeTTL         time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
+
+	EmailSender string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
+	SMTPHost    string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
+	SMTPPort    int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
+	SMTPTLS     string        `env:"SMTP_TLS" envDefault:"starttls" desc:"SMTP transport security: starttls (required), opportunistic, tls (implicit, port 465), none."`
+	SMTPUser    string        `env:"SMTP_USERNAME" desc:"SMTP AUTH user; empty disables AUTH."`
+	SMTPPass    string        `env:"SMTP_PASSWORD" desc:"SMTP AUTH password." secret:"true"`
+	SMTPFrom    string        `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails."`
+	SMTPConns   int           `env:"SMTP_CONNECTIONS" envDefault:"4" desc:"SMTP connections kept open and reused per worker."`
+	SMTPTimeout time.Duration `env:"SMTP_TIMEOUT" envDefault:"15s" desc:"Timeout of one SMTP dial or send."`
+
+	SMSSender     string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log."`
+	SMSBaseURL    string        `env:"SMS_BASE_URL" envDefault:"https://api.twilio.com" desc:"Base URL of the Twilio-compatible API; messages are POSTed to BASE/2010-04-01/Accounts/SID/Messages.json."`
+	SMSAccountSID string        `env:"SMS_ACCOUNT_SID" desc:"Account SID (basic-auth user)."`
+	SMSAuthToken  string        `env:"SMS_AUTH_TOKEN" desc:"Auth token (basic-auth password)." secret:"true"`
+	SMSFrom       string        `env:"SMS_FROM" desc:"Default From number or sender id of SMS."`
+	SMSTimeout    time.Duration `env:"SMS_TIMEOUT" envDefault:"10s" desc:"Timeout of one SMS API request."`
+
+	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
+	DelayedCheckInterval time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"1s" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
+	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"200ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
+	RetryBase            time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
+	RetryMax             time.Duration `env:"RETRY_MAX" envDefault:"10m" desc:"Longest backoff of a failed send."`
+	UnavailableRetry     time.Duration `env:"UNAVAILABLE_RETRY" envDefault:"2s" desc:"When Redis cannot be asked for a quota, how long until the task is tried again (nothing is sent meanwhile)."`
+	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error."`
+	LogFormat            string        `env:"LOG_FORMAT" envDefault:"text" desc:"text or json."`
+}
+
+// LoadConfig reads the configuration from the environment (SLUICE_*) and validates it.
+func LoadConfig() (Config, error) {
+	return ParseConfig(nil)
+}
+
+// ParseConfig reads the configuration from environ (KEY=VALUE pairs, nil for
+// the process environment) and validates it.
+func ParseConfig(environ map[string]string) (Config, error) {
+	opts := env.Options{Prefix: EnvPrefix}
+	if environ != nil {
+		opts.Environment = environ
+	}
+	cfg, err := env.ParseAsWithOptions[Config](opts)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks every field; the error names the variable and the bound.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s%s %s", ErrConfig, EnvPrefix, name, fmt.Sprintf(format, args...)))
+	}
+	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		bad("REDIS_URL", "must be a redis:// or rediss:// URL")
+	}
+	if c.Queue == "" {
+		bad("QUEUE", "must not be empty")
+	}
+	if c.Concurrency < 1 || c.Concurrency > 10_000 {
+		bad("CONCURRENCY", "must be between 1 and 10000, got %d", c.Concurrency)
+	}
+	if _, err := ParsePolicy(c.Rules); err != nil {
+		bad("RULES", "%v", err)
+	}
+	if len(c.SubjectSecret) < 16 {
+		bad("SUBJECT_SECRET", "must be set to at least 16 bytes (e.g. `openssl rand -hex 32`)")
+	}
+	if c.DedupeTTL < time.Minute {
+		bad("DEDUPE_TTL", "must be at least 1m, got %v", c.DedupeTTL)
+	}
+	switch c.EmailSender {
+	case "log":
+	case "smtp":
+		if c.SMTPHost == "" {
+			bad("SMTP_HOST", "must be set when SLUICE_EMAIL_SENDER=smtp")
+		}
+		if c.SMTPPort < 1 || c.SMTPPort > 65535 {
+			bad("SMTP_PORT", "must be a port number, got %d", c.SMTPPort)
+		}
+		switch c.SMTPTLS {
+		case "starttls", "opportunistic", "tls", "none":
+		default:
+			bad("SMTP_TLS", "must be starttls, opportunistic, tls or none, got %q", c.SMTPTLS)
+		}
+		if c.SMTPConns < 1 || c.SMTPConns > 100 {
+			bad("SMTP_CONNECTIONS", "must be between 1 and 100, got %d", c.SMTPConns)
+		}
+	default:
+		bad("EMAIL_SENDER", "must be smtp or log, got %q", c.EmailSender)
+	}
+	switch c.SMSSender {
+	case "log":
+	case "http":
+		if u, err := url.Parse(c.SMSBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("SMS_BASE_URL", "must be an http(s) URL, got %q", c.SMSBaseURL)
+		}
+		if c.SMSAccountSID == "" {
+			bad("SMS_ACCOUNT_SID", "must be set when SLUICE_SMS_SENDER=http")
+		}
+	default:
+		bad("SMS_SENDER", "must be http or log, got %q", c.SMSSender)
+	}
+	for name, d := range map[string]time.Duration{
+		"SMTP_TIMEOUT": c.SMTPTimeout, "SMS_TIMEOUT": c.SMSTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+		"DELAYED_CHECK_INTERVAL": c.DelayedCheckInterval, "POLL_INTERVAL": c.PollInterval,
+		"RETRY_BASE": c.RetryBase, "RETRY_MAX": c.RetryMax, "UNAVAILABLE_RETRY": c.UnavailableRetry,
+	} {
+		if d < 10*time.Millisecond {
+			bad(name, "must be at least 10ms, got %v", d)
+		}
+	}
+	if c.RetryMax < c.RetryBase {
+		bad("RETRY_MAX", "must be at least SLUICE_RETRY_BASE (%v), got %v", c.RetryBase, c.RetryMax)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("LOG_LEVEL", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("LOG_FORMAT", "must be text or json, got %q", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigVar describes one environment variable of Config.
+type ConfigVar struct {
+	Name, Default, Description string
+	Secret                     bool
+}
+
+// ConfigVars lists every variable Config reads, in declaration order.
+func ConfigVars() []ConfigVar {
+	t := reflect.TypeFor[Config]()
+	out := make([]ConfigVar, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		out = append(out, ConfigVar{
+			Name:        EnvPrefix + f.Tag.Get("env"),
+			Default:     f.Tag.Get("envDefault"),
+			Description: f.Tag.Get("desc"),
+			Secret:      f.Tag.Get("secret") == "true",
+		})
+	}
+	return out
+}
+
+// Redacted returns the effective configuration as NAME=value pairs, with
+// secrets (and the password in the Redis URL) masked: safe to log.
+func (c Config) Redacted() []string {
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	out := make([]string, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		val := fmt.Sprint(v.Field(i).Interface())
+		if s, ok := v.Field(i).Interface().([]string); ok {
+			val = strings.Join(s, ",")
+		}
+		if f.Tag.Get("secret") == "true" && val != "" {
+			if u, err := url.Parse(val); err == nil && u.Scheme != "" && u.Host != "" {
+				if _, has := u.User.Password(); has {
+					u.User = url.UserPassword(u.User.Username(), "xxxxx")
+				}
+				val = u.Redacted()
+			} else {
+				val = "*****"
+			}
+		}
+		out = append(out, EnvPrefix+f.Tag.Get("env")+"="+val)
+	}
+	return out
+}

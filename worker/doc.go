@@ -1,0 +1,31 @@
+// Package worker is Sluice's throttled Asynq server: a mux with one handler
+// per channel (email over SMTP, SMS over a Twilio-compatible HTTP API, or
+// the log sender), behind a throttle middleware.
+//
+// # What happens to a task
+//
+//  1. The middleware decodes and validates the payload. Poison input (bad
+//     JSON, an invalid address or number, CR/LF in a header, an oversize
+//     body) is archived at once with the reason (asynq.SkipRetry).
+//  2. It asks the limiter, in one script call, with every rule that applies
+//     to the task's channel, recipient and tenant (Config.Rules).
+//  3. Denied: the task is handed back to Asynq as a *ThrottledError, which
+//     is not a failure: no retry is spent, failed/processed stats do not
+//     move, and it is scheduled for the moment its slot opens rounded up to
+//     a whole second (Asynq keeps whole seconds and truncates).
+//  4. Allowed: the sender sends. Success marks the notification done (a
+//     re-run task will not send again). A definite non-send releases the
+//     quota slot. Permanent provider errors archive; transient ones retry
+//     with backoff (honouring Retry-After) until the retry budget is spent.
+//  5. Redis unreachable: nothing is sent; the task is tried again after
+//     Config.UnavailableRetry, without spending a retry.
+//
+// # Retry budget
+//
+// Asynq v0.26 archives a task whose retries are used up before it asks
+// whether the error is a failure, so a denied task enqueued with MaxRetry(0)
+// would be archived. tasks.NewTask therefore keeps the real budget in a
+// header and gives Asynq one more; the middleware archives on real failures
+// by the header. A task built without tasks.NewTask whose Asynq retries are
+// used up is rescheduled as a copy (same payload, the remaining budget).
+package worker

@@ -1,0 +1,162 @@
+package worker_test
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+type bundle struct {
+	redis  *redistest.Server
+	rdb    *redis.Client
+	sms    *fakes.SMSAPI
+	smtp   *fakes.SMTPServer
+	client *asynq.Client
+	insp   *asynq.Inspector
+	cfg    worker.Config
+}
+
+// setup starts a private redis-server, a fake SMS API and a fake SMTP server,
+// and a worker config pointing at them.
+func setup(t *testing.T, rules string) *bundle {
+	t.Helper()
+	srv, rdb := redistest.New(t)
+	b := &bundle{redis: srv, rdb: rdb, sms: fakes.NewSMSAPI(t), smtp: fakes.NewSMTPServer(t)}
+	cfg, err := worker.ParseConfig(map[string]string{
+		"SLUICE_REDIS_URL":         srv.URL(),
+		"SLUICE_RULES":             rules,
+		"SLUICE_SUBJECT_SECRET":    "test-secret-0123456789",
+		"SLUICE_HTTP_ADDR":         "off",
+		"SLUICE_EMAIL_SENDER":      "smtp",
+		"SLUICE_SMTP_HOST":         b.smtp.Host,
+		"SLUICE_SMTP_PORT":         strconv.Itoa(b.smtp.Port),
+		"SLUICE_SMTP_TLS":          "none",
+		"SLUICE_SMS_SENDER":        "http",
+		"SLUICE_SMS_BASE_URL":      b.sms.URL,
+		"SLUICE_SMS_ACCOUNT_SID":   b.sms.AccountSID,
+		"SLUICE_SMS_AUTH_TOKEN":    b.sms.AuthToken,
+		"SLUICE_SMS_FROM":          "+15005550006",
+		"SLUICE_SHUTDOWN_TIMEOUT":  "5s",
+		"SLUICE_RETRY_BASE":        "1s",
+		"SLUICE_UNAVAILABLE_RETRY": "500ms",
+		"SLUICE_POLL_INTERVAL":     "100ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = cfg
+	b.client = asynq.NewClientFromRedisClient(rdb)
+	b.insp = asynq.NewInspectorFromRedisClient(rdb)
+	return b
+}
+
+type running struct {
+	w   *worker.Worker
+	reg *prometheus.Registry
+}
+
+// start runs a worker with its own Redis client until the test ends.
+func (b *bundle) start(t *testing.T, cfg worker.Config) *running {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(cfg, worker.Options{Registry: reg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker.Run: %v", err)
+		}
+	})
+	return &running{w: w, reg: reg}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// metric sums every series of a counter family.
+func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			}
+			if h := m.GetHistogram(); h != nil {
+				sum += float64(h.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func (b *bundle) enqueue(t *testing.T, n tasks.Notification, opts ...asynq.Option) {
+	t.Helper()
+	if _, err := tasks.Enqueue(context.Background(), b.client, n, opts...); err != nil {
+		t.Fatalf("enqueue %s: %v", n.ID, err)
+	}
+}
+
+// queueStats returns Asynq's counters for the queue.
+func (b *bundle) queueStats(t *testing.T) *asynq.QueueInfo {
+	t.Helper()
+	qi, err := b.insp.GetQueueInfo(b.cfg.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qi
+}
+
+// waitTask polls Asynq's view of a task until cond holds (Asynq offers no
+// notification of state changes).
+func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond func(*asynq.TaskInfo) bool) *asynq.TaskInfo {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ti, err := b.insp.GetTaskInfo(b.cfg.Queue, id)
+		if err == nil && cond(ti) {
+			return ti
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s: condition not reached in %v (last: %+v, err %v)", id, timeout, ti, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

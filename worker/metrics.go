@@ -1,0 +1,49 @@
+package worker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the worker's Prometheus metrics.
+type Metrics struct {
+	Decisions    *prometheus.CounterVec
+	RetryAfter   *prometheus.HistogramVec
+	Sends        *prometheus.CounterVec
+	SendLatency  *prometheus.HistogramVec
+	Rescheduled  *prometheus.CounterVec
+	LimiterError prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_throttle_decisions_total",
+			Help: "Limiter decisions by channel, denying rule (empty unless denied) and result (allowed, denied, duplicate, done).",
+		}, []string{"channel", "rule", "result"}),
+		RetryAfter: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_throttle_retry_after_seconds",
+			Help:    "Retry-after of denied sends.",
+			Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400},
+		}, []string{"channel"}),
+		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_sends_total",
+			Help: "Send attempts by channel and result (sent, transient, permanent, invalid).",
+		}, []string{"channel", "result"}),
+		SendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_send_duration_seconds",
+			Help:    "Time a sender took per attempt.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"channel"}),
+		Rescheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rescheduled_total",
+			Help: "Tasks rescheduled because a quota was full (not failures).",
+		}, []string{"channel"}),
+		LimiterError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_limiter_errors_total",
+			Help: "Quota checks that failed because Redis could not be asked (nothing was sent).",
+		}),
+	}
+	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError)
+	return m
+}

@@ -1,0 +1,162 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/wneessen/go-mail"
+	"github.com/wneessen/go-mail/smtp"
+
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// SMTPConfig configures an SMTPSender.
+type SMTPConfig struct {
+	Host     string
+	Port     int
+	TLS      string // starttls, opportunistic, tls, none
+	Username string // empty: no AUTH
+	Password string
+	From     string
+	Conns    int           // connections kept open; default 1
+	Timeout  time.Duration // per dial and send; default 15s
+}
+
+// SMTPSender sends email over SMTP with go-mail, reusing up to Conns
+// connections. The Message-ID is derived from the notification id.
+type SMTPSender struct {
+	client *mail.Client
+	from   string
+	host   string
+	pool   chan *smtp.Client // idle connections
+	slots  chan struct{}     // bounds open connections
+}
+
+// NewSMTPSender returns a sender; it dials lazily.
+func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
+	if cfg.Conns < 1 {
+		cfg.Conns = 1
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 15 * time.Second
+	}
+	opts := []mail.Option{mail.WithPort(cfg.Port), mail.WithTimeout(cfg.Timeout)}
+	switch cfg.TLS {
+	case "starttls", "":
+		opts = append(opts, mail.WithTLSPolicy(mail.TLSMandatory))
+	case "opportunistic":
+		opts = append(opts, mail.WithTLSPolicy(mail.TLSOpportunistic))
+	case "tls":
+		opts = append(opts, mail.WithSSL())
+	case "none":
+		opts = append(opts, mail.WithTLSPolicy(mail.NoTLS))
+	default:
+		return nil, fmt.Errorf("%w: SMTP TLS mode %q", ErrConfig, cfg.TLS)
+	}
+	if cfg.Username != "" {
+		opts = append(opts, mail.WithSMTPAuth(mail.SMTPAuthAutoDiscover), mail.WithUsername(cfg.Username), mail.WithPassword(cfg.Password))
+	}
+	c, err := mail.NewClient(cfg.Host, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("smtp client: %w", err)
+	}
+	return &SMTPSender{client: c, from: cfg.From, host: cfg.Host,
+		pool: make(chan *smtp.Client, cfg.Conns), slots: make(chan struct{}, cfg.Conns)}, nil
+}
+
+// Send delivers one email.
+func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
+	m := mail.NewMsg()
+	from := n.From
+	if from == "" {
+		from = s.from
+	}
+	if err := m.From(from); err != nil {
+		return &SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
+	}
+	if err := m.To(n.To); err != nil {
+		return &SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
+	}
+	m.Subject(n.Subject)
+	m.SetMessageIDWithValue(n.ID + "@" + messageIDHost(from))
+	m.SetGenHeader("X-Sluice-Tenant", n.Tenant)
+	m.SetBodyString(mail.TypeTextPlain, n.Body)
+
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return &SendError{Err: ctx.Err(), NotSent: true}
+	}
+	var conn *smtp.Client
+	select {
+	case conn = <-s.pool:
+		// A reused connection may have been closed by the server: RSET checks it.
+		if err := s.client.ResetWithSMTPClient(conn); err != nil {
+			_ = conn.Close()
+			conn = nil
+		}
+	default:
+	}
+	if conn == nil {
+		var err error
+		conn, err = s.client.DialToSMTPClientWithContext(ctx)
+		if err != nil {
+			<-s.slots
+			return classifySMTP(err, true)
+		}
+	}
+	err := s.client.SendWithSMTPClient(conn, m)
+	if err != nil {
+		_ = s.client.CloseWithSMTPClient(conn)
+	} else {
+		s.pool <- conn
+	}
+	<-s.slots
+	if err != nil {
+		return classifySMTP(err, false)
+	}
+	return nil
+}
+
+// Close closes idle connections.
+func (s *SMTPSender) Close() error {
+	for {
+		select {
+		case c := <-s.pool:
+			_ = s.client.CloseWithSMTPClient(c)
+		default:
+			return nil
+		}
+	}
+}
+
+func messageIDHost(from string) string {
+	if at := strings.LastIndexByte(from, '@'); at >= 0 && at < len(from)-1 {
+		return strings.Trim(from[at+1:], "<> ")
+	}
+	return "sluice.local"
+}
+
+// classifySMTP: a 5xx reply is permanent, a 4xx transient; both mean the
+// server did not take the message. Without a reply (network trouble) the
+// error is transient; the message is surely not sent when it failed at dial.
+func classifySMTP(err error, dial bool) error {
+	var se *mail.SendError
+	code := 0
+	if errors.As(err, &se) {
+		code = se.ErrorCode()
+	}
+	switch {
+	case code >= 500:
+		return &SendError{Err: err, Permanent: true, NotSent: true}
+	case code >= 400:
+		return &SendError{Err: err, NotSent: true}
+	}
+	if dial || (se != nil && se.Reason == mail.ErrConnCheck) {
+		return &SendError{Err: err, NotSent: true}
+	}
+	return &SendError{Err: err}
+}

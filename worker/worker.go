@@ -1,0 +1,300 @@
+package worker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Options are what a Worker takes besides Config. All optional.
+type Options struct {
+	// Logger; default: built from Config.LogLevel and LogFormat on stderr.
+	Logger *slog.Logger
+	// Redis replaces the client built from Config.RedisURL (dev mode, tests).
+	// The caller closes it.
+	Redis redis.UniversalClient
+	// Senders replaces the senders built from Config, by channel.
+	Senders map[tasks.Channel]Sender
+	// Registry for the metrics; default a new registry with Go and process collectors.
+	Registry *prometheus.Registry
+	// Listener serves the HTTP endpoints instead of listening on Config.HTTPAddr.
+	Listener net.Listener
+	// OnDecision, if set, is called with every limiter decision (dev mode
+	// shows them live). It must not block.
+	OnDecision func(tasks.Notification, throttle.Decision)
+}
+
+// Worker is a throttled Asynq server: it takes notification tasks from the
+// queue, checks every quota that applies, and sends.
+type Worker struct {
+	cfg      Config
+	log      *slog.Logger
+	rdb      redis.UniversalClient
+	ownRedis bool
+	limiter  *throttle.Limiter
+	policy   Policy
+	client   *asynq.Client
+	server   *asynq.Server
+	mux      *asynq.ServeMux
+	metrics  *Metrics
+	registry *prometheus.Registry
+	senders  map[tasks.Channel]Sender
+	listener net.Listener
+	onDecide func(tasks.Notification, throttle.Decision)
+}
+
+// New builds a worker; it does not connect until Run.
+func New(cfg Config, opts Options) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	policy, err := ParsePolicy(cfg.Rules)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, policy: policy, log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener, onDecide: opts.OnDecision}
+	if w.log == nil {
+		w.log = NewLogger(os.Stderr, cfg)
+	}
+	if w.rdb == nil {
+		if w.rdb, err = NewRedisClient(cfg); err != nil {
+			return nil, err
+		}
+		w.ownRedis = true
+	}
+	if w.registry == nil {
+		w.registry = prometheus.NewRegistry()
+		w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	w.metrics = NewMetrics(w.registry)
+	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret)}); err != nil {
+		return nil, err
+	}
+	w.senders = opts.Senders
+	if w.senders == nil {
+		if w.senders, err = buildSenders(cfg, w.log); err != nil {
+			return nil, err
+		}
+	}
+	w.client = asynq.NewClientFromRedisClient(w.rdb)
+	w.server = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		Queues:                   map[string]int{cfg.Queue: 1},
+		IsFailure:                isFailure,
+		RetryDelayFunc:           w.retryDelay,
+		ErrorHandler:             asynq.ErrorHandlerFunc(w.handleError),
+		Logger:                   asynqLogger{w.log.With("component", "asynq")},
+		LogLevel:                 asynqLevel(cfg.LogLevel),
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		DelayedTaskCheckInterval: cfg.DelayedCheckInterval,
+		TaskCheckInterval:        cfg.PollInterval,
+	})
+	w.mux = asynq.NewServeMux()
+	w.mux.Use(w.throttleMiddleware)
+	w.mux.Handle(tasks.TypeEmail, w.sendHandler(tasks.Email))
+	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
+	return w, nil
+}
+
+// Limiter returns the worker's limiter (for tools sharing its configuration).
+func (w *Worker) Limiter() *throttle.Limiter { return w.limiter }
+
+// Policy returns the parsed rules.
+func (w *Worker) Policy() Policy { return w.policy }
+
+// Run serves until ctx is cancelled, then shuts down gracefully: in-flight
+// sends get Config.ShutdownTimeout to finish; unfinished tasks go back to
+// the queue. It returns an error if the worker cannot start.
+func (w *Worker) Run(ctx context.Context) error {
+	w.log.Info("starting worker", "queue", w.cfg.Queue, "concurrency", w.cfg.Concurrency)
+	for _, s := range w.policy.All() {
+		w.log.Info("quota rule", "rule", s.String())
+	}
+	var httpSrv *http.Server
+	if w.listener != nil || (w.cfg.HTTPAddr != "" && w.cfg.HTTPAddr != "off") {
+		ln := w.listener
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", w.cfg.HTTPAddr); err != nil {
+				return fmt.Errorf("listen %s (SLUICE_HTTP_ADDR): %w", w.cfg.HTTPAddr, err)
+			}
+		}
+		httpSrv = &http.Server{Handler: w.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				w.log.Error("http server", "err", err)
+			}
+		}()
+		w.log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	}
+	if err := w.server.Start(w.mux); err != nil {
+		if httpSrv != nil {
+			httpSrv.Close()
+		}
+		w.close()
+		return fmt.Errorf("start worker: %w", err)
+	}
+	<-ctx.Done()
+	w.log.Info("shutting down: finishing in-flight sends", "timeout", w.cfg.ShutdownTimeout)
+	w.server.Shutdown()
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	w.close()
+	w.log.Info("worker stopped")
+	return nil
+}
+
+func (w *Worker) close() {
+	for _, s := range w.senders {
+		if c, ok := s.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
+	if w.ownRedis {
+		_ = w.rdb.Close()
+	}
+}
+
+// HTTPHandler serves /metrics, /healthz (the process is up) and /readyz
+// (Redis answers).
+func (w *Worker) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(rw, "ok")
+	})
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := w.rdb.Ping(ctx).Err(); err != nil {
+			http.Error(rw, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ready")
+	})
+	return mux
+}
+
+func (w *Worker) sendHandler(ch tasks.Channel) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		n, ok := notificationFrom(ctx)
+		if !ok {
+			return errors.New("worker: handler called without the throttle middleware")
+		}
+		s, ok := w.senders[ch]
+		if !ok {
+			return &SendError{Err: fmt.Errorf("%w %s", ErrNoSender, ch), Permanent: true, NotSent: true}
+		}
+		return s.Send(ctx, n)
+	})
+}
+
+func (w *Worker) handleError(ctx context.Context, t *asynq.Task, err error) {
+	if !isFailure(err) {
+		return // throttled or unavailable: logged where it happened
+	}
+	id, _ := asynq.GetTaskID(ctx)
+	w.log.Debug("task attempt failed", "task_id", id, "type", t.Type(), "err", err)
+}
+
+func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error) {
+	out := map[tasks.Channel]Sender{}
+	switch cfg.EmailSender {
+	case "smtp":
+		s, err := NewSMTPSender(SMTPConfig{Host: cfg.SMTPHost, Port: cfg.SMTPPort, TLS: cfg.SMTPTLS,
+			Username: cfg.SMTPUser, Password: cfg.SMTPPass, From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout})
+		if err != nil {
+			return nil, err
+		}
+		out[tasks.Email] = s
+	default:
+		out[tasks.Email] = LogSender{Logger: log}
+	}
+	switch cfg.SMSSender {
+	case "http":
+		s, err := NewHTTPSMSSender(HTTPSMSConfig{BaseURL: cfg.SMSBaseURL, AccountSID: cfg.SMSAccountSID,
+			AuthToken: cfg.SMSAuthToken, From: cfg.SMSFrom, Timeout: cfg.SMSTimeout})
+		if err != nil {
+			return nil, err
+		}
+		out[tasks.SMS] = s
+	default:
+		out[tasks.SMS] = LogSender{Logger: log}
+	}
+	return out, nil
+}
+
+// NewRedisClient builds the Redis client of cfg: a Cluster client when
+// RedisClusterAddrs is set, else a single-node client from RedisURL.
+func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %sREDIS_URL: %w", ErrConfig, EnvPrefix, err)
+	}
+	if len(cfg.RedisClusterAddrs) == 0 {
+		return redis.NewClient(opt), nil
+	}
+	var tlsCfg *tls.Config
+	if opt.TLSConfig != nil {
+		tlsCfg = opt.TLSConfig
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cfg.RedisClusterAddrs, Username: opt.Username, Password: opt.Password, TLSConfig: tlsCfg,
+	}), nil
+}
+
+// NewLogger returns the slog logger Config asks for.
+func NewLogger(out io.Writer, cfg Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(out, o))
+	}
+	return slog.New(slog.NewTextHandler(out, o))
+}
+
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exit(1) }
+
+func asynqLevel(s string) asynq.LogLevel {
+	switch strings.ToLower(s) {
+	case "debug":
+		return asynq.DebugLevel
+	case "warn":
+		return asynq.WarnLevel
+	case "error":
+		return asynq.ErrorLevel
+	}
+	// Asynq's info level logs every retry ("Retry exhausted", ...); keep it at warn.
+	return asynq.WarnLevel
+}
+
+// Handler returns the worker's task handler (throttle middleware and mux):
+// what the Asynq server runs for each task.
+func (w *Worker) Handler() asynq.Handler { return w.mux }
