@@ -92,7 +92,7 @@ func TestMemoryPerEntry(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
 	perEntry := map[int]float64{}
-	for _, limit := range []int{10, 100, 128, 129, 1000} {
+	for _, limit := range []int{10, 100, 128, 129, 200, 1000} {
 		lim := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprint("+1415555", limit), Rule: throttle.Rule{Limit: limit, Window: time.Hour}}
 		for i := 0; i < limit; i++ {
 			id, _ := uuid.NewV7()

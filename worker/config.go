@@ -65,6 +65,17 @@ func LoadConfig() (Config, error) {
 // ParseConfig reads the configuration from environ (KEY=VALUE pairs, nil for
 // the process environment) and validates it.
 func ParseConfig(environ map[string]string) (Config, error) {
+	cfg, err := ReadConfig(environ)
+	if err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// ReadConfig reads the configuration like ParseConfig but checks only that
+// every value parses: for tools that need a few fields (enqueue needs Redis
+// and the queue, not an SMTP server).
+func ReadConfig(environ map[string]string) (Config, error) {
 	opts := env.Options{Prefix: EnvPrefix}
 	if environ != nil {
 		opts.Environment = environ
@@ -73,7 +84,7 @@ func ParseConfig(environ map[string]string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return cfg, cfg.Validate()
+	return cfg, nil
 }
 
 // Validate checks every field; the error names the variable and the bound.

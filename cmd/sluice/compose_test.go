@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/sluicehq/sluice/worker"
+)
+
+// No Docker engine runs here: load docker-compose.yml with compose-go and
+// check what `docker compose up` would need.
+func TestComposeFile(t *testing.T) {
+	opts, err := cli.NewProjectOptions([]string{"../../docker-compose.yml"},
+		cli.WithWorkingDirectory("../.."), cli.WithName("sluice"), cli.WithEnv([]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	for _, name := range []string{"redis", "worker", "mailpit", "asynqmon", "sms-sink"} {
+		if _, err := p.GetService(name); err != nil {
+			t.Errorf("service %s: %v", name, err)
+		}
+	}
+	redis, _ := p.GetService("redis")
+	if !slices.Contains(redis.Command, "--appendonly") || redis.HealthCheck == nil || len(redis.Volumes) == 0 {
+		t.Errorf("redis needs AOF, a healthcheck and a volume: %+v", redis)
+	}
+	w, _ := p.GetService("worker")
+	if w.Deploy == nil || w.Deploy.Replicas == nil || *w.Deploy.Replicas != 2 {
+		t.Errorf("worker replicas: %+v", w.Deploy)
+	}
+	if dep, ok := w.DependsOn["redis"]; !ok || dep.Condition != types.ServiceConditionHealthy {
+		t.Errorf("worker must wait for a healthy redis: %+v", w.DependsOn)
+	}
+	if w.HealthCheck == nil || !slices.Contains(w.HealthCheck.Test, "health") {
+		t.Errorf("worker healthcheck: %+v", w.HealthCheck)
+	}
+	if w.Build == nil {
+		t.Error("worker is not built from the Dockerfile")
+	}
+	if _, err := os.Stat("../../Dockerfile"); err != nil {
+		t.Error(err)
+	}
+
+	// Every SLUICE_* variable compose sets is one the config reads, and the
+	// config the worker gets from compose is valid.
+	known := map[string]bool{}
+	for _, v := range worker.ConfigVars() {
+		known[v.Name] = true
+	}
+	env := map[string]string{}
+	for k, v := range w.Environment {
+		if !strings.HasPrefix(k, worker.EnvPrefix) {
+			continue
+		}
+		if !known[k] {
+			t.Errorf("compose sets %s, which the config does not read", k)
+		}
+		if v != nil {
+			env[k] = *v
+		}
+	}
+	if _, err := worker.ParseConfig(env); err != nil {
+		t.Errorf("the worker's compose environment does not validate: %v", err)
+	}
+	mp, _ := p.GetService("mailpit")
+	if env["SLUICE_SMTP_HOST"] != mp.Name || env["SLUICE_SMTP_PORT"] != "1025" {
+		t.Errorf("email must go to mailpit:1025, got %s:%s", env["SLUICE_SMTP_HOST"], env["SLUICE_SMTP_PORT"])
+	}
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/mattn/go-isatty"
+	"github.com/redis/go-redis/v9"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+type enqueueFlags struct {
+	tenant, to, from, id string
+	subject, body, text  string
+	in                   time.Duration
+	maxRetry             int
+	file                 string
+	continueOnError      bool
+}
+
+func newEnqueueCmd() *cobra.Command {
+	var f enqueueFlags
+	cmd := &cobra.Command{
+		Use:   "enqueue {email|sms} [flags] | enqueue --file notifications.jsonl",
+		Short: "Enqueue one notification, or a JSON Lines file of them",
+		Long: `Enqueue one notification (sluice enqueue email|sms ...) or a JSON Lines file,
+one notification per line with the payload's fields:
+
+  {"id":"optional-stable-id","tenant":"acme","channel":"sms","to":"+14155550100","body":"Hi"}
+
+Every line is checked before anything is enqueued: with a bad line nothing is
+enqueued, its line number is printed and the exit code is 1, unless
+--continue-on-error enqueues the good lines. Give ids to make a re-run safe:
+ids already enqueued are reported as duplicates, never sent twice.
+
+Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
+		Args: argsError(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.file == "" {
+				return usageError{errors.New("enqueue needs a channel (email or sms) or --file")}
+			}
+			return enqueueFile(cmd, f)
+		},
+	}
+	cmd.Flags().StringVar(&f.file, "file", "", "JSON Lines file of notifications ('-' for standard input)")
+	cmd.Flags().BoolVar(&f.continueOnError, "continue-on-error", false, "enqueue the good lines of a file with bad ones")
+
+	one := func(ch tasks.Channel, short string) *cobra.Command {
+		c := &cobra.Command{
+			Use:   string(ch),
+			Short: short,
+			Args:  argsError(cobra.NoArgs),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return enqueueOne(cmd, ch, f)
+			},
+		}
+		fl := c.Flags()
+		fl.StringVar(&f.tenant, "tenant", "", "tenant id (required)")
+		fl.StringVar(&f.to, "to", "", "recipient: an address (email) or E.164 number (sms) (required)")
+		fl.StringVar(&f.from, "from", "", "sender, overriding the worker's default")
+		fl.StringVar(&f.id, "id", "", "notification id (default: a new UUIDv7); the same id is never enqueued twice")
+		fl.DurationVar(&f.in, "in", 0, "send no earlier than this from now, e.g. 10m")
+		fl.IntVar(&f.maxRetry, "max-retry", tasks.DefaultMaxRetry, "retries for provider failures (throttling never spends them)")
+		if ch == tasks.Email {
+			fl.StringVar(&f.subject, "subject", "", "subject (required)")
+			fl.StringVar(&f.body, "body", "", "text body (required)")
+		} else {
+			fl.StringVar(&f.text, "text", "", "message text (required)")
+		}
+		return c
+	}
+	cmd.AddCommand(one(tasks.Email, "Enqueue one email"), one(tasks.SMS, "Enqueue one SMS"))
+	return cmd
+}
+
+// producer returns an Asynq client and the queue from the environment.
+func producer() (*asynq.Client, redis.UniversalClient, string, error) {
+	cfg, err := worker.ReadConfig(nil)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	rdb, err := worker.NewRedisClient(cfg)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return asynq.NewClientFromRedisClient(rdb), rdb, cfg.Queue, nil
+}
+
+func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
+	for name, v := range map[string]string{"--tenant": f.tenant, "--to": f.to} {
+		if v == "" {
+			return usageError{fmt.Errorf("%s is required", name)}
+		}
+	}
+	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from}
+	if ch == tasks.Email {
+		n.Subject, n.Body = f.subject, f.body
+	} else {
+		n.Body = f.text
+	}
+	if n.ID == "" {
+		n.ID = tasks.NewID()
+	}
+	if err := n.Normalized().Validate(); err != nil {
+		return err // checked before connecting: bad input needs no Redis
+	}
+	client, rdb, queue, err := producer()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	opts := []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(f.maxRetry)}
+	if f.in > 0 {
+		opts = append(opts, asynq.ProcessIn(f.in))
+	}
+	info, err := tasks.Enqueue(cmd.Context(), client, n, opts...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "enqueued notification %s (task %s, queue %s)\n", n.ID, info.ID, info.Queue)
+	return nil
+}
+
+func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
+	var in io.Reader = cmd.InOrStdin()
+	if f.file != "-" {
+		fh, err := os.Open(f.file)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		in = fh
+	}
+	good, bad, err := tasks.ReadBatch(in)
+	if err != nil {
+		return fmt.Errorf("%s: %w (nothing enqueued)", f.file, err)
+	}
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	client, rdb, queue, err := producer()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	// Ids already in Redis are bad lines too: find them before enqueueing anything.
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	kept := good[:0]
+	for _, g := range good {
+		if _, err := insp.GetTaskInfo(queue, g.Notification.ID); err == nil {
+			bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, g.Notification.ID)})
+			continue
+		} else if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+			return fmt.Errorf("check line %d: %w (nothing enqueued)", g.Line, err)
+		}
+		kept = append(kept, g)
+	}
+	good = kept
+	slices.SortStableFunc(bad, func(a, b tasks.LineError) int { return a.Line - b.Line })
+	for _, e := range bad {
+		fmt.Fprintf(errOut, "%s: %v\n", f.file, e)
+	}
+	if len(bad) > 0 && !f.continueOnError {
+		fmt.Fprintf(out, "accepted 0, rejected %d of %d lines: nothing enqueued (fix the lines above, or use --continue-on-error)\n", len(bad), len(bad)+len(good))
+		return fmt.Errorf("%d bad lines", len(bad))
+	}
+	progress := newProgress(errOut, len(good))
+	accepted := 0
+	for _, g := range good {
+		if _, err := tasks.Enqueue(cmd.Context(), client, g.Notification, asynq.Queue(queue)); err != nil {
+			if errors.Is(err, tasks.ErrDuplicate) && f.continueOnError {
+				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
+				fmt.Fprintf(errOut, "%s: line %d: %v\n", f.file, g.Line, err)
+				continue
+			}
+			fmt.Fprintf(out, "accepted %d, stopped at line %d: %v\n", accepted, g.Line, err)
+			return fmt.Errorf("enqueue stopped at line %d after %d enqueued (re-running is safe for lines with ids): %w", g.Line, accepted, err)
+		}
+		accepted++
+		progress.step()
+	}
+	progress.done()
+	fmt.Fprintf(out, "accepted %d, rejected %d\n", accepted, len(bad))
+	if len(bad) > 0 {
+		return fmt.Errorf("%d bad lines", len(bad))
+	}
+	return nil
+}
+
+// progress shows a bar on a terminal and plain counts elsewhere.
+type progress struct {
+	bar   *progressbar.ProgressBar
+	w     io.Writer
+	n, of int
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w, of: total}
+	if fh, ok := w.(*os.File); ok && isatty.IsTerminal(fh.Fd()) {
+		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("enqueueing"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	}
+	return p
+}
+
+func (p *progress) step() {
+	p.n++
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+	} else if p.n%1000 == 0 {
+		fmt.Fprintf(p.w, "enqueued %d/%d\n", p.n, p.of)
+	}
+}
+
+func (p *progress) done() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+func asynqClient(rdb redis.UniversalClient) *asynq.Client { return asynq.NewClientFromRedisClient(rdb) }
+
+func queueOpt(q string) asynq.Option { return asynq.Queue(q) }

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/worker"
+)
+
+const testSecret = "cli-test-secret-0123456789"
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// sluice runs the real command tree in-process.
+func sluice(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// env points the CLI at a private redis-server (t.Setenv: these tests are serial).
+func env(t *testing.T) *redistest.Server {
+	srv := redistest.Start(t)
+	t.Setenv("SLUICE_REDIS_URL", srv.URL())
+	t.Setenv("SLUICE_SUBJECT_SECRET", testSecret)
+	t.Setenv("SLUICE_RULES", "sms:recipient=2/1m,sms:recipient=5/1d,sms:tenant=100/1h,email:recipient=10/1m")
+	return srv
+}
+
+func queueSize(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
+	qi, err := insp.GetQueueInfo(tasks.DefaultQueue)
+	if err != nil {
+		return 0
+	}
+	return qi.Size
+}
+
+func TestHelpAndUsage(t *testing.T) {
+	r := sluice(t, "", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "worker") || !strings.Contains(r.stdout, "quota") {
+		t.Fatalf("--help: %+v", r)
+	}
+	r = sluice(t, "", "enqueue", "sms", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "--text") || !strings.Contains(r.stdout, "--max-retry") {
+		t.Fatalf("enqueue sms --help: %+v", r)
+	}
+	if r := sluice(t, "", "enqueue", "sms", "--bogus"); r.code != 2 {
+		t.Fatalf("unknown flag exit %d, want 2", r.code)
+	}
+	if r := sluice(t, "", "enqueue"); r.code != 2 {
+		t.Fatalf("enqueue without channel exit %d, want 2", r.code)
+	}
+	t.Setenv("SLUICE_SUBJECT_SECRET", "")
+	if r := sluice(t, "", "worker"); r.code != 1 || !strings.Contains(r.stderr, "SLUICE_SUBJECT_SECRET") {
+		t.Fatalf("worker without secret: %+v", r)
+	}
+}
+
+func TestEnqueueOne(t *testing.T) {
+	srv := env(t)
+	r := sluice(t, "", "enqueue", "sms", "--tenant", "acme", "--to", "+1 415 555 0100", "--text", "hi", "--id", "order-42")
+	if r.code != 0 || !strings.Contains(r.stdout, "enqueued notification order-42") {
+		t.Fatalf("sms: %+v", r)
+	}
+	r = sluice(t, "", "enqueue", "email", "--tenant", "acme", "--to", "a@example.com", "--subject", "S", "--body", "B", "--in", "10m")
+	if r.code != 0 {
+		t.Fatalf("email: %+v", r)
+	}
+	if r := sluice(t, "", "enqueue", "sms", "--tenant", "acme", "--to", "+14155550100", "--text", "again", "--id", "order-42"); r.code != 1 || !strings.Contains(r.stderr, "duplicate") {
+		t.Fatalf("duplicate id: %+v", r)
+	}
+	if r := sluice(t, "", "enqueue", "sms", "--tenant", "acme", "--to", "12", "--text", "x"); r.code != 1 || !strings.Contains(r.stderr, "E.164") {
+		t.Fatalf("bad number: %+v", r)
+	}
+	if r := sluice(t, "", "enqueue", "email", "--tenant", "acme", "--to", "a@example.com", "--subject", "S\r\nBcc: x@y.com", "--body", "B"); r.code != 1 {
+		t.Fatalf("header injection: %+v", r)
+	}
+	if r := sluice(t, "", "enqueue", "sms", "--to", "+14155550100", "--text", "x"); r.code != 2 {
+		t.Fatalf("missing --tenant: %+v", r)
+	}
+	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
+	ti, err := insp.GetTaskInfo(tasks.DefaultQueue, "order-42")
+	if err != nil || ti.State != asynq.TaskStatePending {
+		t.Fatalf("order-42: %+v %v", ti, err)
+	}
+	n, err := tasks.Decode(ti.Payload)
+	if err != nil || n.To != "+14155550100" {
+		t.Fatalf("payload %+v %v", n, err)
+	}
+	if qi, _ := insp.GetQueueInfo(tasks.DefaultQueue); qi.Pending != 1 || qi.Scheduled != 1 {
+		t.Fatalf("queue: pending %d scheduled %d", qi.Pending, qi.Scheduled)
+	}
+}
+
+func TestEnqueueFile(t *testing.T) {
+	srv := env(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte(strings.Join([]string{
+		`{"id":"b-1","tenant":"acme","channel":"sms","to":"+14155550100","body":"one"}`,
+		`{"id":"b-2","tenant":"acme","channel":"sms","to":"nope","body":"two"}`,
+		`{"id":"b-3","tenant":"acme","channel":"email","to":"a@example.com","subject":"S","body":"three"}`,
+		`{"id":"b-4","tenant":"acme","channel":"fax","to":"+14155550100","body":"four"}`,
+	}, "\n")), 0o600)
+	r := sluice(t, "", "enqueue", "--file", bad)
+	if r.code != 1 || !strings.Contains(r.stderr, "line 2") || !strings.Contains(r.stderr, "line 4") || !strings.Contains(r.stdout, "nothing enqueued") {
+		t.Fatalf("bad file: %+v", r)
+	}
+	if n := queueSize(t, srv); n != 0 {
+		t.Fatalf("a bad file enqueued %d tasks", n)
+	}
+	r = sluice(t, "", "enqueue", "--file", bad, "--continue-on-error")
+	if r.code != 1 || !strings.Contains(r.stdout, "accepted 2, rejected 2") {
+		t.Fatalf("continue-on-error: %+v", r)
+	}
+	if n := queueSize(t, srv); n != 2 {
+		t.Fatalf("queue holds %d, want the 2 good lines", n)
+	}
+	// Running the same file again: its ids are duplicates now, nothing is added.
+	r = sluice(t, "", "enqueue", "--file", bad)
+	if r.code != 1 || !strings.Contains(r.stderr, "line 1") || !strings.Contains(r.stderr, "already enqueued") {
+		t.Fatalf("re-run: %+v", r)
+	}
+	var lines []string
+	for i := 0; i < 1200; i++ {
+		lines = append(lines, `{"tenant":"acme","channel":"sms","to":"+14155550100","body":"bulk"}`)
+	}
+	r = sluice(t, strings.Join(lines, "\n"), "enqueue", "--file", "-")
+	if r.code != 0 || !strings.Contains(r.stdout, "accepted 1200, rejected 0") || !strings.Contains(r.stderr, "enqueued 1000/1200") {
+		t.Fatalf("good file: code %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := queueSize(t, srv); n != 1202 {
+		t.Fatalf("queue holds %d", n)
+	}
+}
+
+func TestQuotaShowAndReset(t *testing.T) {
+	srv := env(t)
+	cfg, err := worker.ReadConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, _ := worker.ParsePolicy(cfg.Rules)
+	lim, _ := throttle.New(srv.Client(t), throttle.Options{Secret: []byte(testSecret)})
+	n := tasks.NewSMS("acme", "+14155550100", "x").Normalized()
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		n.ID = tasks.NewID()
+		lim.Allow(ctx, "acme", n.ID, policy.Limits(n)...)
+	}
+	want, err := lim.Usage(ctx, "acme", policy.Limits(n)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sluice(t, "", "quota", "show", "--tenant", "acme", "--channel", "sms", "--recipient", "+1 (415) 555-0100", "--json")
+	if r.code != 0 {
+		t.Fatalf("show: %+v", r)
+	}
+	var got []usageJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("json: %v\n%s", err, r.stdout)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Used != want[i].Used || got[i].Remaining != want[i].Remaining || got[i].Rule != want[i].Limit.Rule.String() ||
+			(want[i].Remaining == 0 && !got[i].NextFree.Equal(want[i].NextFree)) {
+			t.Errorf("row %d: %+v, limiter says %+v", i, got[i], want[i])
+		}
+	}
+	// 3 attempts under 2/1m: 2 admitted in every rule.
+	if got[0].Used != 2 || got[0].Remaining != 0 || got[2].Used != 2 {
+		t.Fatalf("rows: %+v", got)
+	}
+	r = sluice(t, "", "quota", "show", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100")
+	if r.code != 0 || !regexp.MustCompile(`sms:recipient\s+2/1m\s+2\s+0\s+in `).MatchString(r.stdout) {
+		t.Fatalf("table:\n%s%s", r.stdout, r.stderr)
+	}
+	// Reset asks first.
+	r = sluice(t, "n\n", "quota", "reset", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100")
+	if r.code != 1 || !strings.Contains(r.stderr, "not confirmed") {
+		t.Fatalf("declined reset: %+v", r)
+	}
+	if u, _ := lim.Usage(ctx, "acme", policy.Limits(n)...); u[0].Used != 2 {
+		t.Fatal("a declined reset reset")
+	}
+	if r := sluice(t, "", "quota", "reset", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100"); r.code != 1 {
+		t.Fatalf("reset with no answer: %+v", r)
+	}
+	r = sluice(t, "y\n", "quota", "reset", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100")
+	if r.code != 0 {
+		t.Fatalf("confirmed reset: %+v", r)
+	}
+	if u, _ := lim.Usage(ctx, "acme", policy.Limits(n)...); u[0].Used != 0 || u[2].Used != 0 {
+		t.Fatalf("after reset: %+v", u)
+	}
+	if r := sluice(t, "", "quota", "reset", "--tenant", "acme", "--yes"); r.code != 0 {
+		t.Fatalf("--yes: %+v", r)
+	}
+	if r := sluice(t, "", "quota", "show", "--tenant", "a}b"); r.code != 2 {
+		t.Fatalf("bad tenant: %+v", r)
+	}
+}
+
+// syncBuffer is an io.Writer that signals every write.
+type syncBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	notify chan struct{}
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.b.Write(p)
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func (s *syncBuffer) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		if m := re.FindStringSubmatch(s.String()); m != nil {
+			return m
+		}
+		select {
+		case <-s.notify:
+		case <-deadline:
+			t.Fatalf("no %q in %v of output:\n%s", re, timeout, s.String())
+		}
+	}
+}
+
+// sluice dev delivers the lesson's demo — 5 at once, 3 after the window —
+// and serves /metrics with the throttle counters moving.
+func TestDev(t *testing.T) {
+	out := &syncBuffer{notify: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"dev", "--http", "127.0.0.1:0"}, strings.NewReader(""), out, out) }()
+	addr := out.waitFor(t, regexp.MustCompile(`metrics: http://(\S+)/metrics`), 10*time.Second)[1]
+	out.waitFor(t, regexp.MustCompile(`all 8 sent`), 30*time.Second)
+
+	var sent []float64
+	deniedBeforeSixth := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		var at float64
+		var num int
+		if _, err := fmtSscanf(line, "%fs #%d SENT", &at, &num); err == nil {
+			sent = append(sent, at)
+		}
+		if strings.Contains(line, "DENIED") && len(sent) == 5 {
+			deniedBeforeSixth++
+		}
+	}
+	if len(sent) != 8 {
+		t.Fatalf("%d SENT lines:\n%s", len(sent), out.String())
+	}
+	if sent[4] > 2 || sent[5] < sent[0]+10 {
+		t.Fatalf("want 5 sends at once and the rest after the 10 s window; sends at %v", sent)
+	}
+	if deniedBeforeSixth < 3 {
+		t.Fatalf("want sends 6–8 denied first, saw %d denials:\n%s", deniedBeforeSixth, out.String())
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`sluice_throttle_decisions_total\{channel="sms",result="denied",rule="sms:recipient 5/10s"\} (\d+)`).FindStringSubmatch(string(body))
+	if m == nil || atoi(m[1]) < 3 {
+		t.Fatalf("denied counter not moving: %v\n%s", m, grep(string(body), "sluice_"))
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("dev exited %d", code)
+	}
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func fmtSscanf(s, format string, args ...any) (int, error) {
+	return fmt.Sscanf(strings.TrimSpace(s), format, args...)
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
