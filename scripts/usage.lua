@@ -4,11 +4,12 @@
 -- ARGV[1]    -> now in ms, or "" to read the Redis server clock (TIME)
 -- ARGV[2..]  -> for each key i: ARGV[2i] = limit, ARGV[2i+1] = window in ms
 --
--- Returns {now_ms, count_1, oldest_1, newest_1, next_1, ..., count_n, oldest_n, newest_n, next_n}:
---   count_i   entries scored at or after now - window (inside the window)
+-- Returns {now_ms, count_1, oldest_1, newest_1, next_1, booked_1, ..., booked_n}:
+--   count_i   entries scored in [now - window, now] (inside the window)
 --   oldest_i  score of the oldest entry inside the window, or -1 when empty
---   newest_i  score of the newest entry, or -1 when empty
+--   newest_i  score of the newest entry, booked ones included, or -1 when empty
 --   next_i    when the window is full: score of the entry whose leaving frees the next slot; else -1
+--   booked_i  entries scored after now (slots booked for later)
 
 local now
 if ARGV[1] == '' then
@@ -23,15 +24,17 @@ for i = 1, #KEYS do
   local limit = tonumber(ARGV[2 * i])
   local window = tonumber(ARGV[2 * i + 1])
   local min = string.format('%d', now - window)
-  local count = redis.call('ZCOUNT', KEYS[i], min, '+inf')
+  local nowf = string.format('%d', now)
+  local count = redis.call('ZCOUNT', KEYS[i], min, nowf)
+  local booked = redis.call('ZCOUNT', KEYS[i], '(' .. nowf, '+inf')
   local oldest, newest, nextfree = -1, -1, -1
-  if count > 0 then
-    local o = redis.call('ZRANGEBYSCORE', KEYS[i], min, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    oldest = tonumber(o[2])
+  if count + booked > 0 then
+    local o = redis.call('ZRANGEBYSCORE', KEYS[i], min, nowf, 'WITHSCORES', 'LIMIT', 0, 1)
+    if #o > 0 then oldest = tonumber(o[2]) end
     local nw = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
     newest = tonumber(nw[2])
     if count >= limit then
-      local b = redis.call('ZRANGEBYSCORE', KEYS[i], min, '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
+      local b = redis.call('ZRANGEBYSCORE', KEYS[i], min, nowf, 'WITHSCORES', 'LIMIT', count - limit, 1)
       nextfree = tonumber(b[2])
     end
   end
@@ -39,5 +42,6 @@ for i = 1, #KEYS do
   out[#out + 1] = oldest
   out[#out + 1] = newest
   out[#out + 1] = nextfree
+  out[#out + 1] = booked
 end
 return out

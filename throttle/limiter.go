@@ -51,18 +51,23 @@ type Decision struct {
 	// Done reports that MarkDone was called for the member: its work is
 	// finished, Allowed is false and nothing was counted.
 	Done bool
+	// Booked reports (Book only) that the member holds a slot at Now +
+	// RetryAfter: asking again from then on admits it.
+	Booked bool
 	// Remaining is the smallest number of further admissions any rule allows
 	// right after this decision.
 	Remaining int
 	// RetryAfter is -1 unless the check was denied; then it is the exact time
-	// until the entry that has to leave the longest-blocked window has left it.
+	// until the entry that has to leave the longest-blocked window has left it
+	// (for Book: until the booked slot).
 	RetryAfter time.Duration
 	// RetryAt is zero unless the check was denied; then it is the host clock's
 	// now (Options.Clock) plus RetryAfter — the moment to try again, in the
 	// clock of the process that asked.
 	RetryAt time.Time
 	// DeniedBy is -1 unless the check was denied; then it is the index, in the
-	// limits given to Allow, of the rule with the longest wait.
+	// limits given to Allow, of the rule with the longest wait (-1 also when a
+	// member woke before its booked slot).
 	DeniedBy int
 	// Now is the time the decision was taken at (Redis TIME unless Options.Now).
 	Now time.Time
@@ -119,6 +124,44 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 // id): asking again for a member already admitted returns Allowed and
 // Duplicate without counting twice.
 func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Limit) (Decision, error) {
+	return l.check(ctx, group, member, "", "", limits)
+}
+
+// BookOptions shape the slots Book hands out.
+type BookOptions struct {
+	// Slack is how late after its slot a booked member may come back and
+	// still be admitted without disturbing later bookings: slots are spaced
+	// by window + Slack. Set it to the caller's bound on wake-up lateness.
+	Slack time.Duration
+	// Granularity rounds slots up to a multiple of it (e.g. a second, for a
+	// scheduler that keeps whole seconds). Default 1 ms: no rounding.
+	Granularity time.Duration
+}
+
+// Book is Allow for a queue of sends: a member that is denied books the
+// earliest slot that keeps every window within its limit even if the member
+// is admitted up to slack after it, and the decision says Booked with the
+// wait. Asking again from the slot on admits the member at its actual time,
+// if every window still allows that (else it books anew at the end). New
+// members queue behind existing bookings. So a backlog costs about two
+// checks per send instead of one per wake-up.
+//
+// Unlike Allow, a denial adds an entry (the booking, member "book:"+member),
+// so a set holds up to limit + the number of members waiting. Bookings
+// never used leave with their window. Use Book or Allow on a given key, not
+// both: Allow then only promises a retry-after that is never early.
+func (l *Limiter) Book(ctx context.Context, group, member string, opts BookOptions, limits ...Limit) (Decision, error) {
+	if opts.Slack < 0 || opts.Slack > MaxWindow {
+		return Decision{}, fmt.Errorf("%w: slack %v must be between 0 and %v", ErrInvalidRule, opts.Slack, MaxWindow)
+	}
+	if opts.Granularity < 0 || opts.Granularity > time.Hour {
+		return Decision{}, fmt.Errorf("%w: granularity %v must be between 0 and 1h", ErrInvalidRule, opts.Granularity)
+	}
+	grain := max(1, opts.Granularity.Milliseconds())
+	return l.check(ctx, group, member, strconv.FormatInt(opts.Slack.Milliseconds(), 10), strconv.FormatInt(grain, 10), limits)
+}
+
+func (l *Limiter) check(ctx context.Context, group, member, slack, grain string, limits []Limit) (Decision, error) {
 	if err := checkMember(member); err != nil {
 		return Decision{}, err
 	}
@@ -127,8 +170,8 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 		return Decision{}, err
 	}
 	keys = append(keys, l.doneKey(group, member))
-	args := make([]any, 2, 2+2*len(limits))
-	args[0], args[1] = member, l.nowArg()
+	args := make([]any, 4, 4+2*len(limits))
+	args[0], args[1], args[2], args[3] = member, l.nowArg(), slack, grain
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
 	}
@@ -152,11 +195,12 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 		d.Allowed, d.Duplicate = true, true
 	case 3:
 		d.Done = true
-	case 0:
+	case 0, 4:
 		idx := int(reply[1]) - 1
-		if idx < 0 || idx >= len(limits) || reply[2] < 1 {
+		if idx < -1 || idx >= len(limits) || reply[2] < 1 || (reply[0] == 0 && idx < 0) {
 			return Decision{}, fmt.Errorf("throttle: allow: unexpected denial reply %v", reply)
 		}
+		d.Booked = reply[0] == 4
 		d.DeniedBy = idx
 		d.RetryAfter = time.Duration(reply[2]) * time.Millisecond
 		d.RetryAt = l.clock().Add(d.RetryAfter)
@@ -224,6 +268,8 @@ type Usage struct {
 	Oldest time.Time
 	// NextFree is when the next slot frees: Now when there is room already.
 	NextFree time.Time
+	// Booked is the number of slots booked after Now (see Book).
+	Booked int
 	// ResetAt is when the window is empty again: Now when it is empty.
 	ResetAt time.Time
 	// Now is the time the state was read at.
@@ -245,14 +291,15 @@ func (l *Limiter) Usage(ctx context.Context, group string, limits ...Limit) ([]U
 	if err != nil {
 		return nil, fmt.Errorf("throttle: usage: %w", err)
 	}
-	if len(reply) != 1+4*len(limits) {
+	if len(reply) != 1+5*len(limits) {
 		return nil, fmt.Errorf("throttle: usage: unexpected reply of %d values", len(reply))
 	}
 	now := time.UnixMilli(reply[0])
 	out := make([]Usage, len(limits))
 	for i, lim := range limits {
-		count, oldest, newest, next := reply[1+4*i], reply[2+4*i], reply[3+4*i], reply[4+4*i]
-		u := Usage{Limit: lim, Used: int(count), Remaining: max(0, lim.Rule.Limit-int(count)), NextFree: now, ResetAt: now, Now: now}
+		r := reply[1+5*i : 6+5*i]
+		count, oldest, newest, next := r[0], r[1], r[2], r[3]
+		u := Usage{Limit: lim, Used: int(count), Remaining: max(0, lim.Rule.Limit-int(count)), NextFree: now, ResetAt: now, Now: now, Booked: int(r[4])}
 		if oldest >= 0 {
 			u.Oldest = time.UnixMilli(oldest)
 		}
@@ -347,8 +394,14 @@ func checkMember(m string) error {
 	if m == "" || len(m) > maxMemberLen {
 		return fmt.Errorf("%w: member must be 1 to %d bytes, got %d", ErrInvalidKey, maxMemberLen, len(m))
 	}
+	if strings.HasPrefix(m, bookingPrefix) {
+		return fmt.Errorf("%w: member must not start with %q (reserved for bookings)", ErrInvalidKey, bookingPrefix)
+	}
 	return nil
 }
+
+// bookingPrefix starts the member of a booked slot (allow.lua, release.lua).
+const bookingPrefix = "book:"
 
 func checkGroup(g string) error {
 	if g == "" || len(g) > 256 || !utf8.ValidString(g) {

@@ -48,8 +48,10 @@ type Config struct {
 
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
-	DelayedCheckInterval time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"1s" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
-	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"200ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
+	Reschedule           string        `env:"RESCHEDULE" envDefault:"booked" desc:"How a throttled task waits: booked (the limiter books its future slot; about 2 checks per send in a backlog) or naive (it wakes when the next slot opens and competes for it)."`
+	BookingSlack         time.Duration `env:"BOOKING_SLACK" envDefault:"0s" desc:"Booked slots are spaced by window + this, the bound on how late a woken task reaches the limiter; 0 means DELAYED_CHECK_INTERVAL + POLL_INTERVAL + 100ms."`
+	DelayedCheckInterval time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"250ms" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
+	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"100ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
 	RetryBase            time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
 	RetryMax             time.Duration `env:"RETRY_MAX" envDefault:"10m" desc:"Longest backoff of a failed send."`
 	UnavailableRetry     time.Duration `env:"UNAVAILABLE_RETRY" envDefault:"2s" desc:"When Redis cannot be asked for a quota, how long until the task is tried again (nothing is sent meanwhile)."`
@@ -152,6 +154,12 @@ func (c Config) Validate() error {
 			bad(name, "must be at least 10ms, got %v", d)
 		}
 	}
+	if c.Reschedule != "booked" && c.Reschedule != "naive" {
+		bad("RESCHEDULE", "must be booked or naive, got %q", c.Reschedule)
+	}
+	if c.BookingSlack < 0 || c.BookingSlack > time.Hour {
+		bad("BOOKING_SLACK", "must be between 0 and 1h, got %v", c.BookingSlack)
+	}
 	if c.RetryMax < c.RetryBase {
 		bad("RETRY_MAX", "must be at least SLUICE_RETRY_BASE (%v), got %v", c.RetryBase, c.RetryMax)
 	}
@@ -213,4 +221,12 @@ func (c Config) Redacted() []string {
 		out = append(out, EnvPrefix+f.Tag.Get("env")+"="+val)
 	}
 	return out
+}
+
+// Slack is the effective booking slack (see BookingSlack).
+func (c Config) Slack() time.Duration {
+	if c.BookingSlack > 0 {
+		return c.BookingSlack
+	}
+	return c.DelayedCheckInterval + c.PollInterval + 100*time.Millisecond
 }

@@ -18,7 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Queue != "notifications" || cfg.Concurrency != 10 || cfg.DelayedCheckInterval != time.Second || cfg.HTTPAddr != ":9090" {
+	if cfg.Queue != "notifications" || cfg.Concurrency != 10 || cfg.DelayedCheckInterval != 250*time.Millisecond || cfg.HTTPAddr != ":9090" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	for _, v := range worker.ConfigVars() {

@@ -21,6 +21,8 @@ type ThrottledError struct {
 	RetryAt time.Time
 	// Rule is the denying rule, e.g. "sms:recipient 1/1m".
 	Rule string
+	// Booked: the limiter holds a slot at RetryAt for the task.
+	Booked bool
 }
 
 func (e *ThrottledError) Error() string {
@@ -68,7 +70,12 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel)
 		limits := w.policy.Limits(n)
-		d, err := w.limiter.Allow(ctx, n.Tenant, n.ID, limits...)
+		var d throttle.Decision
+		if w.cfg.Reschedule == "booked" {
+			d, err = w.limiter.Book(ctx, n.Tenant, n.ID, w.bookOpts, limits...)
+		} else {
+			d, err = w.limiter.Allow(ctx, n.Tenant, n.ID, limits...)
+		}
 		if err != nil {
 			w.metrics.LimiterError.Inc()
 			log.Error("quota check failed; nothing sent, will try again", "err", err)
@@ -83,7 +90,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			log.Info("already sent; not sending again")
 			return nil
 		case !d.Allowed:
-			rule := limits[d.DeniedBy].String()
+			rule := "early wake"
+			if d.DeniedBy >= 0 {
+				rule = limits[d.DeniedBy].String()
+			}
 			w.metrics.Decisions.WithLabelValues(string(n.Channel), rule, "denied").Inc()
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return w.reschedule(ctx, t, n, d, rule, log)
@@ -135,7 +145,7 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 // counting a failure or spending a retry.
 func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, rule string, log *slog.Logger) error {
 	w.metrics.Rescheduled.WithLabelValues(string(n.Channel)).Inc()
-	te := &ThrottledError{RetryAt: d.RetryAt, Rule: rule}
+	te := &ThrottledError{RetryAt: d.RetryAt, Rule: rule, Booked: d.Booked}
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
 	log.Debug("quota full; rescheduled", "rule", rule, "retry_after", d.RetryAfter, "retry_at", te.RetryAt)
@@ -155,7 +165,7 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	taskID, _ := asynq.GetTaskID(ctx)
 	copyID := n.ID + "-r" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	_, err := w.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), t.Payload(), headers),
-		asynq.Queue(qname), asynq.MaxRetry(budget+1), asynq.ProcessAt(slotTime(te.RetryAt)),
+		asynq.Queue(qname), asynq.MaxRetry(budget+1), asynq.ProcessAt(te.wakeAt()),
 		asynq.TaskID(copyID), asynq.Retention(tasks.DefaultRetention))
 	if err != nil {
 		return &UnavailableError{Err: fmt.Errorf("reschedule copy of %s: %w", taskID, err)}
@@ -174,6 +184,18 @@ func slotTime(t time.Time) time.Time {
 	return t
 }
 
+// wakeAt is when Asynq should run the task again. A booked slot is a whole
+// second of Redis time; the host's RetryAt lands a little after it (the
+// reply's travel time), so a booked slot is rounded to the second it is
+// within 50 ms of rather than pushed a second later — the limiter admits a
+// booked task a few ms early when no window suffers.
+func (e *ThrottledError) wakeAt() time.Time {
+	if e.Booked {
+		return slotTime(e.RetryAt.Add(-50 * time.Millisecond))
+	}
+	return slotTime(e.RetryAt)
+}
+
 // retryDelay is Asynq's RetryDelayFunc. A throttled task is delayed to its
 // slot rounded up to a whole second (Asynq computes now+delay and truncates
 // to seconds, so the delay must reach that second, not fall short of it).
@@ -181,7 +203,7 @@ func (w *Worker) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	now := time.Now()
 	var te *ThrottledError
 	if errors.As(err, &te) {
-		return max(0, slotTime(te.RetryAt).Sub(now))
+		return max(0, te.wakeAt().Sub(now))
 	}
 	var ue *UnavailableError
 	if errors.As(err, &ue) {

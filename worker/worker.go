@@ -58,6 +58,7 @@ type Worker struct {
 	senders  map[tasks.Channel]Sender
 	listener net.Listener
 	onDecide func(tasks.Notification, throttle.Decision)
+	bookOpts throttle.BookOptions
 }
 
 // New builds a worker; it does not connect until Run.
@@ -84,6 +85,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	w.metrics = NewMetrics(w.registry)
+	w.bookOpts = throttle.BookOptions{Slack: cfg.Slack(), Granularity: time.Second}
 	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret)}); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +111,8 @@ func (r *Recorder) WaitCount(tb testing.TB, n int, timeout time.Duration) []Deli
 // SMSAPI is a fake Twilio-compatible Messages API.
 type SMSAPI struct {
 	*Recorder
+	// Latency is added before each answer (set before use or with SetLatency).
+	latency atomic.Int64
 	URL        string // base URL to give the sender
 	AccountSID string
 	AuthToken  string
@@ -132,6 +135,9 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 			return
 		}
 		to, body := r.PostForm.Get("To"), r.PostForm.Get("Body")
+		if d := time.Duration(f.latency.Load()); d > 0 {
+			time.Sleep(d) // a provider that takes its time: sends are in flight meanwhile
+		}
 		if code, ra := f.decide(to, body); code != 0 {
 			if ra != "" {
 				w.Header().Set("Retry-After", ra)
@@ -150,6 +156,9 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 	tb.Cleanup(f.srv.Close)
 	return f
 }
+
+// SetLatency makes every answer take d.
+func (f *SMSAPI) SetLatency(d time.Duration) { f.latency.Store(int64(d)) }
 
 // SMTPServer is a fake SMTP server (no TLS, optional AUTH not required).
 type SMTPServer struct {

@@ -1,0 +1,236 @@
+// Package e2e runs the real sluice binary and real redis-server processes
+// through the faults a deployment meets: killed workers, Redis restarts and
+// outages, provider outages, SIGTERM under load. Every run is bounded in
+// time and talks to loopback only.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+var sluiceBin string // built once by TestMain
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "../cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building sluice:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const secret = "e2e-subject-secret-0123456789"
+
+type env struct {
+	t      *testing.T
+	redis  *redistest.Server
+	rdb    *redis.Client
+	sms    *fakes.SMSAPI
+	client *asynq.Client
+	insp   *asynq.Inspector
+	vars   map[string]string
+}
+
+// newEnv starts a redis-server (extra args, e.g. AOF) and the fake SMS API.
+func newEnv(t *testing.T, rules string, redisArgs ...string) *env {
+	t.Helper()
+	srv := redistest.Start(t, redisArgs...)
+	e := &env{t: t, redis: srv, rdb: srv.Client(t), sms: fakes.NewSMSAPI(t)}
+	e.client = asynq.NewClientFromRedisClient(e.rdb)
+	e.insp = asynq.NewInspectorFromRedisClient(e.rdb)
+	e.vars = map[string]string{
+		"SLUICE_REDIS_URL":         srv.URL(),
+		"SLUICE_SUBJECT_SECRET":    secret,
+		"SLUICE_RULES":             rules,
+		"SLUICE_SMS_SENDER":        "http",
+		"SLUICE_SMS_BASE_URL":      e.sms.URL,
+		"SLUICE_SMS_ACCOUNT_SID":   e.sms.AccountSID,
+		"SLUICE_SMS_AUTH_TOKEN":    e.sms.AuthToken,
+		"SLUICE_SMS_FROM":          "+15005550006",
+		"SLUICE_HTTP_ADDR":         "off",
+		"SLUICE_RETRY_BASE":        "500ms",
+		"SLUICE_RETRY_MAX":         "2s",
+		"SLUICE_UNAVAILABLE_RETRY": "300ms",
+		"SLUICE_SHUTDOWN_TIMEOUT":  "10s",
+		"SLUICE_CONCURRENCY":       "8",
+		"SLUICE_LOG_LEVEL":         "info",
+	}
+	return e
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// worker starts a `sluice worker` process with the env's variables plus extra.
+func (e *env) worker(name string, extra map[string]string) *proc {
+	e.t.Helper()
+	vars := map[string]string{}
+	for k, v := range e.vars {
+		vars[k] = v
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	cmd := exec.Command(sluiceBin, "worker")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	logPath := filepath.Join(e.t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { cmd.Wait(); f.Close(); close(p.done) }()
+	e.t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// term sends SIGTERM and waits for a graceful exit.
+func (p *proc) term(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v of SIGTERM", p.name, timeout)
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s exited %d after SIGTERM; log:\n%s", p.name, code, p.logText())
+	}
+}
+
+func (p *proc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// enqueueSMS enqueues n SMS spread over recipients; it returns the ids.
+func (e *env) enqueueSMS(n int, recipients []string, tenants []string) map[string]string {
+	e.t.Helper()
+	ids := map[string]string{} // id → recipient
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		to := recipients[i%len(recipients)]
+		tenant := tenants[i%len(tenants)]
+		note := tasks.NewSMS(tenant, to, "message "+strconv.Itoa(i))
+		if _, err := tasks.Enqueue(ctx, e.client, note); err != nil {
+			e.t.Fatalf("enqueue %d: %v", i, err)
+		}
+		ids[note.ID] = to
+	}
+	return ids
+}
+
+func recipients(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("+1415555%04d", i)
+	}
+	return out
+}
+
+// waitAllDelivered waits until every id reached the provider at least once.
+func (e *env) waitAllDelivered(ids map[string]string, timeout time.Duration) []fakes.Delivery {
+	e.t.Helper()
+	return e.sms.WaitFor(e.t, timeout, fmt.Sprintf("all %d notifications", len(ids)), func(ds []fakes.Delivery) bool {
+		seen := map[string]bool{}
+		for _, d := range ds {
+			if _, ok := ids[d.ID]; ok {
+				seen[d.ID] = true
+			}
+		}
+		return len(seen) == len(ids)
+	})
+}
+
+// report summarises deliveries: duplicates and window violations per recipient.
+type report struct {
+	delivered, duplicates, violations int
+	worst                             string
+}
+
+// audit counts, for the first arrival of each id, the windows of the rule
+// (per recipient) that held more than limit arrivals, allowing tol of send
+// latency jitter; repeated ids are counted as duplicates.
+func audit(ds []fakes.Delivery, limit int, window, tol time.Duration) report {
+	var r report
+	first := map[string]bool{}
+	byTo := map[string][]time.Time{}
+	for _, d := range ds {
+		if first[d.ID] {
+			r.duplicates++
+			continue
+		}
+		first[d.ID] = true
+		r.delivered++
+		byTo[d.To] = append(byTo[d.To], d.At)
+	}
+	for to, times := range byTo {
+		sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+		for i := 0; i+limit < len(times); i++ {
+			if span := times[i+limit].Sub(times[i]); span < window-tol {
+				r.violations++
+				r.worst = fmt.Sprintf("%s: %d sends within %v", to, limit+1, span)
+			}
+		}
+	}
+	return r
+}
+
+// noKeyWithoutTTL fails if a Sluice key other than Asynq's lives forever.
+func (e *env) keysWithoutTTL() []string {
+	var out []string
+	ctx := context.Background()
+	iter := e.rdb.Scan(ctx, 0, "sluice:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if ttl := e.rdb.PTTL(ctx, iter.Val()).Val(); ttl < 0 {
+			out = append(out, iter.Val())
+		}
+	}
+	return out
+}
