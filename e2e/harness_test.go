@@ -234,3 +234,5 @@ func (e *env) keysWithoutTTL() []string {
 	}
 	return out
 }
+
+func asyncClient(c *redis.Client) *asynq.Client { return asynq.NewClientFromRedisClient(c) }

@@ -86,33 +86,65 @@ func BenchmarkAllow(b *testing.B) {
 }
 
 // TestMemoryPerEntry measures MEMORY USAGE of a window full at several
-// limits, with notification ids (UUIDv7 strings) as members, beside the
-// lesson's 70 B/entry estimate. Run with -v to see the figures.
+// limits, with notification ids (UUIDv7 strings) as members and with compact
+// 8-byte members, beside the lesson's 70 B/entry estimate. Run with -v to see
+// the figures.
 func TestMemoryPerEntry(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
-	perEntry := map[int]float64{}
-	for _, limit := range []int{10, 100, 128, 129, 200, 1000} {
-		lim := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprint("+1415555", limit), Rule: throttle.Rule{Limit: limit, Window: time.Hour}}
-		for i := 0; i < limit; i++ {
-			id, _ := uuid.NewV7()
-			if d, err := b.lim.Allow(ctx, b.group, id.String(), lim); err != nil || !d.Allowed {
-				t.Fatalf("limit %d fill %d: %+v %v", limit, i, d, err)
-			}
-			b.clock.Add(time.Millisecond)
-		}
-		key := b.key(t, lim)
-		bytes, err := b.client.MemoryUsage(ctx, key, 0).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc := b.client.ObjectEncoding(ctx, key).Val()
-		perEntry[limit] = float64(bytes) / float64(limit)
-		t.Logf("limit %4d: %7d B, %6.1f B/entry (%s); lesson's estimate 70 B/entry", limit, bytes, perEntry[limit], enc)
+	compact, err := throttle.New(b.client, throttle.Options{Secret: testSecret, Now: b.clock.Now, CompactMembers: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Redis switches a sorted set from listpack to skiplist above 128 entries:
-	// the measured cost per entry must jump there, or we are not measuring.
-	if perEntry[129] < 1.5*perEntry[128] {
-		t.Fatalf("no listpack→skiplist jump: %.1f B/entry at 128, %.1f at 129", perEntry[128], perEntry[129])
+	for _, tc := range []struct {
+		name string
+		lim  *throttle.Limiter
+	}{{"uuid", b.lim}, {"compact", compact}} {
+		perEntry := map[int]float64{}
+		for _, limit := range []int{10, 100, 128, 129, 200, 1000} {
+			lim := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprint(tc.name, limit), Rule: throttle.Rule{Limit: limit, Window: time.Hour}}
+			for i := 0; i < limit; i++ {
+				id, _ := uuid.NewV7()
+				if d, err := tc.lim.Allow(ctx, b.group, id.String(), lim); err != nil || !d.Allowed {
+					t.Fatalf("limit %d fill %d: %+v %v", limit, i, d, err)
+				}
+				b.clock.Add(time.Millisecond)
+			}
+			key := b.key(t, lim)
+			bytes, err := b.client.MemoryUsage(ctx, key, 0).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc := b.client.ObjectEncoding(ctx, key).Val()
+			perEntry[limit] = float64(bytes) / float64(limit)
+			t.Logf("%-7s limit %4d: %7d B, %6.1f B/entry (%s); lesson's estimate 70 B/entry", tc.name, limit, bytes, perEntry[limit], enc)
+		}
+		// Redis switches a sorted set from listpack to skiplist above 128
+		// entries: the cost per entry must jump there, or we are not measuring.
+		if perEntry[129] < 1.5*perEntry[128] {
+			t.Fatalf("%s: no listpack→skiplist jump: %.1f B/entry at 128, %.1f at 129", tc.name, perEntry[128], perEntry[129])
+		}
+	}
+}
+
+func TestCompactMembersStayIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	l, _ := throttle.New(b.client, throttle.Options{Secret: testSecret, Now: b.clock.Now, CompactMembers: true})
+	lim := recipient(throttle.Rule{Limit: 2, Window: time.Minute})
+	d1, _ := l.Allow(ctx, b.group, "n-1", lim)
+	d2, _ := l.Allow(ctx, b.group, "n-1", lim)
+	d3, _ := l.Allow(ctx, b.group, "n-2", lim)
+	d4, _ := l.Allow(ctx, b.group, "n-3", lim)
+	if !d1.Allowed || !d2.Duplicate || !d3.Allowed || d4.Allowed {
+		t.Fatalf("%+v %+v %+v %+v", d1, d2, d3, d4)
+	}
+	for _, m := range b.client.ZRange(ctx, b.key(t, lim), 0, -1).Val() {
+		if len(m) != 8 {
+			t.Fatalf("stored member %q is %d bytes, want 8", m, len(m))
+		}
+	}
+	if n, _ := l.Release(ctx, b.group, "n-1", lim); n != 1 {
+		t.Fatalf("release removed %d", n)
 	}
 }

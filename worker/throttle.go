@@ -189,11 +189,15 @@ func slotTime(t time.Time) time.Time {
 // reply's travel time), so a booked slot is rounded to the second it is
 // within 50 ms of rather than pushed a second later — the limiter admits a
 // booked task a few ms early when no window suffers.
-func (e *ThrottledError) wakeAt() time.Time {
-	if e.Booked {
-		return slotTime(e.RetryAt.Add(-50 * time.Millisecond))
+func (e *ThrottledError) wakeAt() time.Time { return WakeTime(e.RetryAt, e.Booked) }
+
+// WakeTime is when a task denied with this retry time is scheduled to run
+// again (see ThrottledError).
+func WakeTime(retryAt time.Time, booked bool) time.Time {
+	if booked {
+		return slotTime(retryAt.Add(-50 * time.Millisecond))
 	}
-	return slotTime(e.RetryAt)
+	return slotTime(retryAt)
 }
 
 // retryDelay is Asynq's RetryDelayFunc. A throttled task is delayed to its

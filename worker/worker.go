@@ -86,7 +86,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	}
 	w.metrics = NewMetrics(w.registry)
 	w.bookOpts = throttle.BookOptions{Slack: cfg.Slack(), Granularity: time.Second}
-	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret)}); err != nil {
+	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
 		return nil, err
 	}
 	w.senders = opts.Senders
@@ -126,6 +126,15 @@ func (w *Worker) Policy() Policy { return w.policy }
 // the queue. It returns an error if the worker cannot start.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("starting worker", "queue", w.cfg.Queue, "concurrency", w.cfg.Concurrency)
+	// Fail at start, clearly, on a Redis that cannot be used (wrong
+	// password, nothing listening); once running, outages are ridden out.
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := w.rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		w.close()
+		return fmt.Errorf("start worker: redis (SLUICE_REDIS_URL): %w", err)
+	}
 	for _, s := range w.policy.All() {
 		w.log.Info("quota rule", "rule", s.String())
 	}

@@ -172,12 +172,13 @@ func (p *devPrinter) decision(n tasks.Notification, d throttle.Decision) {
 	case d.Allowed && !d.Duplicate:
 		p.printf("  %s  %-3s ALLOWED  (%d left in the window)\n", p.at(), p.label(n.ID), d.Remaining)
 	case !d.Allowed && !d.Done:
-		wake := d.RetryAt.Truncate(time.Second)
-		if !wake.Equal(d.RetryAt) {
-			wake = wake.Add(time.Second)
+		wake := worker.WakeTime(d.RetryAt, d.Booked)
+		what := "next slot opens"
+		if d.Booked {
+			what = "slot booked"
 		}
-		p.printf("  %s  %-3s DENIED   slot opens in %.2fs → rescheduled to %s (+%.2fs), not a failure\n",
-			p.at(), p.label(n.ID), d.RetryAfter.Seconds(), wake.Format("15:04:05"), wake.Sub(p.start).Seconds())
+		p.printf("  %s  %-3s DENIED   %s in %.2fs → rescheduled to %s (+%.2fs), not a failure\n",
+			p.at(), p.label(n.ID), what, d.RetryAfter.Seconds(), wake.Format("15:04:05"), wake.Sub(p.start).Seconds())
 	}
 }
 

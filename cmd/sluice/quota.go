@@ -126,7 +126,7 @@ func quotaLimits(f quotaFlags) (*throttle.Limiter, []throttle.Limit, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret)})
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})
 	if err != nil {
 		return nil, nil, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
 	}

@@ -112,7 +112,7 @@ func (r *Recorder) WaitCount(tb testing.TB, n int, timeout time.Duration) []Deli
 type SMSAPI struct {
 	*Recorder
 	// Latency is added before each answer (set before use or with SetLatency).
-	latency atomic.Int64
+	latency    atomic.Int64
 	URL        string // base URL to give the sender
 	AccountSID string
 	AuthToken  string

@@ -1,0 +1,127 @@
+// Command bench measures Sluice against its peers on this machine, in one
+// run, and prints medians and ratios (absolute figures drift on shared
+// machines; ratios measured side by side do not). It lives in its own module
+// so the product's go.mod does not depend on the peers. Run it through
+// ../scripts/bench.sh.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+var (
+	quick   = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds  = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	callers = flag.Int("callers", 32, "concurrent callers in micro runs")
+	docs    = flag.String("docs", "../docs", "where figures are written")
+	only    = flag.String("only", "", "comma-separated sections to run: micro,worker,backlog,memory,figures")
+)
+
+type row struct {
+	section, name, value, ratio, target, verdict string
+}
+
+var table []row
+
+func add(r row) {
+	table = append(table, r)
+	fmt.Printf("  %-44s %14s  %8s  %s %s\n", r.name, r.value, r.ratio, r.target, r.verdict)
+}
+
+func want(section string) bool {
+	if *only == "" {
+		return true
+	}
+	for _, s := range strings.Split(*only, ",") {
+		if s == section {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if *quick {
+		*dur = time.Second
+	}
+	dir, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	srv, err := redistest.Launch(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128})
+	defer rdb.Close()
+	ctx := context.Background()
+	ver, _ := rdb.Info(ctx, "server").Result()
+	fmt.Printf("bench: redis %s, %d callers, %d rounds of %v, quick=%v\n", field(ver, "redis_version"), *callers, *rounds, *dur, *quick)
+
+	if want("micro") {
+		fmt.Println("\n== limiter checks (ops/s, median of interleaved rounds)")
+		micro(ctx, rdb)
+	}
+	if want("worker") {
+		fmt.Println("\n== worker overhead (tasks/s, in-process Asynq server, no-op sender)")
+		workerOverhead(ctx, srv.Addr)
+	}
+	if want("backlog") {
+		fmt.Println("\n== backlog: naive vs booked rescheduling (two workers, one recipient)")
+		backlogs(ctx, srv.Addr)
+	}
+	if want("memory") {
+		fmt.Println("\n== memory per admitted entry (INFO used_memory delta)")
+		memory(ctx, rdb)
+	}
+	if want("figures") {
+		fmt.Println("\n== figures")
+		figures(ctx, rdb)
+	}
+	fmt.Println("\n| section | scenario | value | ratio | target | met |")
+	fmt.Println("|---|---|---:|---:|---|---|")
+	for _, r := range table {
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.section, r.name, r.value, r.ratio, r.target, r.verdict)
+	}
+}
+
+func field(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func docPath(name string) string { return filepath.Join(*docs, name) }
