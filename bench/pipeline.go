@@ -112,7 +112,7 @@ func workerOverhead(ctx context.Context, addr string) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	defer rdb.Close()
 	client := asynq.NewClientFromRedisClient(rdb)
-	rules := "sms:recipient=100/1m,sms:recipient=500/1d,sms:tenant=10000000/1h"
+	rules := "sms:recipient=100/1m,sms:recipient=500/1d,sms:tenant=1000000/1h"
 	var with, without []float64
 	for r := 0; r < *rounds; r++ {
 		// With the middleware.
@@ -170,7 +170,7 @@ func backlog(ctx context.Context, addr, policy string, n, limit int, window time
 	defer rdb.Close()
 	client := asynq.NewClientFromRedisClient(rdb)
 	q := queueName("backlog-" + policy)
-	rules := fmt.Sprintf("sms:recipient=%d/%s,sms:tenant=10000000/1h", limit, window)
+	rules := fmt.Sprintf("sms:recipient=%d/%s,sms:tenant=1000000/1h", limit, window)
 	to := fmt.Sprintf("+1418%07d", runSeq)
 	rec := newRecorder(n)
 	cfg := workerConfig(addr, q, rules, policy)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	"syscall"
 	"testing"
@@ -236,3 +237,12 @@ func (e *env) keysWithoutTTL() []string {
 }
 
 func asyncClient(c *redis.Client) *asynq.Client { return asynq.NewClientFromRedisClient(c) }
+
+func field(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}

@@ -27,9 +27,9 @@
 -- Boundary (the lesson's rule): an entry scored exactly now - window is still inside the window;
 -- one ms older is out. Every call trims first, deny included.
 --
--- Bookings are entries with future scores. Admitting at now when a key holds entries after now
--- uses the general check: every run of limit+1 consecutive entries including now must span more
--- than the window. A booking is placed after the key's newest entry, at least window + 1 + slack
+-- Bookings are entries with future scores. Admitting at now when a key at its limit holds
+-- entries after now uses the general check: every run of limit+1 consecutive entries including
+-- now must span more than the window. A booking is placed after the key's newest entry, at least window + 1 + slack
 -- after the limit-th most recent entry, so a booked member admitted up to slack late still keeps
 -- every window of actual admission times within its limit. A member that wakes for its booking
 -- is admitted at its actual time if the general check allows it (even a little before the slot);
@@ -80,15 +80,15 @@ for i = 1, n do
   limits[i] = tonumber(ARGV[3 + 2 * i])
   windows[i] = tonumber(ARGV[4 + 2 * i])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(now - windows[i]))
-  if not already and redis.call('ZSCORE', key, member) then
-    already = true
-  end
   if booking then
-    local s = redis.call('ZSCORE', key, bmember)
-    if s then
-      s = tonumber(s)
+    local sc = redis.call('ZMSCORE', key, member, bmember)
+    if sc[1] then already = true end
+    if sc[2] then
+      local s = tonumber(sc[2])
       if booked == nil or s > booked then booked = s end
     end
+  elseif not already and redis.call('ZSCORE', key, member) then
+    already = true
   end
 end
 
@@ -108,19 +108,24 @@ if booked then
   for i = 1, n do redis.call('ZREM', KEYS[i], bmember) end
 end
 
--- Can the member be admitted now?
+-- Can the member be admitted now? With fewer than limit entries in a key (bookings
+-- included) any one more fits; only a key at its limit needs to know whether entries
+-- lie in the future, and then the general check decides.
 local ok, future = true, false
 for i = 1, n do
   local key = KEYS[i]
   counts[i] = redis.call('ZCARD', key)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  newest[i] = (#last > 0) and tonumber(last[2]) or -1
-  if newest[i] > now then
-    future = true
-    -- A new member queues behind existing bookings; a woken booked one is re-checked.
-    if (booking and not booked) or not validAt(key, now, limits[i], windows[i]) then ok = false end
-  elseif counts[i] >= limits[i] then
-    ok = false
+  newest[i] = -1
+  if counts[i] >= limits[i] then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    newest[i] = tonumber(last[2])
+    if newest[i] > now then
+      future = true
+      -- A new member queues behind existing bookings; a woken booked one is re-checked.
+      if (booking and not booked) or not validAt(key, now, limits[i], windows[i]) then ok = false end
+    else
+      ok = false
+    end
   end
 end
 

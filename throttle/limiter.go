@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -107,6 +109,7 @@ type Limiter struct {
 	now     func() time.Time
 	clock   func() time.Time
 	compact bool
+	macs    *sync.Pool // of HMAC-SHA256 keyed with secret: hmac.New per key is a hot-path cost
 }
 
 // New returns a Limiter over any go-redis client (single node, Sentinel, Cluster).
@@ -124,6 +127,7 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if l.clock == nil {
 		l.clock = time.Now
 	}
+	l.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, l.secret) }}
 	return l, nil
 }
 
@@ -369,10 +373,16 @@ func (l *Limiter) Key(group string, lim Limit) (string, error) {
 		if len(lim.Subject) > 1024 {
 			return "", fmt.Errorf("%w: subject longer than 1024 bytes", ErrInvalidKey)
 		}
-		m := hmac.New(sha256.New, l.secret)
+		m := l.macs.Get().(hash.Hash)
+		m.Reset()
 		m.Write([]byte(lim.Subject))
+		var sum [sha256.Size]byte
+		m.Sum(sum[:0])
+		l.macs.Put(m)
+		var h [32]byte
+		hex.Encode(h[:], sum[:16])
 		b.WriteByte(':')
-		b.WriteString(hex.EncodeToString(m.Sum(nil)[:16]))
+		b.Write(h[:])
 	}
 	return b.String(), nil
 }
