@@ -84,7 +84,7 @@ func memory(ctx context.Context, rdb *redis.Client) {
 	} {
 		rdb.ConfigSet(ctx, "zset-max-listpack-entries", c.lp)
 		b := fill(ctx, rdb, c.compact, c.keys, c.limit)
-		format := map[bool]string{false: "UUID string", true: "compact 8 B"}[c.compact]
+		format := map[bool]string{false: "UUID string", true: "compact 6 B"}[c.compact]
 		name := fmt.Sprintf("limit %d, %s members, %d keys, listpack ≤ %s", c.limit, format, c.keys, c.lp)
 		memPerEntry[fmt.Sprintf("%v/%d/%s", c.compact, c.limit, c.lp)] = b
 		target, v := "(reference)", ""

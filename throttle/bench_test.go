@@ -140,8 +140,8 @@ func TestCompactMembersStayIdempotent(t *testing.T) {
 		t.Fatalf("%+v %+v %+v %+v", d1, d2, d3, d4)
 	}
 	for _, m := range b.client.ZRange(ctx, b.key(t, lim), 0, -1).Val() {
-		if len(m) != 8 {
-			t.Fatalf("stored member %q is %d bytes, want 8", m, len(m))
+		if len(m) != 6 {
+			t.Fatalf("stored member %q is %d bytes, want 6", m, len(m))
 		}
 	}
 	if n, _ := l.Release(ctx, b.group, "n-1", lim); n != 1 {

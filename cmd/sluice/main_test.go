@@ -197,7 +197,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 		t.Fatalf("rows: %+v", got)
 	}
 	r = sluice(t, "", "quota", "show", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100")
-	if r.code != 0 || !regexp.MustCompile(`sms:recipient\s+2/1m\s+2\s+0\s+in `).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`sms:recipient\s+2/1m\s+2\s+0\s+0\s+in `).MatchString(r.stdout) {
 		t.Fatalf("table:\n%s%s", r.stdout, r.stderr)
 	}
 	// Reset asks first.

@@ -68,7 +68,10 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 					fmt.Fprintf(cmd.OutOrStdout(), " and recipient %s", tasks.Mask(f.recipient))
 				}
 				fmt.Fprint(cmd.OutOrStdout(), "? Sends already made will no longer count. [y/N] ")
-				answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				answer, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if err != nil {
+					fmt.Fprintln(cmd.OutOrStdout()) // no answer: end the prompt's line
+				}
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return errors.New("not confirmed; nothing reset (use --yes to skip the question)")
 				}
@@ -140,6 +143,7 @@ type usageJSON struct {
 	Window    string    `json:"window"`
 	Used      int       `json:"used"`
 	Remaining int       `json:"remaining"`
+	Booked    int       `json:"booked"`
 	Oldest    time.Time `json:"oldest,omitzero"`
 	NextFree  time.Time `json:"next_free"`
 	ResetAt   time.Time `json:"reset_at"`
@@ -151,7 +155,7 @@ func printUsage(cmd *cobra.Command, us []throttle.Usage, asJSON bool) error {
 		rows := make([]usageJSON, len(us))
 		for i, u := range us {
 			rows[i] = usageJSON{Scope: u.Limit.Scope, Rule: u.Limit.Rule.String(), Limit: u.Limit.Rule.Limit,
-				Window: throttle.FormatWindow(u.Limit.Rule.Window), Used: u.Used, Remaining: u.Remaining,
+				Window: throttle.FormatWindow(u.Limit.Rule.Window), Used: u.Used, Remaining: u.Remaining, Booked: u.Booked,
 				Oldest: u.Oldest.UTC(), NextFree: u.NextFree.UTC(), ResetAt: u.ResetAt.UTC()}
 		}
 		enc := json.NewEncoder(out)
@@ -159,9 +163,9 @@ func printUsage(cmd *cobra.Command, us []throttle.Usage, asJSON bool) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tRULE\tUSED\tREMAINING\tNEXT SLOT\tWINDOW EMPTY")
+	fmt.Fprintln(tw, "SCOPE\tRULE\tUSED\tREMAINING\tBOOKED\tNEXT SLOT\tWINDOW EMPTY")
 	for _, u := range us {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", u.Limit.Scope, u.Limit.Rule, u.Used, u.Remaining,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", u.Limit.Scope, u.Limit.Rule, u.Used, u.Remaining, u.Booked,
 			inDuration(u.NextFree.Sub(u.Now)), inDuration(u.ResetAt.Sub(u.Now)))
 	}
 	return tw.Flush()

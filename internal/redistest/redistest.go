@@ -222,7 +222,7 @@ func NewCluster(tb testing.TB, masters, replicasPerMaster int) (*Cluster, *redis
 	total := masters * (1 + replicasPerMaster)
 	for i := 0; i < total; i++ {
 		s := Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
-			"--cluster-config-file", "nodes.conf")
+			"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0")
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
@@ -234,7 +234,32 @@ func NewCluster(tb testing.TB, masters, replicasPerMaster int) (*Cluster, *redis
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
 	tb.Cleanup(func() { client.Close() })
 	c.WaitHealthy(tb, client)
+	if replicasPerMaster > 0 {
+		c.waitReplicasSynced(tb)
+	}
 	return c, client
+}
+
+// waitReplicasSynced waits until every replica's link to its master is up,
+// so that a failover test starts from replicas that hold the data.
+func (c *Cluster) waitReplicasSynced(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range c.Nodes {
+		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		for {
+			info, err := n.Info(context.Background(), "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				n.Close()
+				tb.Fatalf("redistest: replica %s not in sync after 30s", s.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		n.Close()
+	}
 }
 
 // WaitHealthy waits until the cluster reports state ok on every running node
