@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/fakes"
@@ -207,7 +208,7 @@ func TestRedisAuth(t *testing.T) {
 	authed := redis.NewClient(&redis.Options{Addr: e.redis.Addr, Password: pass})
 	t.Cleanup(func() { authed.Close() })
 	e.rdb = authed
-	e.client = asyncClient(authed)
+	e.client = asynq.NewClientFromRedisClient(authed)
 	e.vars["SLUICE_REDIS_URL"] = "redis://:" + pass + "@" + e.redis.Addr
 	w := e.worker("w0", nil)
 	n := tasks.NewSMS("acme", "+14155550100", "auth")

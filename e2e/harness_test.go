@@ -236,8 +236,6 @@ func (e *env) keysWithoutTTL() []string {
 	return out
 }
 
-func asyncClient(c *redis.Client) *asynq.Client { return asynq.NewClientFromRedisClient(c) }
-
 func field(info, name string) string {
 	for _, l := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {

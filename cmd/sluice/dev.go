@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -103,13 +104,13 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
 
-	producer := asynqClient(rdb)
+	producer := asynq.NewClientFromRedisClient(rdb)
 	defer producer.Close()
 	p.printf("enqueueing %d SMS to %s, 100 ms apart\n", f.sends, tasks.Mask("+14155550100"))
 	for i := 1; i <= f.sends; i++ {
 		n := tasks.NewSMS("demo", "+14155550100", "demo message "+strconv.Itoa(i))
 		p.number(n.ID, i)
-		if _, err := tasks.Enqueue(ctx, producer, n, queueOpt(cfg.Queue)); err != nil {
+		if _, err := tasks.Enqueue(ctx, producer, n, asynq.Queue(cfg.Queue)); err != nil {
 			stop()
 			<-done
 			return err

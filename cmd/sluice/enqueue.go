@@ -224,7 +224,3 @@ func (p *progress) done() {
 		_ = p.bar.Finish()
 	}
 }
-
-func asynqClient(rdb redis.UniversalClient) *asynq.Client { return asynq.NewClientFromRedisClient(rdb) }
-
-func queueOpt(q string) asynq.Option { return asynq.Queue(q) }
