@@ -157,9 +157,6 @@ if not booking then
       local w = tonumber(e[2]) + windows[i] + 1 - now
       if w < 1 then w = 1 end
       if w > wait then denied, wait = i, w end
-    elseif newest[i] > now then
-      local w = newest[i] + windows[i] + 1 - now
-      if w > wait then denied, wait = i, w end
     end
   end
   return {0, denied, wait, 0, now}

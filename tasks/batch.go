@@ -3,6 +3,7 @@ package tasks
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,7 +73,7 @@ func decodeLine(b []byte) (Notification, error) {
 	var probe struct {
 		ID *string `json:"id"`
 	}
-	if jsonErr := jsonUnmarshal(b, &probe); jsonErr == nil && probe.ID == nil {
+	if jsonErr := json.Unmarshal(b, &probe); jsonErr == nil && probe.ID == nil {
 		withID, mErr := injectID(b)
 		if mErr == nil {
 			return Decode(withID)

@@ -314,8 +314,6 @@ func checkAddress(field, s string) error {
 	return nil
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 // injectID returns the JSON object b with a new "id" field.
 func injectID(b []byte) ([]byte, error) {
 	var m map[string]json.RawMessage

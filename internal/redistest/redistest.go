@@ -37,26 +37,7 @@ type Server struct {
 	done chan struct{}
 }
 
-// Binary returns the path of redis-server or fails the test with InstallHint.
-func Binary(tb testing.TB) string {
-	tb.Helper()
-	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatal(InstallHint)
-	}
-	return p
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(tb testing.TB) int {
-	tb.Helper()
-	p, err := freePort()
-	if err != nil {
-		tb.Fatalf("redistest: free port: %v", err)
-	}
-	return p
-}
-
+// freePort returns a loopback TCP port that was free a moment ago.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
