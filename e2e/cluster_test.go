@@ -55,7 +55,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// The limiter's keys of one tenant share a slot on the cluster.
 	lim, _ := throttle.New(cc, throttle.Options{Secret: []byte(secret), CompactMembers: true})
-	if _, err := lim.Usage(ctx, "t-a", throttle.Limit{Scope: "sms:recipient", Subject: rcpts[0], Rule: throttle.Rule{Limit: 3, Window: 2 * time.Second}},
+	if _, err := lim.Usage(ctx, "t-a", 0, throttle.Limit{Scope: "sms:recipient", Subject: rcpts[0], Rule: throttle.Rule{Limit: 3, Window: 2 * time.Second}},
 		throttle.Limit{Scope: "sms:tenant", Rule: throttle.PerHour(100000)}); err != nil {
 		t.Fatal(err)
 	}

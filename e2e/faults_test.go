@@ -168,7 +168,7 @@ func TestProviderOutage(t *testing.T) {
 		t.Fatalf("%d duplicates", r.duplicates)
 	}
 	lim, _ := throttle.New(e.rdb, throttle.Options{Secret: []byte(secret)})
-	u, err := lim.Usage(context.Background(), "acme", throttle.Limit{Scope: "sms:tenant", Rule: throttle.PerHour(1000)})
+	u, err := lim.Usage(context.Background(), "acme", 0, throttle.Limit{Scope: "sms:tenant", Rule: throttle.PerHour(1000)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,20 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed allow.lua
-	allowSrc string
-	//go:embed usage.lua
-	usageSrc string
-	//go:embed release.lua
-	releaseSrc string
-)
+//go:embed limiter.lua
+var limiterSrc string
 
-// Allow is the sliding-window-log check-and-add over one or more rules (allow.lua).
-var Allow = redis.NewScript(allowSrc)
-
-// Usage is the read-only view of one or more windows (usage.lua).
-var Usage = redis.NewScript(usageSrc)
-
-// Release removes a member from the windows it was admitted to (release.lua).
-var Release = redis.NewScript(releaseSrc)
+// Limiter runs a batch of limiter operations — reserve, done, release,
+// usage — each atomic, all on one clock reading (limiter.lua).
+var Limiter = redis.NewScript(limiterSrc)

@@ -144,7 +144,7 @@ func TestCompactMembersStayIdempotent(t *testing.T) {
 			t.Fatalf("stored member %q is %d bytes, want 6", m, len(m))
 		}
 	}
-	if n, _ := l.Release(ctx, b.group, "n-1", lim); n != 1 {
+	if n, _ := l.Release(ctx, b.group, "n-1", 1, lim); n != 1 {
 		t.Fatalf("release removed %d", n)
 	}
 }

@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,5 +76,16 @@ func TestCluster(t *testing.T) {
 	}
 	if len(masters) < 2 {
 		t.Fatalf("12 groups all landed on %d master(s); hash tags are not spreading groups", len(masters))
+	}
+}
+
+// The booking path on a Cluster: the model trials run against a 3-master
+// Cluster client, each trial's group on its own slot.
+func TestReserveMatchesModelOnCluster(t *testing.T) {
+	t.Parallel()
+	_, cc := redistest.NewCluster(t, 3, 0)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
+	for trial := 0; trial < 30; trial++ {
+		runModelTrial(t, cc, rng, trial)
 	}
 }

@@ -218,7 +218,7 @@ func TestMultiRuleExactUnderConcurrency(t *testing.T) {
 			}
 			sum += n
 		}
-		u, err := b.lim.Usage(ctx, group, tenant)
+		u, err := b.lim.Usage(ctx, group, 0, tenant)
 		if err != nil || int64(u[0].Used) != sum {
 			t.Fatalf("trial %d: tenant window holds %d, recipients admitted %d (%v)", trial, u[0].Used, sum, err)
 		}

@@ -1,6 +1,7 @@
 package throttle_test
 
 import (
+	"crypto/sha256"
 	"sync"
 	"testing"
 	"time"
@@ -66,3 +67,15 @@ func (b *testBundle) key(t testing.TB, lim throttle.Limit) string {
 }
 
 func member() string { return uuid.NewString() }
+
+// setupRedis starts a private redis-server for tests that build their own limiters.
+func setupRedis(t testing.TB) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	return redistest.New(t)
+}
+
+// compactMember is how Options.CompactMembers stores a member: 6 bytes of its SHA-256.
+func compactMember(m string) string {
+	sum := sha256.Sum256([]byte(m))
+	return string(sum[:6])
+}

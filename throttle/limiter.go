@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash"
@@ -15,15 +15,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/scripts"
 )
 
-// DefaultPrefix starts every key the limiter writes.
-const DefaultPrefix = "sluice:rl"
+// DefaultPrefix starts every key the limiter writes. The "1" is the key
+// layout's version: a new layout gets a new prefix and the old keys expire
+// with their windows.
+const DefaultPrefix = "sl1"
 
-// ErrNoSecret reports a limiter built without an HMAC secret for subjects.
-var ErrNoSecret = errors.New("throttle: a subject secret of at least 16 bytes is required")
+var (
+	// ErrNoSecret reports a limiter built without an HMAC secret for subjects.
+	ErrNoSecret = errors.New("throttle: a subject secret of at least 16 bytes is required")
+	// ErrClosed reports a call on a closed Limiter.
+	ErrClosed = errors.New("throttle: limiter closed")
+)
 
 // Limit applies a Rule to one subject of a group: "at most 1 SMS per minute
 // to this recipient of tenant acme".
@@ -37,43 +41,17 @@ type Limit struct {
 	Subject string
 	// Rule is the quota.
 	Rule Rule
+	// Group, when set, keys this limit in another group than the check's
+	// (e.g. a sender number shared by every tenant). On Redis Cluster a
+	// check whose limits span groups takes them one group at a time.
+	Group string
+	// Drop makes a full window drop the send (StatusDropped) instead of
+	// deferring it (Reserve only).
+	Drop bool
 }
 
 // String prints the limit without its subject, e.g. "sms:recipient 1/1m".
 func (l Limit) String() string { return l.Scope + " " + l.Rule.String() }
-
-// Decision is the limiter's answer. A denial is data, not an error.
-type Decision struct {
-	// Allowed reports whether the send may go ahead. True also for a
-	// Duplicate.
-	Allowed bool
-	// Duplicate reports that the member was already admitted inside a
-	// window of one of the rules: nothing was added, nothing counted twice.
-	Duplicate bool
-	// Done reports that MarkDone was called for the member: its work is
-	// finished, Allowed is false and nothing was counted.
-	Done bool
-	// Booked reports (Book only) that the member holds a slot at Now +
-	// RetryAfter: asking again from then on admits it.
-	Booked bool
-	// Remaining is the smallest number of further admissions any rule allows
-	// right after this decision.
-	Remaining int
-	// RetryAfter is -1 unless the check was denied; then it is the exact time
-	// until the entry that has to leave the longest-blocked window has left it
-	// (for Book: until the booked slot).
-	RetryAfter time.Duration
-	// RetryAt is zero unless the check was denied; then it is the host clock's
-	// now (Options.Clock) plus RetryAfter — the moment to try again, in the
-	// clock of the process that asked.
-	RetryAt time.Time
-	// DeniedBy is -1 unless the check was denied; then it is the index, in the
-	// limits given to Allow, of the rule with the longest wait (-1 also when a
-	// member woke before its booked slot).
-	DeniedBy int
-	// Now is the time the decision was taken at (Redis TIME unless Options.Now).
-	Now time.Time
-}
 
 // Options configure a Limiter. The zero value of each field is its default.
 type Options struct {
@@ -98,11 +76,21 @@ type Options struct {
 	// one. Changing it on a live deployment makes members admitted before
 	// the change look new for one window.
 	CompactMembers bool
+	// Direct sends every call in its own round trip. By default concurrent
+	// calls of one Limiter are coalesced: whatever is waiting when a
+	// connection frees travels as one script call (no added latency when
+	// idle).
+	Direct bool
+	// Pipelines is how many coalesced batches may be in flight at once.
+	// Default 4.
+	Pipelines int
+	// MaxBatch bounds the calls of one batch. Default 32.
+	MaxBatch int
 }
 
 // Limiter is an exact sliding-window-log limiter in Redis: one sorted set per
 // limited subject and rule, one Lua script per check. It is safe for
-// concurrent use.
+// concurrent use. Close it to stop its batching goroutines.
 type Limiter struct {
 	client  redis.UniversalClient
 	prefix  string
@@ -111,6 +99,7 @@ type Limiter struct {
 	clock   func() time.Time
 	compact bool
 	macs    *sync.Pool // of HMAC-SHA256 keyed with secret: hmac.New per key is a hot-path cost
+	batch   *batcher
 }
 
 // New returns a Limiter over any go-redis client (single node, Sentinel, Cluster).
@@ -129,146 +118,147 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.clock = time.Now
 	}
 	l.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, l.secret) }}
+	l.batch = newBatcher(client, opts)
 	return l, nil
+}
+
+// Close stops coalescing; calls after Close fail with ErrClosed. It does not
+// close the Redis client.
+func (l *Limiter) Close() error {
+	l.batch.close()
+	return nil
 }
 
 // Allow checks every limit of the group at once and, only if all have room,
 // admits member into all of them (all-or-nothing, one script, one round
 // trip). member must be stable for the thing being sent (its notification
 // id): asking again for a member already admitted returns Allowed and
-// Duplicate without counting twice.
+// Duplicate without counting twice. A denial adds nothing and says when the
+// entry that has to leave the window will have left it.
 func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Limit) (Decision, error) {
-	return l.check(ctx, group, member, "", "", limits)
-}
-
-// BookOptions shape the slots Book hands out.
-type BookOptions struct {
-	// Slack is how late after its slot a booked member may come back and
-	// still be admitted without disturbing later bookings: slots are spaced
-	// by window + Slack. Set it to the caller's bound on wake-up lateness.
-	Slack time.Duration
-	// Granularity rounds slots up to a multiple of it (e.g. a second, for a
-	// scheduler that keeps whole seconds). Default 1 ms: no rounding.
-	Granularity time.Duration
-}
-
-// Book is Allow for a queue of sends: a member that is denied books the
-// earliest slot that keeps every window within its limit even if the member
-// is admitted up to slack after it, and the decision says Booked with the
-// wait. Asking again from the slot on admits the member at its actual time,
-// if every window still allows that (else it books anew at the end). New
-// members queue behind existing bookings. So a backlog costs about two
-// checks per send instead of one per wake-up.
-//
-// Unlike Allow, a denial adds an entry (the booking, member "book:"+member),
-// so a set holds up to limit + the number of members waiting. Bookings
-// never used leave with their window. Use Book or Allow on a given key, not
-// both: Allow then only promises a retry-after that is never early.
-func (l *Limiter) Book(ctx context.Context, group, member string, opts BookOptions, limits ...Limit) (Decision, error) {
-	if opts.Slack < 0 || opts.Slack > MaxWindow {
-		return Decision{}, fmt.Errorf("%w: slack %v must be between 0 and %v", ErrInvalidRule, opts.Slack, MaxWindow)
-	}
-	if opts.Granularity < 0 || opts.Granularity > time.Hour {
-		return Decision{}, fmt.Errorf("%w: granularity %v must be between 0 and 1h", ErrInvalidRule, opts.Granularity)
-	}
-	grain := max(1, opts.Granularity.Milliseconds())
-	return l.check(ctx, group, member, strconv.FormatInt(opts.Slack.Milliseconds(), 10), strconv.FormatInt(grain, 10), limits)
-}
-
-func (l *Limiter) check(ctx context.Context, group, member, slack, grain string, limits []Limit) (Decision, error) {
 	if err := checkMember(member); err != nil {
 		return Decision{}, err
+	}
+	return l.reserve(ctx, group, member, "", ReserveOptions{}, limits)
+}
+
+// Reserve is the check of a sender that keeps a record per id: it admits
+// the id now, admits it for an instant up to opts.Horizon ahead, books a
+// later slot (opts.Book), or denies it. The slot is the earliest instant at
+// which every limit keeps its window — bookings of others included — so a
+// limit far from full never delays a send, and a send that fits every
+// window now goes now.
+//
+// The id's state (booked, admitted, done) lives in one key of the group:
+// asking again with a booked id takes its booking back and places it again
+// (from about its slot on, that admits it); an admitted id that was neither
+// marked done (MarkDone) nor released (Release) is handled by opts.Policy.
+func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOptions, limits ...Limit) (Decision, error) {
+	if err := checkMember(id); err != nil {
+		return Decision{}, err
+	}
+	switch opts.Policy {
+	case "":
+		opts.Policy = AtLeastOnce
+	case AtLeastOnce, AtMostOnce, Idempotent:
+	default:
+		return Decision{}, fmt.Errorf("%w: unknown re-run policy %q", ErrInvalidRule, opts.Policy)
+	}
+	return l.reserve(ctx, group, id, opts.Policy, opts, limits)
+}
+
+func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPolicy, opts ReserveOptions, limits []Limit) (Decision, error) {
+	if err := checkGroup(group); err != nil {
+		return Decision{}, err
+	}
+	if opts.Slack < 0 || opts.Slack > MaxWindow || opts.Horizon < 0 || opts.Horizon > time.Hour {
+		return Decision{}, fmt.Errorf("%w: slack %v must be 0–%v and horizon %v 0–1h", ErrInvalidRule, opts.Slack, MaxWindow, opts.Horizon)
+	}
+	if len(opts.Closed) > 64 {
+		return Decision{}, fmt.Errorf("%w: %d closed intervals, at most 64", ErrInvalidRule, len(opts.Closed))
 	}
 	keys, err := l.keys(group, limits)
 	if err != nil {
 		return Decision{}, err
 	}
-	keys = append(keys, l.doneKey(group, member))
-	args := make([]any, 4, 4+2*len(limits))
-	args[0], args[1], args[2], args[3] = l.stored(member), l.nowArg(), slack, grain
+	var longest time.Duration
 	for _, lim := range limits {
-		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
+		longest = max(longest, lim.Rule.Window)
 	}
-	reply, err := scripts.Allow.Run(ctx, l.client, keys, args...).Int64Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("throttle: allow: %w", err)
+	sttl := max(opts.StateTTL, longest+opts.Slack)
+	args := make([]any, 0, 10+3*len(limits)+2*len(opts.Closed))
+	args = append(args, l.stored(id), string(policy), opts.Slack.Milliseconds(), opts.Horizon.Milliseconds(),
+		boolArg(opts.Book), timeArg(opts.NotBefore), timeArg(opts.Deadline), sttl.Milliseconds(), len(limits))
+	for _, lim := range limits {
+		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds(), boolArg(lim.Drop))
 	}
-	if len(reply) != 5 {
-		return Decision{}, fmt.Errorf("throttle: allow: unexpected reply of %d values", len(reply))
-	}
-	d := Decision{
-		Remaining:  int(reply[3]),
-		RetryAfter: -1,
-		DeniedBy:   -1,
-		Now:        time.UnixMilli(reply[4]),
-	}
-	switch reply[0] {
-	case 1:
-		d.Allowed = true
-	case 2:
-		d.Allowed, d.Duplicate = true, true
-	case 3:
-		d.Done = true
-	case 0, 4:
-		idx := int(reply[1]) - 1
-		if idx < -1 || idx >= len(limits) || reply[2] < 1 || (reply[0] == 0 && idx < 0) {
-			return Decision{}, fmt.Errorf("throttle: allow: unexpected denial reply %v", reply)
+	args = append(args, len(opts.Closed))
+	for _, iv := range opts.Closed {
+		if !iv.End.After(iv.Start) {
+			return Decision{}, fmt.Errorf("%w: closed interval %v–%v is empty", ErrInvalidRule, iv.Start, iv.End)
 		}
-		d.Booked = reply[0] == 4
-		d.DeniedBy = idx
-		d.RetryAfter = time.Duration(reply[2]) * time.Millisecond
-		d.RetryAt = l.clock().Add(d.RetryAfter)
-	default:
-		return Decision{}, fmt.Errorf("throttle: allow: unexpected status %d", reply[0])
+		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
+	}
+	if policy != "" {
+		keys = append(keys, l.StateKey(group, id))
+	}
+	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
+	if err != nil {
+		return Decision{}, fmt.Errorf("throttle: check: %w", err)
+	}
+	if len(reply) != 6 {
+		return Decision{}, fmt.Errorf("throttle: check: unexpected reply of %d values", len(reply))
+	}
+	d := Decision{Now: time.UnixMilli(now)}
+	if err := d.fill(reply, len(limits), l.clock); err != nil {
+		return Decision{}, fmt.Errorf("throttle: check: %w", err)
 	}
 	return d, nil
 }
 
-// MarkDone records that member's work in group is finished (its send
-// completed), for ttl: until then Allow answers Done for it and counts
+// MarkDone records that attempt of id in group finished (its send
+// completed), for ttl: until then Reserve answers Done for the id and counts
 // nothing, so a task re-run after its send does not send again.
-func (l *Limiter) MarkDone(ctx context.Context, group, member string, ttl time.Duration) error {
-	if err := checkMember(member); err != nil {
+func (l *Limiter) MarkDone(ctx context.Context, group, id string, attempt int, ttl time.Duration) error {
+	if err := checkMember(id); err != nil {
 		return err
 	}
 	if err := checkGroup(group); err != nil {
 		return err
 	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: done ttl %v must be at least 1ms", ErrInvalidRule, ttl)
+	if ttl < time.Millisecond || attempt < 1 {
+		return fmt.Errorf("%w: done ttl %v must be at least 1ms and attempt %d at least 1", ErrInvalidRule, ttl, attempt)
 	}
-	if err := l.client.Set(ctx, l.doneKey(group, member), 1, ttl).Err(); err != nil {
+	_, _, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "D", keys: []string{l.StateKey(group, id)}, args: []any{attempt, ttl.Milliseconds()}})
+	if err != nil {
 		return fmt.Errorf("throttle: mark done: %w", err)
 	}
 	return nil
 }
 
-// doneKey is prefix:{group}:done:member — in the group's slot.
-func (l *Limiter) doneKey(group, member string) string {
-	var b strings.Builder
-	b.WriteString(l.prefix)
-	b.WriteString(":{")
-	escapeGroup(&b, group)
-	b.WriteString("}:done:")
-	b.WriteString(member)
-	return b.String()
-}
-
-// Release gives back the slots member took in the given limits: for a send
-// that definitely did not happen. It reports how many windows held member.
-func (l *Limiter) Release(ctx context.Context, group, member string, limits ...Limit) (int, error) {
-	if err := checkMember(member); err != nil {
+// Release gives back the slot (admission or booking) that attempt of id took
+// in the given limits: for a send that definitely did not happen. It reports
+// how many windows held it. An id admitted by Allow is attempt 1.
+func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, limits ...Limit) (int, error) {
+	if err := checkMember(id); err != nil {
 		return 0, err
+	}
+	if attempt < 1 {
+		return 0, fmt.Errorf("%w: attempt %d must be at least 1", ErrInvalidRule, attempt)
 	}
 	keys, err := l.keys(group, limits)
 	if err != nil {
 		return 0, err
 	}
-	n, err := scripts.Release.Run(ctx, l.client, keys, l.stored(member)).Int()
+	keys = append(keys, l.StateKey(group, id))
+	_, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "X", keys: keys, args: []any{l.stored(id), attempt}})
 	if err != nil {
 		return 0, fmt.Errorf("throttle: release: %w", err)
 	}
-	return n, nil
+	if len(reply) != 1 {
+		return 0, fmt.Errorf("throttle: release: unexpected reply %v", reply)
+	}
+	return int(reply[0]), nil
 }
 
 // Usage is one limit's state, read without changing it.
@@ -276,52 +266,52 @@ type Usage struct {
 	Limit Limit
 	// Used is the number of admissions inside the window now.
 	Used int
-	// Remaining is how many more would be admitted now.
+	// Remaining is how many more the window takes now.
 	Remaining int
 	// Oldest is the oldest admission inside the window; zero when none.
 	Oldest time.Time
-	// NextFree is when the next slot frees: Now when there is room already.
+	// NextFree is the earliest slot one more send would get from this limit
+	// alone (bookings included): Now when there is room already.
 	NextFree time.Time
-	// Booked is the number of slots booked after Now (see Book).
+	// Booked is the number of slots booked after Now.
 	Booked int
-	// ResetAt is when the window is empty again: Now when it is empty.
+	// ResetAt is when the window is empty again, bookings included: Now when it is empty.
 	ResetAt time.Time
 	// Now is the time the state was read at.
 	Now time.Time
 }
 
-// Usage reads the state of each limit of the group. It writes nothing.
-func (l *Limiter) Usage(ctx context.Context, group string, limits ...Limit) ([]Usage, error) {
+// Usage reads the state of each limit of the group, with the slack Reserve
+// uses (0 for Allow). It writes nothing.
+func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, limits ...Limit) ([]Usage, error) {
 	keys, err := l.keys(group, limits)
 	if err != nil {
 		return nil, err
 	}
-	args := make([]any, 1, 1+2*len(limits))
-	args[0] = l.nowArg()
+	args := make([]any, 0, 2+2*len(limits))
+	args = append(args, slack.Milliseconds(), len(limits))
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
 	}
-	reply, err := scripts.Usage.Run(ctx, l.client, keys, args...).Int64Slice()
+	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "U", keys: keys, args: args})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: usage: %w", err)
 	}
-	if len(reply) != 1+5*len(limits) {
+	if len(reply) != 5*len(limits) {
 		return nil, fmt.Errorf("throttle: usage: unexpected reply of %d values", len(reply))
 	}
-	now := time.UnixMilli(reply[0])
+	now := time.UnixMilli(nowMS)
 	out := make([]Usage, len(limits))
 	for i, lim := range limits {
-		r := reply[1+5*i : 6+5*i]
-		count, oldest, newest, next := r[0], r[1], r[2], r[3]
-		u := Usage{Limit: lim, Used: int(count), Remaining: max(0, lim.Rule.Limit-int(count)), NextFree: now, ResetAt: now, Now: now, Booked: int(r[4])}
+		r := reply[5*i : 5*i+5]
+		used, booked, oldest, newest, next := r[0], r[1], r[2], r[3], r[4]
+		u := Usage{Limit: lim, Used: int(used), Booked: int(booked), Remaining: max(0, lim.Rule.Limit-int(used)),
+			NextFree: time.UnixMilli(next), ResetAt: now, Now: now}
 		if oldest >= 0 {
 			u.Oldest = time.UnixMilli(oldest)
 		}
 		if newest >= 0 {
 			u.ResetAt = time.UnixMilli(newest).Add(lim.Rule.Window + time.Millisecond)
-		}
-		if next >= 0 {
-			u.NextFree = time.UnixMilli(next).Add(lim.Rule.Window + time.Millisecond)
 		}
 		out[i] = u
 	}
@@ -334,8 +324,7 @@ func (l *Limiter) Reset(ctx context.Context, group string, limits ...Limit) erro
 	if err != nil {
 		return err
 	}
-	// One DEL per key: the keys share a slot, but a pipeline keeps this
-	// correct even through a Cluster client.
+	// One DEL per key: a pipeline keeps this correct through a Cluster client.
 	_, err = l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			p.Del(ctx, k)
@@ -349,9 +338,13 @@ func (l *Limiter) Reset(ctx context.Context, group string, limits ...Limit) erro
 }
 
 // Key returns the Redis key that holds the window of lim for group:
-// prefix:{group}:scope:w<window ms>[:hmac(subject)]. The group is the Redis
-// Cluster hash tag, so every limit of one group lives in one slot.
+// prefix:{group}:scope:<window ms>[:hmac(subject)]. The group (lim.Group when
+// set) is the Redis Cluster hash tag, so every limit of one group lives in
+// one slot.
 func (l *Limiter) Key(group string, lim Limit) (string, error) {
+	if lim.Group != "" {
+		group = lim.Group
+	}
 	if err := checkGroup(group); err != nil {
 		return "", err
 	}
@@ -362,35 +355,59 @@ func (l *Limiter) Key(group string, lim Limit) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	b.Grow(len(l.prefix) + len(group) + len(lim.Scope) + 64)
+	b.Grow(len(l.prefix) + len(group) + len(lim.Scope) + 48)
 	b.WriteString(l.prefix)
 	b.WriteString(":{")
 	escapeGroup(&b, group)
 	b.WriteString("}:")
 	b.WriteString(lim.Scope)
-	b.WriteString(":w")
+	b.WriteByte(':')
 	b.WriteString(strconv.FormatInt(lim.Rule.Window.Milliseconds(), 10))
 	if lim.Subject != "" {
 		if len(lim.Subject) > 1024 {
 			return "", fmt.Errorf("%w: subject longer than 1024 bytes", ErrInvalidKey)
 		}
-		m := l.macs.Get().(hash.Hash)
-		m.Reset()
-		m.Write([]byte(lim.Subject))
-		var sum [sha256.Size]byte
-		m.Sum(sum[:0])
-		l.macs.Put(m)
-		var h [32]byte
-		hex.Encode(h[:], sum[:16])
 		b.WriteByte(':')
-		b.Write(h[:])
+		b.WriteString(l.Subject(lim.Subject))
 	}
 	return b.String(), nil
+}
+
+// Subject returns the keyed hash a subject is stored as: the first 16 bytes
+// of its HMAC-SHA256, base64url (22 characters).
+func (l *Limiter) Subject(subject string) string {
+	m := l.macs.Get().(hash.Hash)
+	m.Reset()
+	m.Write([]byte(subject))
+	var sum [sha256.Size]byte
+	m.Sum(sum[:0])
+	l.macs.Put(m)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// StateKey returns the key of id's record in group (booked, admitted, done):
+// prefix:{group}:n:<id>, the id hashed when members are compact.
+func (l *Limiter) StateKey(group, id string) string {
+	var b strings.Builder
+	b.WriteString(l.prefix)
+	b.WriteString(":{")
+	escapeGroup(&b, group)
+	b.WriteString("}:n:")
+	if l.compact {
+		sum := sha256.Sum256([]byte(id))
+		b.WriteString(base64.RawURLEncoding.EncodeToString(sum[:12]))
+	} else {
+		b.WriteString(id)
+	}
+	return b.String()
 }
 
 func (l *Limiter) keys(group string, limits []Limit) ([]string, error) {
 	if len(limits) == 0 || len(limits) > MaxRules {
 		return nil, fmt.Errorf("%w: a check takes 1 to %d limits, got %d", ErrTooManyRules, MaxRules, len(limits))
+	}
+	if err := checkGroup(group); err != nil {
+		return nil, err
 	}
 	keys := make([]string, len(limits))
 	for i, lim := range limits {
@@ -422,18 +439,29 @@ func (l *Limiter) nowArg() string {
 	return strconv.FormatInt(l.now().UnixMilli(), 10)
 }
 
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func timeArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
 func checkMember(m string) error {
 	if m == "" || len(m) > maxMemberLen {
 		return fmt.Errorf("%w: member must be 1 to %d bytes, got %d", ErrInvalidKey, maxMemberLen, len(m))
 	}
-	if strings.HasPrefix(m, bookingPrefix) {
-		return fmt.Errorf("%w: member must not start with %q (reserved for bookings)", ErrInvalidKey, bookingPrefix)
+	if strings.ContainsRune(m, '#') {
+		return fmt.Errorf("%w: member must not contain '#' (it numbers attempts)", ErrInvalidKey)
 	}
 	return nil
 }
-
-// bookingPrefix starts the member of a booked slot (allow.lua, release.lua).
-const bookingPrefix = "book:"
 
 func checkGroup(g string) error {
 	if g == "" || len(g) > 256 || !utf8.ValidString(g) {

@@ -49,8 +49,11 @@ type Config struct {
 
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
-	Reschedule           string        `env:"RESCHEDULE" envDefault:"booked" desc:"How a throttled task waits: booked (the limiter books its future slot; about 2 checks per send in a backlog) or naive (it wakes when the next slot opens and competes for it)."`
-	BookingSlack         time.Duration `env:"BOOKING_SLACK" envDefault:"0s" desc:"Booked slots are spaced by window + this, the bound on how late a woken task reaches the limiter; 0 means DELAYED_CHECK_INTERVAL + POLL_INTERVAL + 100ms."`
+	Reschedule           string        `env:"RESCHEDULE" envDefault:"booked" desc:"How a task whose slot lies ahead waits: booked (the limiter books the slot; about 2 checks per send in a backlog) or naive (it is woken when the slot opens and competes for it)."`
+	SendSlack            time.Duration `env:"SEND_SLACK" envDefault:"100ms" desc:"Every window is widened by this: sends are kept window + slack apart, so a message that reaches the provider up to this long after its slot still keeps every window on the provider's side."`
+	MaxInlineWait        time.Duration `env:"MAX_INLINE_WAIT" envDefault:"2s" desc:"A slot at most this far ahead is waited for inside the worker (to the millisecond) instead of through Asynq's whole-second scheduler; booked tasks are woken early by up to a second plus DELAYED_CHECK_INTERVAL + POLL_INTERVAL + 100ms and wait the rest here, so keep it above that."`
+	MaxWaiters           int           `env:"MAX_WAITERS" envDefault:"32" desc:"Tasks that may wait in process for their slot at once, on top of CONCURRENCY (Asynq runs CONCURRENCY + MAX_WAITERS tasks, so waiting never blocks sending)."`
+	Rerun                string        `env:"RERUN" envDefault:"at-least-once" desc:"A task that runs again after an attempt whose outcome is unknown (admitted, neither recorded as sent nor released: a crash mid-send): at-least-once sends again and counts the re-send as a fresh message in every window; at-most-once archives it (reason outcome_unknown)."`
 	DelayedCheckInterval time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"250ms" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
 	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"100ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
 	RetryBase            time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
@@ -158,8 +161,17 @@ func (c Config) Validate() error {
 	if c.Reschedule != "booked" && c.Reschedule != "naive" {
 		bad("RESCHEDULE", "must be booked or naive, got %q", c.Reschedule)
 	}
-	if c.BookingSlack < 0 || c.BookingSlack > time.Hour {
-		bad("BOOKING_SLACK", "must be between 0 and 1h, got %v", c.BookingSlack)
+	if c.SendSlack < 0 || c.SendSlack > time.Minute {
+		bad("SEND_SLACK", "must be between 0 and 1m, got %v", c.SendSlack)
+	}
+	if c.MaxInlineWait < 0 || c.MaxInlineWait > time.Minute {
+		bad("MAX_INLINE_WAIT", "must be between 0 and 1m, got %v", c.MaxInlineWait)
+	}
+	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
+		bad("MAX_WAITERS", "must be between 0 and 100000, got %d", c.MaxWaiters)
+	}
+	if c.Rerun != "at-least-once" && c.Rerun != "at-most-once" {
+		bad("RERUN", "must be at-least-once or at-most-once, got %q", c.Rerun)
 	}
 	if c.RetryMax < c.RetryBase {
 		bad("RETRY_MAX", "must be at least SLUICE_RETRY_BASE (%v), got %v", c.RetryBase, c.RetryMax)
@@ -224,10 +236,8 @@ func (c Config) Redacted() []string {
 	return out
 }
 
-// Slack is the effective booking slack (see BookingSlack).
-func (c Config) Slack() time.Duration {
-	if c.BookingSlack > 0 {
-		return c.BookingSlack
-	}
+// wakeLead bounds how late after its stored second Asynq starts a
+// rescheduled task: the delayed-task check, a poll, and 100 ms of work.
+func (c Config) wakeLead() time.Duration {
 	return c.DelayedCheckInterval + c.PollInterval + 100*time.Millisecond
 }

@@ -12,6 +12,9 @@ type Metrics struct {
 	SendLatency  *prometheus.HistogramVec
 	Rescheduled  *prometheus.CounterVec
 	LimiterError prometheus.Counter
+	InlineWaits  *prometheus.CounterVec
+	Archived     *prometheus.CounterVec
+	DoneLost     prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -19,7 +22,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttle_decisions_total",
-			Help: "Limiter decisions by channel, denying rule (empty unless denied) and result (allowed, denied, duplicate, done).",
+			Help: "Limiter decisions by channel, the rule that set a later slot (empty when none) and result (admitted, admitted_later, booked, denied, done, unknown, expired, dropped).",
 		}, []string{"channel", "rule", "result"}),
 		RetryAfter: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_throttle_retry_after_seconds",
@@ -37,13 +40,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"channel"}),
 		Rescheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rescheduled_total",
-			Help: "Tasks rescheduled because a quota was full (not failures).",
+			Help: "Tasks handed back to Asynq for a slot ahead (not failures).",
 		}, []string{"channel"}),
 		LimiterError: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_limiter_errors_total",
 			Help: "Quota checks that failed because Redis could not be asked (nothing was sent).",
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError)
+	m.InlineWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_inline_waits_total",
+		Help: "Sends admitted for a slot a little ahead and waited for inside the worker.",
+	}, []string{"channel"})
+	m.Archived = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_archived_total",
+		Help: "Notifications archived without being sent, by reason (invalid, outcome_unknown, expired, throttled, permanent, retry_budget).",
+	}, []string{"channel", "reason"})
+	m.DoneLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_done_record_lost_total",
+		Help: "Sends whose completion could not be recorded in Redis before the task's deadline (a re-run counts as a fresh send).",
+	})
+	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError, m.InlineWaits, m.Archived, m.DoneLost)
 	return m
 }

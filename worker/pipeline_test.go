@@ -307,7 +307,7 @@ func TestRerunSendsOnce(t *testing.T) {
 	if got := b.sms.Deliveries(); len(got) != 1 {
 		t.Fatalf("%d sends for one notification", len(got))
 	}
-	us, err := r.w.Limiter().Usage(context.Background(), "acme", r.w.Policy().Limits(n.Normalized())...)
+	us, err := r.w.Limiter().Usage(context.Background(), "acme", 0, r.w.Policy().Limits(n.Normalized())...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,23 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// ThrottledError is returned to Asynq for a task whose quota is full. It is
-// not a failure: the task is rescheduled for RetryAt without spending a retry.
+// ThrottledError is returned to Asynq for a task whose slot lies ahead. It
+// is not a failure: the task is rescheduled for WakeAt without spending a retry.
 type ThrottledError struct {
-	// RetryAt is when the slot opens, in this host's clock.
+	// RetryAt is the slot, in this host's clock.
 	RetryAt time.Time
-	// Rule is the denying rule, e.g. "sms:recipient 1/1m".
+	// WakeAt is when Asynq should run the task again (see WakeTime).
+	WakeAt time.Time
+	// Rule is the rule that set the slot, e.g. "sms:recipient 1/1m".
 	Rule string
-	// Booked: the limiter holds a slot at RetryAt for the task.
+	// Booked: the limiter holds the slot for the task.
 	Booked bool
 }
 
@@ -35,9 +40,9 @@ func (e *ThrottledError) Is(target error) bool {
 	return ok
 }
 
-// UnavailableError is returned to Asynq when the limiter could not be asked
-// (Redis unreachable). Nothing was sent; it is not a failure and the task is
-// tried again after Config.UnavailableRetry.
+// UnavailableError is returned to Asynq when Redis could not be asked for
+// the whole time the task may run. Nothing was sent; it is not a failure and
+// the task is tried again after Config.UnavailableRetry.
 type UnavailableError struct{ Err error }
 
 func (e *UnavailableError) Error() string {
@@ -53,8 +58,19 @@ func notificationFrom(ctx context.Context) (tasks.Notification, bool) {
 	return n, ok
 }
 
+// Archive reasons, as logged and counted (sluice_archived_total{reason}).
+const (
+	ReasonInvalid   = "invalid"
+	ReasonUnknown   = "outcome_unknown"
+	ReasonExpired   = "expired"
+	ReasonThrottled = "throttled"
+	ReasonPermanent = "permanent"
+	ReasonBudget    = "retry_budget"
+)
+
 // throttleMiddleware decodes the task, asks the limiter with every rule that
-// applies, and only then lets the handler send. See the package doc.
+// applies, waits in process for a slot that is close, and only then lets the
+// handler send. See the package doc.
 func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		n, err := tasks.Decode(t.Payload())
@@ -65,18 +81,27 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 		if err != nil {
 			w.metrics.Sends.WithLabelValues(channelLabel(t.Type()), "invalid").Inc()
+			w.archived(channelLabel(t.Type()), ReasonInvalid)
 			w.log.Warn("archiving invalid notification", "task_type", t.Type(), "reason", err)
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel)
 		limits := w.policy.Limits(n)
-		var d throttle.Decision
-		if w.cfg.Reschedule == "booked" {
-			d, err = w.limiter.Book(ctx, n.Tenant, n.ID, w.bookOpts, limits...)
-		} else {
-			d, err = w.limiter.Allow(ctx, n.Tenant, n.ID, limits...)
+		opts := w.reserveOptions()
+		// A slot within MaxInlineWait is waited for here, holding a waiter
+		// token; without a free token it is booked through Asynq instead.
+		waiter := w.tryWaiter()
+		if !waiter {
+			opts.Horizon = 0
 		}
+		var d throttle.Decision
+		err = w.withRedis(ctx, log, "quota check", func(ctx context.Context) error {
+			var err error
+			d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, limits...)
+			return err
+		})
 		if err != nil {
+			w.releaseWaiter(waiter)
 			w.metrics.LimiterError.Inc()
 			log.Error("quota check failed; nothing sent, will try again", "err", err)
 			return &UnavailableError{Err: err}
@@ -84,71 +109,211 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		if w.onDecide != nil {
 			w.onDecide(n, d)
 		}
-		switch {
-		case d.Done:
-			w.metrics.Decisions.WithLabelValues(string(n.Channel), "", "done").Inc()
+		rule := ""
+		if d.DeniedBy >= 0 {
+			rule = limits[d.DeniedBy].String()
+		}
+		w.metrics.Decisions.WithLabelValues(string(n.Channel), rule, decisionLabel(d)).Inc()
+		if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
+			w.releaseWaiter(waiter)
+		}
+		switch d.Status {
+		case throttle.StatusDone, throttle.StatusDuplicate:
 			log.Info("already sent; not sending again")
 			return nil
-		case !d.Allowed:
-			rule := "early wake"
-			if d.DeniedBy >= 0 {
-				rule = limits[d.DeniedBy].String()
-			}
-			w.metrics.Decisions.WithLabelValues(string(n.Channel), rule, "denied").Inc()
+		case throttle.StatusUnknown:
+			w.archived(string(n.Channel), ReasonUnknown)
+			log.Warn("an earlier attempt may have sent this notification (outcome unknown); at-most-once: archiving, not sending")
+			return fmt.Errorf("outcome of an earlier attempt unknown (at-most-once): %w", asynq.SkipRetry)
+		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return w.reschedule(ctx, t, n, d, rule, log)
-		case d.Duplicate:
-			w.metrics.Decisions.WithLabelValues(string(n.Channel), "", "duplicate").Inc()
+		case throttle.StatusAdmitted:
+			if d.Wait > 0 {
+				err := w.waitForSlot(ctx, n, d, limits, log)
+				w.releaseWaiter(waiter)
+				if err != nil {
+					return err
+				}
+			}
 		default:
-			w.metrics.Decisions.WithLabelValues(string(n.Channel), "", "allowed").Inc()
+			return fmt.Errorf("worker: unexpected limiter status %s", d.Status)
 		}
-
-		start := time.Now()
-		err = next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t)
-		w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
-		if err == nil {
-			w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
-			// Outlive every window the send counted in, so no re-run can pass
-			// the limiter fresh and send again.
-			if err := w.limiter.MarkDone(context.WithoutCancel(ctx), n.Tenant, n.ID, w.dedupeTTL(n)); err != nil {
-				log.Error("sent, but could not record it; a re-run of this task could send again", "err", err)
-			}
-			return nil
-		}
-		var se *SendError
-		if !errors.As(err, &se) {
-			se = &SendError{Err: err}
-		}
-		if se.NotSent {
-			if _, rerr := w.limiter.Release(context.WithoutCancel(ctx), n.Tenant, n.ID, limits...); rerr != nil {
-				log.Warn("could not release the quota slot of an unsent notification", "err", rerr)
-			}
-		}
-		if se.Permanent {
-			w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
-			log.Warn("permanent send failure; archiving", "err", err)
-			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-		}
-		w.metrics.Sends.WithLabelValues(string(n.Channel), "transient").Inc()
-		retried, _ := asynq.GetRetryCount(ctx)
-		maxRetry, _ := asynq.GetMaxRetry(ctx)
-		if budget := tasks.RetryBudget(t, maxRetry); retried >= budget {
-			log.Warn("send failed and the retry budget is used up; archiving", "err", err, "retried", retried, "budget", budget)
-			return fmt.Errorf("%w (retry budget of %d used): %w", err, budget, asynq.SkipRetry)
-		}
-		log.Warn("transient send failure; will retry", "err", err, "retried", retried)
-		return err
+		return w.send(ctx, t, n, d, limits, next, log)
 	})
 }
 
-// reschedule hands a denied task back to Asynq for its slot, without
+// waitForSlot sleeps until an admission made for a near instant is due. On
+// shutdown it gives the slot back and hands the task to Asynq for it.
+func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) error {
+	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
+	timer := time.NewTimer(d.Wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+	case <-w.stopping:
+	}
+	w.release(ctx, n, d.Attempt, limits, log)
+	log.Info("stopping: gave back a slot not yet used; the task goes back to the queue for it")
+	at := time.Now().Add(time.Until(d.Now.Add(d.Wait)))
+	return &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
+}
+
+// send hands the notification to the sender and records the outcome.
+func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, next asynq.Handler, log *slog.Logger) error {
+	start := time.Now()
+	err := next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t)
+	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
+	if err == nil {
+		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
+		w.markDone(ctx, n, d.Attempt, log)
+		return nil
+	}
+	var se *SendError
+	if !errors.As(err, &se) {
+		se = &SendError{Err: err}
+	}
+	if se.NotSent {
+		w.release(ctx, n, d.Attempt, limits, log)
+	}
+	if se.Permanent {
+		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
+		w.archived(string(n.Channel), ReasonPermanent)
+		log.Warn("permanent send failure; archiving", "err", err)
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	}
+	w.metrics.Sends.WithLabelValues(string(n.Channel), "transient").Inc()
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if budget := tasks.RetryBudget(t, maxRetry); retried >= budget {
+		w.archived(string(n.Channel), ReasonBudget)
+		log.Warn("send failed and the retry budget is used up; archiving", "err", err, "retried", retried, "budget", budget)
+		return fmt.Errorf("%w (retry budget of %d used): %w", err, budget, asynq.SkipRetry)
+	}
+	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
+	return err
+}
+
+// markDone records a completed send, retrying while Redis is away until the
+// task's deadline: a send without its record would be sent again by a re-run.
+func (w *Worker) markDone(ctx context.Context, n tasks.Notification, attempt int, log *slog.Logger) {
+	ctx, cancel := w.afterSendContext(ctx)
+	defer cancel()
+	err := w.withRedis(ctx, log, "recording the send", func(ctx context.Context) error {
+		return w.limiter.MarkDone(ctx, n.Tenant, n.ID, attempt, w.dedupeTTL(n))
+	})
+	if err != nil {
+		w.metrics.DoneLost.Inc()
+		log.Error("sent, but could not record it; a re-run will count as a fresh send (at-least-once) or be archived (at-most-once)", "err", err)
+	}
+}
+
+// release gives back the slot of a send that did not happen, retrying while
+// Redis is away.
+func (w *Worker) release(ctx context.Context, n tasks.Notification, attempt int, limits []throttle.Limit, log *slog.Logger) {
+	ctx, cancel := w.afterSendContext(ctx)
+	defer cancel()
+	err := w.withRedis(ctx, log, "releasing a slot", func(ctx context.Context) error {
+		_, err := w.limiter.Release(ctx, n.Tenant, n.ID, attempt, limits...)
+		return err
+	})
+	if err != nil {
+		log.Warn("could not release the quota slot of an unsent notification; it stays counted", "err", err)
+	}
+}
+
+// afterSendContext outlives the task's cancellation (the send happened; its
+// record must be written) but not its deadline plus a grace period.
+func (w *Worker) afterSendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(w.cfg.ShutdownTimeout)
+	if d, ok := ctx.Deadline(); ok && d.After(time.Now()) {
+		deadline = d
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
+// withRedis runs f, and while Redis cannot be reached runs it again every
+// UnavailableRetry until ctx ends: a short outage costs seconds, not a trip
+// through Asynq (which cannot move the task while Redis is away).
+func (w *Worker) withRedis(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) error {
+	start := time.Now()
+	for tries := 1; ; tries++ {
+		err := f(ctx)
+		if err == nil || !unavailable(err) {
+			if err == nil && tries > 1 {
+				log.Info("redis answers again", "what", what, "after", time.Since(start).Round(time.Millisecond), "tries", tries)
+			}
+			return err
+		}
+		if tries == 1 {
+			log.Warn("redis unreachable; nothing is sent meanwhile, trying again", "what", what, "every", w.cfg.UnavailableRetry, "err", err)
+		}
+		select {
+		case <-time.After(w.cfg.UnavailableRetry):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// unavailable tells Redis being away (network, loading, failover) from
+// answers that retrying cannot change (bad input, a script error).
+func unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, throttle.ErrInvalidRule) || errors.Is(err, throttle.ErrInvalidKey) || errors.Is(err, throttle.ErrTooManyRules) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) ||
+		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "EOF") ||
+		strings.Contains(err.Error(), "connection reset")
+}
+
+func (w *Worker) tryWaiter() bool {
+	select {
+	case w.waiters <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *Worker) releaseWaiter(held bool) {
+	if held {
+		<-w.waiters
+	}
+}
+
+func decisionLabel(d throttle.Decision) string {
+	if d.Status == throttle.StatusAdmitted && d.Wait > 0 {
+		return "admitted_later"
+	}
+	return d.Status.String()
+}
+
+func (w *Worker) archived(channel, reason string) {
+	w.metrics.Archived.WithLabelValues(channel, reason).Inc()
+}
+
+// reschedule hands a task whose slot lies ahead back to Asynq, without
 // counting a failure or spending a retry.
 func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, rule string, log *slog.Logger) error {
 	w.metrics.Rescheduled.WithLabelValues(string(n.Channel)).Inc()
-	te := &ThrottledError{RetryAt: d.RetryAt, Rule: rule, Booked: d.Booked}
+	te := &ThrottledError{RetryAt: d.RetryAt, WakeAt: w.WakeTime(d), Rule: rule, Booked: d.Booked}
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	log.Debug("quota full; rescheduled", "rule", rule, "retry_after", d.RetryAfter, "retry_at", te.RetryAt)
+	log.Debug("quota full; rescheduled", "rule", rule, "retry_after", d.RetryAfter, "wake_at", te.WakeAt)
 	if retried < maxRetry {
 		return te // Asynq's retry path; IsFailure is false for it.
 	}
@@ -165,8 +330,8 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	taskID, _ := asynq.GetTaskID(ctx)
 	copyID := n.ID + "-r" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	_, err := w.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), t.Payload(), headers),
-		asynq.Queue(qname), asynq.MaxRetry(budget+1), asynq.ProcessAt(te.wakeAt()),
-		asynq.TaskID(copyID), asynq.Retention(tasks.DefaultRetention))
+		asynq.Queue(qname), asynq.MaxRetry(budget+1), asynq.ProcessAt(te.WakeAt),
+		asynq.TaskID(copyID), asynq.Retention(0))
 	if err != nil {
 		return &UnavailableError{Err: fmt.Errorf("reschedule copy of %s: %w", taskID, err)}
 	}
@@ -175,8 +340,7 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 }
 
 // slotTime rounds t up to a whole second: Asynq stores scheduled times in
-// whole Unix seconds, truncating, so an unrounded time would wake the task
-// up to a second before its slot.
+// whole Unix seconds, truncating.
 func slotTime(t time.Time) time.Time {
 	if s := t.Truncate(time.Second); !s.Equal(t) {
 		return s.Add(time.Second)
@@ -184,30 +348,28 @@ func slotTime(t time.Time) time.Time {
 	return t
 }
 
-// wakeAt is when Asynq should run the task again. A booked slot is a whole
-// second of Redis time; the host's RetryAt lands a little after it (the
-// reply's travel time), so a booked slot is rounded to the second it is
-// within 50 ms of rather than pushed a second later — the limiter admits a
-// booked task a few ms early when no window suffers.
-func (e *ThrottledError) wakeAt() time.Time { return WakeTime(e.RetryAt, e.Booked) }
-
-// WakeTime is when a task denied with this retry time is scheduled to run
-// again (see ThrottledError).
-func WakeTime(retryAt time.Time, booked bool) time.Time {
-	if booked {
-		return slotTime(retryAt.Add(-50 * time.Millisecond))
+// WakeTime is when a task whose slot lies ahead should run again. Asynq
+// keeps whole seconds and moves due tasks every DelayedCheckInterval, so a
+// task asked to wake at t runs somewhere in [⌊t⌋, ⌊t⌋ + lead]. A slot far
+// enough ahead is woken lead before it: the task arrives up to a second and
+// a lead early, is admitted for the slot itself (MaxInlineWait covers the
+// wait) and waits in process — two limiter calls per send, and the send
+// goes at its exact slot instead of the next whole second. A slot too close
+// for that is woken after it, at its second rounded up.
+func (w *Worker) WakeTime(d throttle.Decision) time.Time {
+	lead := w.cfg.wakeLead()
+	if d.RetryAfter > lead+time.Second && w.cfg.MaxInlineWait >= lead+time.Second {
+		return d.RetryAt.Add(-lead)
 	}
-	return slotTime(retryAt)
+	return slotTime(d.RetryAt)
 }
 
-// retryDelay is Asynq's RetryDelayFunc. A throttled task is delayed to its
-// slot rounded up to a whole second (Asynq computes now+delay and truncates
-// to seconds, so the delay must reach that second, not fall short of it).
+// retryDelay is Asynq's RetryDelayFunc.
 func (w *Worker) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	now := time.Now()
 	var te *ThrottledError
 	if errors.As(err, &te) {
-		return max(0, te.wakeAt().Sub(now))
+		return max(0, te.WakeAt.Sub(now))
 	}
 	var ue *UnavailableError
 	if errors.As(err, &ue) {
@@ -238,6 +400,20 @@ func (w *Worker) dedupeTTL(n tasks.Notification) time.Duration {
 		ttl = max(ttl, s.Rule.Window)
 	}
 	return ttl
+}
+
+// reserveOptions are the limiter options of every check.
+func (w *Worker) reserveOptions() throttle.ReserveOptions {
+	o := throttle.ReserveOptions{
+		Policy:  throttle.AtLeastOnce,
+		Slack:   w.cfg.SendSlack,
+		Horizon: w.cfg.MaxInlineWait,
+		Book:    w.cfg.Reschedule == "booked",
+	}
+	if w.cfg.Rerun == "at-most-once" {
+		o.Policy = throttle.AtMostOnce
+	}
+	return o
 }
 
 func channelLabel(taskType string) string {

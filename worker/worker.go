@@ -58,7 +58,8 @@ type Worker struct {
 	senders  map[tasks.Channel]Sender
 	listener net.Listener
 	onDecide func(tasks.Notification, throttle.Decision)
-	bookOpts throttle.BookOptions
+	waiters  chan struct{} // tokens of tasks waiting in process for their slot
+	stopping chan struct{} // closed when shutdown starts
 }
 
 // New builds a worker; it does not connect until Run.
@@ -85,7 +86,8 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	w.metrics = NewMetrics(w.registry)
-	w.bookOpts = throttle.BookOptions{Slack: cfg.Slack(), Granularity: time.Second}
+	w.waiters = make(chan struct{}, cfg.MaxWaiters)
+	w.stopping = make(chan struct{})
 	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
 		return nil, err
 	}
@@ -97,7 +99,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	}
 	w.client = asynq.NewClientFromRedisClient(w.rdb)
 	w.server = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
-		Concurrency:              cfg.Concurrency,
+		Concurrency:              cfg.Concurrency + cfg.MaxWaiters,
 		Queues:                   map[string]int{cfg.Queue: 1},
 		IsFailure:                isFailure,
 		RetryDelayFunc:           w.retryDelay,
@@ -164,6 +166,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	w.log.Info("shutting down: finishing in-flight sends", "timeout", w.cfg.ShutdownTimeout)
+	close(w.stopping)
 	w.server.Shutdown()
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -176,6 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) close() {
+	_ = w.limiter.Close()
 	for _, s := range w.senders {
 		if c, ok := s.(io.Closer); ok {
 			_ = c.Close()

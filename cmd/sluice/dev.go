@@ -95,6 +95,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	if err != nil {
 		return err
 	}
+	p.w = w
 	p.printf("sluice dev: embedded Redis (miniredis) at %s, one worker, log sender\n", mr.Addr())
 	p.printf("quota: sms:recipient %s (the lesson's demo), sms:tenant 1000/1h\n", rule)
 	p.printf("metrics: http://%s/metrics   health: http://%s/healthz  http://%s/readyz\n\n", ln.Addr(), ln.Addr(), ln.Addr())
@@ -147,6 +148,7 @@ type devPrinter struct {
 	start time.Time
 	num   map[string]int
 	sent  chan int
+	w     *worker.Worker
 }
 
 func (p *devPrinter) printf(format string, args ...any) {
@@ -170,15 +172,17 @@ func (p *devPrinter) at() string { return fmt.Sprintf("%6.2fs", time.Since(p.sta
 
 func (p *devPrinter) decision(n tasks.Notification, d throttle.Decision) {
 	switch {
-	case d.Allowed && !d.Duplicate:
+	case d.Status == throttle.StatusAdmitted && d.Wait == 0:
 		p.printf("  %s  %-3s ALLOWED  (%d left in the window)\n", p.at(), p.label(n.ID), d.Remaining)
-	case !d.Allowed && !d.Done:
-		wake := worker.WakeTime(d.RetryAt, d.Booked)
+	case d.Status == throttle.StatusAdmitted:
+		p.printf("  %s  %-3s ALLOWED  for its slot in %.2fs: waits in the worker, sends on the millisecond\n", p.at(), p.label(n.ID), d.Wait.Seconds())
+	case d.Status == throttle.StatusBooked || d.Status == throttle.StatusDenied:
+		wake := p.w.WakeTime(d)
 		what := "next slot opens"
 		if d.Booked {
 			what = "slot booked"
 		}
-		p.printf("  %s  %-3s DENIED   %s in %.2fs → rescheduled to %s (+%.2fs), not a failure\n",
+		p.printf("  %s  %-3s DENIED   %s in %.2fs → back in the queue until %s (+%.2fs), not a failure\n",
 			p.at(), p.label(n.ID), what, d.RetryAfter.Seconds(), wake.Format("15:04:05"), wake.Sub(p.start).Seconds())
 	}
 }

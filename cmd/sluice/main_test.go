@@ -171,7 +171,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 		n.ID = tasks.NewID()
 		lim.Allow(ctx, "acme", n.ID, policy.Limits(n)...)
 	}
-	want, err := lim.Usage(ctx, "acme", policy.Limits(n)...)
+	want, err := lim.Usage(ctx, "acme", cfg.SendSlack, policy.Limits(n)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "not confirmed") {
 		t.Fatalf("declined reset: %+v", r)
 	}
-	if u, _ := lim.Usage(ctx, "acme", policy.Limits(n)...); u[0].Used != 2 {
+	if u, _ := lim.Usage(ctx, "acme", cfg.SendSlack, policy.Limits(n)...); u[0].Used != 2 {
 		t.Fatal("a declined reset reset")
 	}
 	if r := sluice(t, "", "quota", "reset", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100"); r.code != 1 {
@@ -215,7 +215,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("confirmed reset: %+v", r)
 	}
-	if u, _ := lim.Usage(ctx, "acme", policy.Limits(n)...); u[0].Used != 0 || u[2].Used != 0 {
+	if u, _ := lim.Usage(ctx, "acme", cfg.SendSlack, policy.Limits(n)...); u[0].Used != 0 || u[2].Used != 0 {
 		t.Fatalf("after reset: %+v", u)
 	}
 	if r := sluice(t, "", "quota", "reset", "--tenant", "acme", "--yes"); r.code != 0 {
@@ -298,7 +298,7 @@ func TestDev(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	m := regexp.MustCompile(`sluice_throttle_decisions_total\{channel="sms",result="denied",rule="sms:recipient 5/10s"\} (\d+)`).FindStringSubmatch(string(body))
+	m := regexp.MustCompile(`sluice_throttle_decisions_total\{channel="sms",result="booked",rule="sms:recipient 5/10s"\} (\d+)`).FindStringSubmatch(string(body))
 	if m == nil || atoi(m[1]) < 3 {
 		t.Fatalf("denied counter not moving: %v\n%s", m, grep(string(body), "sluice_"))
 	}

@@ -40,11 +40,11 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 		Short: "Per rule: used, remaining, when the next slot frees",
 		Args:  argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, limits, err := quotaLimits(f)
+			lim, limits, slack, err := quotaLimits(f)
 			if err != nil {
 				return err
 			}
-			us, err := lim.Usage(cmd.Context(), f.tenant, limits...)
+			us, err := lim.Usage(cmd.Context(), f.tenant, slack, limits...)
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 		Short: "Forget every send in the selected windows (asks first)",
 		Args:  argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, limits, err := quotaLimits(f)
+			lim, limits, _, err := quotaLimits(f)
 			if err != nil {
 				return err
 			}
@@ -89,25 +89,25 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 	return cmd
 }
 
-func quotaLimits(f quotaFlags) (*throttle.Limiter, []throttle.Limit, error) {
+func quotaLimits(f quotaFlags) (*throttle.Limiter, []throttle.Limit, time.Duration, error) {
 	if err := tasks.CheckTenant(f.tenant); err != nil {
-		return nil, nil, usageError{fmt.Errorf("--tenant: %w", err)}
+		return nil, nil, 0, usageError{fmt.Errorf("--tenant: %w", err)}
 	}
 	channels := []tasks.Channel{tasks.Email, tasks.SMS}
 	if f.channel != "" {
 		ch := tasks.Channel(f.channel)
 		if _, err := ch.TaskType(); err != nil {
-			return nil, nil, usageError{fmt.Errorf("--channel: %w", err)}
+			return nil, nil, 0, usageError{fmt.Errorf("--channel: %w", err)}
 		}
 		channels = []tasks.Channel{ch}
 	}
 	cfg, err := worker.ReadConfig(nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	policy, err := worker.ParsePolicy(cfg.Rules)
 	if err != nil {
-		return nil, nil, fmt.Errorf("SLUICE_RULES: %w", err)
+		return nil, nil, 0, fmt.Errorf("SLUICE_RULES: %w", err)
 	}
 	var limits []throttle.Limit
 	for _, ch := range channels {
@@ -123,17 +123,17 @@ func quotaLimits(f quotaFlags) (*throttle.Limiter, []throttle.Limit, error) {
 		}
 	}
 	if len(limits) == 0 {
-		return nil, nil, usageError{errors.New("no rules apply; tenant-wide rules need SLUICE_RULES, recipient rules need --recipient")}
+		return nil, nil, 0, usageError{errors.New("no rules apply; tenant-wide rules need SLUICE_RULES, recipient rules need --recipient")}
 	}
 	rdb, err := worker.NewRedisClient(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})
 	if err != nil {
-		return nil, nil, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
+		return nil, nil, 0, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
 	}
-	return lim, limits, nil
+	return lim, limits, cfg.SendSlack, nil
 }
 
 type usageJSON struct {

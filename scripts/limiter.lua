@@ -1,0 +1,295 @@
+-- limiter.lua — Sluice's sliding-window-log limiter: a batch of operations, each one
+-- atomic (Redis runs the whole script without interleaving), all sharing one clock reading.
+--
+-- KEYS    -> the keys of every operation, concatenated in operation order.
+-- ARGV[1] -> now in ms, or "" to read the Redis server clock (TIME). Explicit now is for tests/tools.
+-- ARGV[2] -> number of operations
+-- then, per operation: opcode, number of its KEYS, number of its ARGV, its ARGV...
+--
+-- Returns {now_ms, reply_1, ..., reply_n}. A reply is an array of integers, or {-1, message}
+-- when that operation failed (bad arguments, a key of the wrong type): errors stay per operation.
+--
+-- Opcode "R" — reserve: admit a member now, admit it for a near-future instant, or book a slot.
+--   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
+--            member's state key when a state policy is given (see below).
+--   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", deadline_ms or "",
+--            state_ttl_ms, n, then per rule: limit, window_ms, drop (1/0), then m, then m closed
+--            intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
+--   A rule holds when no span of window+slack ms holds more than limit entries (window+slack:
+--   every entry may land up to slack ms after its score; with slack 0 this is the lesson's
+--   window, and an entry scored exactly now-window is still inside). The slot is the earliest
+--   x >= max(now, tmin), outside every closed interval, at which one more entry keeps every
+--   rule — entries booked for the future included. A rule far from its limit does not move it.
+--   policy "" : no state key; a member already inside a window is a duplicate (idempotent).
+--   policy "d"/"f"/"o": the state key records the member's attempt: "b<k>:<ms>" booked,
+--            "a<k>:<ms>" admitted (maybe sent), "d<k>:<ms>" done. Attempt k > 1 uses member
+--            "<member>#<k>". A booked member takes its booking back and is placed again. An
+--            admitted one that asks again has an unknown outcome: "d" answers duplicate, "f"
+--            (at-least-once) gives it attempt k+1 with a fresh slot (the old entry keeps
+--            counting), "o" (at-most-once) answers unknown and changes nothing.
+--   Returns {status, rule, wait_ms, remaining, attempt, slot_ms}:
+--     status 1 admitted at slot (wait 0: now; else the caller sends at slot, within slack)
+--            0 denied (book = 0): nothing added; slot is when it would fit
+--            4 booked: the member holds slot; asking again from about then admits it
+--            2 duplicate, 3 done, 5 unknown outcome (policy "o"): nothing changed
+--            6 expired: slot is after the deadline; nothing held (its booking is released)
+--            7 dropped: a drop rule was full at max(now, tmin); nothing added
+--     rule   1-based index of the rule that set the slot (0: none)
+--     remaining  fewest further entries any rule takes around the slot, bookings counted
+--
+-- Opcode "D" — done: KEYS -> state key. ARGV -> attempt, ttl_ms. Records "d<attempt>:<now>".
+--   Returns {1}.
+-- Opcode "X" — release: KEYS -> the rule keys, then the state key. ARGV -> member, attempt.
+--   Removes the attempt's entry (admission or booking) from every key and rolls the state back
+--   (to nothing for attempt 1, else to attempt k-1 admitted). Returns {entries removed}.
+-- Opcode "U" — usage (read-only): KEYS -> rule keys. ARGV -> slack_ms, n, per rule limit, window_ms.
+--   Returns per rule: used (entries in [now-window, now]), booked (entries after now), oldest in
+--   the window (-1), newest (-1), next free slot (earliest fit at or after now).
+
+local function fmt(x) return string.format('%d', x) end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+
+-- Entries read past the limit when looking for a gap; beyond them the slot goes after the key's end.
+local LOOK = 64
+
+-- earliest: the first time >= c at which key takes one more entry: no span of wp ms that
+-- contains it holds limit entries. Spans holding limit entries block [last - wp, first + wp];
+-- those blocks are ordered by both ends, so one pass finds the first gap. Returns the time and
+-- the count of entries within wp of it, or nil when the gap lies past the entries read.
+local function earliest(key, limit, wp, c)
+  local cnt = redis.call('ZCOUNT', key, fmt(c - wp), fmt(c + wp))
+  if cnt < limit then return c, cnt end
+  local e = redis.call('ZRANGEBYSCORE', key, fmt(c - wp), '+inf', 'WITHSCORES', 'LIMIT', 0, limit + LOOK)
+  local n = #e / 2
+  for i = 1, n - limit + 1 do
+    local first = tonumber(e[2 * i])
+    local last = tonumber(e[2 * (i + limit - 1)])
+    if first + wp >= c and last - first <= wp then
+      if last - wp > c then return c, limit - 1 end
+      c = first + wp + 1
+    end
+  end
+  if n < limit + LOOK then return c, limit - 1 end
+  return nil
+end
+
+-- past: a time >= c after every entry of key and at least wp+1 after its limit-th newest
+-- entry: one more entry fits there and anywhere later.
+local function past(key, limit, wp, c)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if #last > 0 then c = math.max(c, tonumber(last[2])) end
+  if redis.call('ZCARD', key) >= limit then
+    local kth = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+    c = math.max(c, tonumber(kth[2]) + wp + 1)
+  end
+  return c
+end
+
+local function unclosed(c, closed)
+  for j = 1, #closed, 2 do
+    if c >= closed[j] and c < closed[j + 1] then c = closed[j + 1] end
+  end
+  return c
+end
+
+local function reserve(k0, a0)
+  local member, policy = ARGV[a0], ARGV[a0 + 1]
+  local slack, horizon = tonumber(ARGV[a0 + 2]), tonumber(ARGV[a0 + 3])
+  local book = ARGV[a0 + 4] == '1'
+  local c = now
+  if ARGV[a0 + 5] ~= '' then c = math.max(now, tonumber(ARGV[a0 + 5])) end
+  local deadline = nil
+  if ARGV[a0 + 6] ~= '' then deadline = tonumber(ARGV[a0 + 6]) end
+  local sttl = tonumber(ARGV[a0 + 7])
+  local n = tonumber(ARGV[a0 + 8])
+  local keys, limits, wps, drops = {}, {}, {}, {}
+  for i = 1, n do
+    keys[i] = KEYS[k0 + i - 1]
+    limits[i] = tonumber(ARGV[a0 + 6 + 3 * i])
+    wps[i] = tonumber(ARGV[a0 + 7 + 3 * i]) + slack
+    drops[i] = ARGV[a0 + 8 + 3 * i] == '1'
+  end
+  local q = a0 + 9 + 3 * n
+  local closed = {}
+  for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
+
+  for i = 1, n do
+    redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(now - wps[i]))
+  end
+
+  local skey = nil
+  if policy ~= '' then skey = KEYS[k0 + n] end
+  local attempt, m, held = 1, member, false
+  if skey then
+    local st = redis.call('GET', skey)
+    if st then
+      local kind, k, t = string.match(st, '^(%a)(%d+):(%-?%d+)$')
+      if not kind then error('state key holds ' .. st) end
+      k, t = tonumber(k), tonumber(t)
+      if kind == 'd' then return {3, 0, -1, 0, k, t} end
+      if kind == 'a' then
+        if policy == 'o' then return {5, 0, -1, 0, k, t} end
+        if policy == 'd' then return {2, 0, -1, 0, k, t} end
+        attempt = k + 1
+      else
+        attempt, held = k, true
+      end
+    end
+    if attempt > 1 then m = member .. '#' .. attempt end
+    if held then
+      for i = 1, n do redis.call('ZREM', keys[i], m) end
+    end
+  else
+    for i = 1, n do
+      if redis.call('ZSCORE', keys[i], m) then return {2, 0, -1, 0, 1, now} end
+    end
+  end
+
+  c = unclosed(c, closed)
+  if not held then
+    for i = 1, n do
+      if drops[i] then
+        local x = earliest(keys[i], limits[i], wps[i], c)
+        if x ~= c then return {7, i, -1, 0, attempt, c} end
+      end
+    end
+  end
+
+  -- Move c forward until every rule takes one more entry at c. Each pass moves c past a
+  -- block of some rule; a bounded number of passes, then the slot goes after every key's end.
+  local rule, counts, settled = 0, {}, false
+  for pass = 1, 8 do
+    local moved = false
+    for i = 1, n do
+      local x, cnt = earliest(keys[i], limits[i], wps[i], c)
+      if x == nil then x, cnt = past(keys[i], limits[i], wps[i], c), limits[i] - 1 end
+      counts[i] = cnt
+      if x > c then c, rule, moved = x, i, true end
+    end
+    local u = unclosed(c, closed)
+    if u > c then c, moved = u, true end
+    if not moved then settled = true break end
+  end
+  if not settled then
+    for pass = 1, 2 do
+      for i = 1, n do
+        local x = past(keys[i], limits[i], wps[i], c)
+        counts[i] = limits[i] - 1
+        if x > c then c, rule = x, i end
+      end
+      c = unclosed(c, closed)
+    end
+  end
+
+  local wait = c - now
+  if deadline and c > deadline then
+    if held then redis.call('DEL', skey) end
+    return {6, rule, wait, 0, attempt, c}
+  end
+  local remaining = -1
+  for i = 1, n do
+    local left = limits[i] - counts[i] - 1
+    if remaining < 0 or left < remaining then remaining = left end
+  end
+  remaining = math.max(remaining, 0)
+  local admit = wait <= horizon
+  if not admit and not book then
+    if held then redis.call('DEL', skey) end
+    return {0, rule, wait, 0, attempt, c}
+  end
+  for i = 1, n do
+    redis.call('ZADD', keys[i], fmt(c), m)
+    local ttl = wait + wps[i] + 1
+    if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
+      redis.call('PEXPIRE', keys[i], ttl, 'GT')
+    end
+  end
+  if admit then
+    if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c), 'PX', sttl + wait) end
+    return {1, rule, wait, remaining, attempt, c}
+  end
+  if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c), 'PX', sttl + wait) end
+  return {4, rule, wait, 0, attempt, c}
+end
+
+local function done(k0, a0)
+  redis.call('SET', KEYS[k0], 'd' .. ARGV[a0] .. ':' .. fmt(now), 'PX', ARGV[a0 + 1])
+  return {1}
+end
+
+local function release(k0, a0, nkeys)
+  local attempt = tonumber(ARGV[a0 + 1])
+  local m = ARGV[a0]
+  if attempt > 1 then m = m .. '#' .. attempt end
+  local removed = 0
+  for i = 0, nkeys - 2 do removed = removed + redis.call('ZREM', KEYS[k0 + i], m) end
+  local skey = KEYS[k0 + nkeys - 1]
+  local st = redis.call('GET', skey)
+  if st then
+    local kind, k = string.match(st, '^(%a)(%d+):')
+    if (kind == 'a' or kind == 'b') and tonumber(k) == attempt then
+      if attempt == 1 then
+        redis.call('DEL', skey)
+      else
+        redis.call('SET', skey, 'a' .. (attempt - 1) .. ':0', 'KEEPTTL')
+      end
+    end
+  end
+  return {removed}
+end
+
+local function usage(k0, a0)
+  local slack, n = tonumber(ARGV[a0]), tonumber(ARGV[a0 + 1])
+  local out = {}
+  for i = 1, n do
+    local key = KEYS[k0 + i - 1]
+    local limit = tonumber(ARGV[a0 + 2 * i])
+    local window = tonumber(ARGV[a0 + 2 * i + 1])
+    local from, nowf = fmt(now - window), fmt(now)
+    local used = redis.call('ZCOUNT', key, from, nowf)
+    local booked = redis.call('ZCOUNT', key, '(' .. nowf, '+inf')
+    local oldest, newest = -1, -1
+    local o = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #o > 0 and tonumber(o[2]) <= now then oldest = tonumber(o[2]) end
+    local nw = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if #nw > 0 then newest = tonumber(nw[2]) end
+    local nextfree = earliest(key, limit, window + slack, now)
+    if nextfree == nil then nextfree = past(key, limit, window + slack, now) end
+    out[#out + 1] = used
+    out[#out + 1] = booked
+    out[#out + 1] = oldest
+    out[#out + 1] = newest
+    out[#out + 1] = nextfree
+  end
+  return out
+end
+
+local ops = {R = reserve, D = done, X = release, U = usage}
+local out = {now}
+local ka, aa = 1, 3
+for j = 1, tonumber(ARGV[2]) do
+  local code, nk, na = ARGV[aa], tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2])
+  local fn = ops[code]
+  local ok, res
+  if fn then
+    ok, res = pcall(fn, ka, aa + 3, nk)
+  else
+    ok, res = false, 'unknown opcode ' .. tostring(code)
+  end
+  if ok then
+    out[#out + 1] = res
+  else
+    local msg = res
+    if type(res) == 'table' then msg = res.err or 'error' end
+    out[#out + 1] = {-1, tostring(msg)}
+  end
+  ka, aa = ka + nk, aa + 3 + na
+end
+return out

@@ -1,0 +1,306 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/scripts"
+)
+
+// op is one operation of limiter.lua: its opcode, keys and arguments.
+type op struct {
+	code string
+	keys []string
+	args []any
+}
+
+// call is an op waiting for its batch.
+type call struct {
+	op    *op
+	nowA  string // ARGV[1]: "" for Redis TIME
+	slot  int    // Cluster hash slot of the op's keys; 0 on a single node
+	state atomic.Int32
+	done  chan struct{}
+	now   int64
+	reply []int64
+	err   error
+}
+
+const (
+	queued int32 = iota
+	taken
+	abandoned
+)
+
+// batcher coalesces the calls of one Limiter: a few loops each take every
+// call waiting when they are free and send them as one script call per
+// Cluster slot (one round trip per node). When idle a call leaves at once.
+type batcher struct {
+	client    redis.UniversalClient
+	cluster   bool
+	direct    bool
+	pipelines int
+	maxBatch  int
+	reqs      chan *call
+	quit      chan struct{}
+	start     sync.Once
+	stop      sync.Once
+	wg        sync.WaitGroup
+	closed    atomic.Bool
+}
+
+func newBatcher(client redis.UniversalClient, opts Options) *batcher {
+	b := &batcher{client: client, direct: opts.Direct, pipelines: opts.Pipelines, maxBatch: opts.MaxBatch, quit: make(chan struct{})}
+	_, b.cluster = client.(*redis.ClusterClient)
+	if b.pipelines <= 0 {
+		b.pipelines = 4
+	}
+	if b.maxBatch <= 0 {
+		b.maxBatch = 32
+	}
+	b.reqs = make(chan *call, 4*b.maxBatch*b.pipelines)
+	return b
+}
+
+// do runs one op and returns the batch's clock reading and the op's reply.
+// A call cancelled while it waits is dropped; once its batch was sent, do
+// waits for the answer (the op may have written) and returns it.
+func (b *batcher) do(ctx context.Context, nowA, group string, o *op) (int64, []int64, error) {
+	if b.closed.Load() {
+		return 0, nil, ErrClosed
+	}
+	c := &call{op: o, nowA: nowA, done: make(chan struct{})}
+	if b.cluster {
+		c.slot = slotOf(group)
+	}
+	if b.direct {
+		b.exec(ctx, []*call{c})
+		return c.now, c.reply, c.err
+	}
+	b.start.Do(b.run)
+	select {
+	case b.reqs <- c:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	case <-b.quit:
+		return 0, nil, ErrClosed
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(queued, abandoned) {
+			return 0, nil, ctx.Err()
+		}
+		<-c.done
+	}
+	return c.now, c.reply, c.err
+}
+
+func (b *batcher) run() {
+	for i := 0; i < b.pipelines; i++ {
+		b.wg.Add(1)
+		go b.loop()
+	}
+}
+
+func (b *batcher) loop() {
+	defer b.wg.Done()
+	batch := make([]*call, 0, b.maxBatch)
+	for {
+		var first *call
+		select {
+		case first = <-b.reqs:
+		case <-b.quit:
+			b.drain()
+			return
+		}
+		batch = batch[:0]
+		if first.state.CompareAndSwap(queued, taken) {
+			batch = append(batch, first)
+		}
+	more:
+		for len(batch) < b.maxBatch {
+			select {
+			case c := <-b.reqs:
+				if c.state.CompareAndSwap(queued, taken) {
+					batch = append(batch, c)
+				}
+			default:
+				break more
+			}
+		}
+		if len(batch) > 0 {
+			b.exec(context.Background(), batch)
+		}
+	}
+}
+
+// drain fails whatever is still queued after close.
+func (b *batcher) drain() {
+	for {
+		select {
+		case c := <-b.reqs:
+			if c.state.CompareAndSwap(queued, taken) {
+				c.err = ErrClosed
+				close(c.done)
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (b *batcher) close() {
+	b.stop.Do(func() {
+		b.closed.Store(true)
+		close(b.quit)
+		b.wg.Wait()
+		b.drain()
+	})
+}
+
+// exec sends the calls, one script call per slot, and completes each.
+func (b *batcher) exec(ctx context.Context, calls []*call) {
+	defer func() {
+		for _, c := range calls {
+			close(c.done)
+		}
+	}()
+	// One script call per slot and clock reading (an explicit now, for
+	// tests and tools, is shared by a batch like Redis TIME is).
+	type group struct {
+		slot int
+		now  string
+	}
+	groups := map[group][]*call{}
+	var order []group
+	for _, c := range calls {
+		g := group{c.slot, c.nowA}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], c)
+	}
+	if len(order) == 1 {
+		cs := groups[order[0]]
+		keys, argv := encode(cs)
+		res, err := scripts.Limiter.Run(ctx, b.client, keys, argv...).Result()
+		complete(cs, res, err)
+		return
+	}
+	cmds := make([]*redis.Cmd, len(order))
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range order {
+			keys, argv := encode(groups[s])
+			cmds[i] = scripts.Limiter.EvalSha(ctx, p, keys, argv...)
+		}
+		return nil
+	})
+	for i, s := range order {
+		res, err := cmds[i].Result()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			keys, argv := encode(groups[s])
+			res, err = scripts.Limiter.Run(ctx, b.client, keys, argv...).Result()
+		}
+		complete(groups[s], res, err)
+	}
+}
+
+func encode(cs []*call) ([]string, []any) {
+	nk, na := 0, 2
+	for _, c := range cs {
+		nk += len(c.op.keys)
+		na += 3 + len(c.op.args)
+	}
+	keys := make([]string, 0, nk)
+	argv := make([]any, 0, na)
+	argv = append(argv, cs[0].nowA, len(cs))
+	for _, c := range cs {
+		keys = append(keys, c.op.keys...)
+		argv = append(argv, c.op.code, len(c.op.keys), len(c.op.args))
+		argv = append(argv, c.op.args...)
+	}
+	return keys, argv
+}
+
+// complete hands each call its part of the batch's reply.
+func complete(cs []*call, res any, err error) {
+	if err != nil {
+		for _, c := range cs {
+			c.err = err
+		}
+		return
+	}
+	all, ok := res.([]any)
+	if !ok || len(all) != len(cs)+1 {
+		err := fmt.Errorf("unexpected script reply %T of %d values for %d calls", res, lenOf(res), len(cs))
+		for _, c := range cs {
+			c.err = err
+		}
+		return
+	}
+	now, ok := all[0].(int64)
+	for i, c := range cs {
+		if !ok {
+			c.err = errors.New("unexpected script reply: no clock")
+			continue
+		}
+		c.now = now
+		c.reply, c.err = ints(all[i+1])
+	}
+}
+
+// ints reads one op's reply: integers, or {-1, message} for an op that failed.
+func ints(v any) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected op reply %T", v)
+	}
+	if len(arr) == 2 {
+		if code, ok := arr[0].(int64); ok && code == -1 {
+			msg, _ := arr[1].(string)
+			return nil, fmt.Errorf("script: %s", strings.TrimSpace(msg))
+		}
+	}
+	out := make([]int64, len(arr))
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected op reply element %T", x)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func lenOf(v any) int {
+	if a, ok := v.([]any); ok {
+		return len(a)
+	}
+	return -1
+}
+
+// slotOf is the Redis Cluster hash slot of the keys of group: CRC16 (XMODEM)
+// of the escaped group, the keys' hash tag, modulo 16384.
+func slotOf(group string) int {
+	var b strings.Builder
+	escapeGroup(&b, group)
+	var crc uint16
+	for _, c := range []byte(b.String()) {
+		crc ^= uint16(c) << 8
+		for i := 0; i < 8; i++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

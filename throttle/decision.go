@@ -1,0 +1,174 @@
+package throttle
+
+import (
+	"fmt"
+	"time"
+)
+
+// Status is what a check decided.
+type Status int
+
+// The statuses a check can end in. A denial is data, not an error.
+const (
+	// StatusDenied: no room now (Allow, or Reserve without Book); nothing was added.
+	StatusDenied Status = 0
+	// StatusAdmitted: the send takes its slot at Decision.At — now, or up to
+	// ReserveOptions.Horizon later (the caller sends then).
+	StatusAdmitted Status = 1
+	// StatusDuplicate: the member was already admitted; nothing counted twice.
+	StatusDuplicate Status = 2
+	// StatusDone: MarkDone was recorded for the id; nothing changed.
+	StatusDone Status = 3
+	// StatusBooked: the id holds the slot at Decision.At; asking again from
+	// about then admits it.
+	StatusBooked Status = 4
+	// StatusUnknown: an earlier attempt was admitted and neither marked done
+	// nor released, and the policy is AtMostOnce: nothing changed.
+	StatusUnknown Status = 5
+	// StatusExpired: the earliest slot is after ReserveOptions.Deadline;
+	// nothing is held (a booking the id had is released).
+	StatusExpired Status = 6
+	// StatusDropped: a rule with Drop set was full; nothing was added.
+	StatusDropped Status = 7
+)
+
+var statusNames = [...]string{"denied", "admitted", "duplicate", "done", "booked", "unknown", "expired", "dropped"}
+
+// String names the status, e.g. "booked".
+func (s Status) String() string {
+	if s >= 0 && int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", int(s))
+}
+
+// Decision is the limiter's answer to a check.
+type Decision struct {
+	// Status is what was decided; the booleans below restate it.
+	Status Status
+	// Allowed reports that the send may go: at At, which is Now unless
+	// ReserveOptions.Horizon allowed a later instant (see Wait). True also
+	// for a Duplicate.
+	Allowed bool
+	// Duplicate reports that the member was already admitted: nothing was
+	// added, nothing counted twice.
+	Duplicate bool
+	// Done reports that MarkDone was recorded for the id: its work is
+	// finished, Allowed is false and nothing was counted.
+	Done bool
+	// Booked reports that the id holds the slot at At.
+	Booked bool
+	// At is the slot: when the send is admitted (Allowed), booked (Booked),
+	// or would fit (denied, expired). Redis time.
+	At time.Time
+	// Wait is At − Now: 0 for a send admitted now.
+	Wait time.Duration
+	// RetryAfter is -1 unless the check was denied or booked; then it is the
+	// exact wait until the slot (for a plain denial: until the entry that has
+	// to leave the window has left it).
+	RetryAfter time.Duration
+	// RetryAt is zero unless RetryAfter is set; then it is the host clock's
+	// now (Options.Clock) plus RetryAfter — the moment to ask again, in the
+	// clock of the process that asked.
+	RetryAt time.Time
+	// DeniedBy is the index, in the limits given, of the rule that set the
+	// slot when it is later than now (denied, booked, admitted for later,
+	// expired, dropped); otherwise -1.
+	DeniedBy int
+	// Remaining is the fewest further sends any rule takes around the slot,
+	// booked slots counted as used.
+	Remaining int
+	// Attempt numbers the id's admissions (Reserve): 1, or k+1 when an
+	// earlier attempt k had an unknown outcome and was given a fresh slot.
+	Attempt int
+	// Now is the time the decision was taken at (Redis TIME unless Options.Now).
+	Now time.Time
+}
+
+// RerunPolicy says how Reserve treats an id whose earlier attempt was
+// admitted but neither marked done nor released: the send may or may not
+// have happened.
+type RerunPolicy string
+
+// The re-run policies.
+const (
+	// AtLeastOnce gives the re-run a fresh slot in every window: if it sends
+	// again, the second message counts like any other, so quotas hold over
+	// every receipt, duplicates included.
+	AtLeastOnce RerunPolicy = "f"
+	// AtMostOnce answers StatusUnknown: the caller drops the send.
+	AtMostOnce RerunPolicy = "o"
+	// Idempotent answers StatusDuplicate: the re-run rides the earlier
+	// admission (the lesson's idempotent member).
+	Idempotent RerunPolicy = "d"
+)
+
+// Interval is a span of time [Start, End).
+type Interval struct{ Start, End time.Time }
+
+// ReserveOptions shape what Reserve may hand out.
+type ReserveOptions struct {
+	// Policy for an id admitted before and not finished; default AtLeastOnce.
+	Policy RerunPolicy
+	// Slack widens every window by this much: entries are kept Window+Slack
+	// apart, so a send that reaches its provider up to Slack after its slot
+	// still keeps every window of arrival times within its limit. Default 0.
+	Slack time.Duration
+	// Horizon: a slot at most this far ahead is admitted for that instant
+	// (the caller waits and sends then) instead of being booked or denied.
+	// Default 0: only now.
+	Horizon time.Duration
+	// Book: a slot past Horizon is booked (StatusBooked) rather than denied.
+	Book bool
+	// NotBefore is the earliest slot (e.g. the end of quiet hours). Zero: now.
+	NotBefore time.Time
+	// Deadline is the latest slot: later, the answer is StatusExpired. Zero: none.
+	Deadline time.Time
+	// Closed are spans in which no slot may lie (quiet hours), sorted. At most 64.
+	Closed []Interval
+	// StateTTL is how long the id's admission record lives. Default (and
+	// minimum) the longest window plus Slack, so an unfinished attempt is
+	// known while its entry counts.
+	StateTTL time.Duration
+}
+
+func (d *Decision) fill(reply []int64, limits int, clock func() time.Time) error {
+	st := Status(reply[0])
+	rule, wait := int(reply[1]), reply[2]
+	if rule < 0 || rule > limits || st < StatusDenied || st > StatusDropped {
+		return fmt.Errorf("unexpected reply %v", reply)
+	}
+	d.Status = st
+	d.Remaining = int(reply[3])
+	d.Attempt = int(reply[4])
+	d.At = time.UnixMilli(reply[5])
+	d.DeniedBy = rule - 1
+	d.RetryAfter = -1
+	switch st {
+	case StatusAdmitted:
+		d.Allowed = true
+		d.Wait = time.Duration(wait) * time.Millisecond
+	case StatusDuplicate:
+		d.Allowed, d.Duplicate = true, true
+		d.DeniedBy = -1
+	case StatusDone:
+		d.Done = true
+		d.DeniedBy = -1
+	case StatusDenied, StatusBooked:
+		if wait < 1 {
+			return fmt.Errorf("unexpected reply %v", reply)
+		}
+		d.Booked = st == StatusBooked
+		d.Wait = time.Duration(wait) * time.Millisecond
+		d.RetryAfter = d.Wait
+		d.RetryAt = clock().Add(d.RetryAfter)
+	case StatusExpired:
+		d.Wait = time.Duration(wait) * time.Millisecond
+	case StatusUnknown:
+		d.DeniedBy = -1
+	}
+	if d.Wait == 0 && d.DeniedBy >= 0 && st == StatusAdmitted {
+		d.DeniedBy = -1
+	}
+	return nil
+}
