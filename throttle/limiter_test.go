@@ -460,4 +460,3 @@ func TestRedisDownIsAnError(t *testing.T) {
 		t.Fatalf("Redis down: decision %+v, err %v; want an error and no admission", d, err)
 	}
 }
-
