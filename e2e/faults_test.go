@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,27 +21,71 @@ import (
 
 // Three worker processes drain 500 SMS under tight quotas while one of them
 // is killed with SIGKILL four times mid-send and restarted. Nothing is lost,
-// no recipient's window is exceeded, and duplicates are counted.
+// and no recipient's window holds more receipts than the limit — every
+// receipt counted, repeats included: a send whose outcome the killed worker
+// never recorded is sent again (at-least-once) in a fresh slot. The delay
+// until a killed worker's tasks are delivered (Asynq's lease recovery) is
+// measured.
 func TestWorkerKilledMidFlight(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:recipient=2/3s,sms:tenant=100000/1h")
 	e.sms.SetLatency(30 * time.Millisecond) // sends are in flight when the kill lands
 	workers := []*proc{e.worker("w0", nil), e.worker("w1", nil), e.worker("w2", nil)}
 	ids := e.enqueueSMS(500, recipients(50), []string{"acme"})
+	type orphan struct {
+		id     string
+		killed time.Time
+	}
+	var orphans []orphan
 	for k := 0; k < 4; k++ {
 		e.sms.WaitCount(t, 60*(k+1), time.Minute)
+		// Kill while tasks are in flight (Asynq offers no signal for that: poll).
+		var active []string
+		for len(active) < 6 {
+			active = e.activeTasks()
+			time.Sleep(20 * time.Millisecond)
+		}
 		i := k % len(workers)
 		workers[i].kill()
+		killed := time.Now()
 		workers[i] = e.worker(fmt.Sprintf("w%d-restart%d", i, k), nil)
+		// A live worker finishes a task within its inline wait (2 s) and a
+		// send; what is still active 5 s after the kill was the killed one's.
+		time.Sleep(5 * time.Second)
+		still := map[string]bool{}
+		for _, id := range e.activeTasks() {
+			still[id] = true
+		}
+		for _, id := range active {
+			if still[id] {
+				orphans = append(orphans, orphan{id, killed})
+			}
+		}
 	}
-	// Tasks of a killed worker come back when Asynq's lease (30 s) and its
-	// recoverer (every minute) say so.
+	// Tasks of a killed worker come back when Asynq's lease (30 s) has been
+	// expired for 30 s and its recoverer (every minute) runs.
 	ds := e.waitAllDelivered(ids, 4*time.Minute)
-	r := audit(ds, 2, 3*time.Second, 100*time.Millisecond)
-	t.Logf("killed 4 times: %d notifications, %d delivered, %d lost, %d duplicate sends, %d window violations",
-		len(ids), r.delivered, len(ids)-r.delivered, r.duplicates, r.violations)
+	r := audit(ds, 2, 3*time.Second, byRecipient)
+	first := map[string]time.Time{}
+	for _, d := range ds {
+		if _, ok := first[d.ID]; !ok {
+			first[d.ID] = d.At
+		}
+	}
+	var delays []time.Duration
+	for _, o := range orphans {
+		if at, ok := first[o.id]; ok && at.After(o.killed) {
+			delays = append(delays, at.Sub(o.killed))
+		}
+	}
+	slices.Sort(delays)
+	t.Logf("killed 4 times: %d notifications, %d receipts, %d lost, %d repeats, %d window violations; %d tasks in flight on killed workers, delivered after p50 %v max %v",
+		len(ids), r.receipts, len(ids)-r.delivered, r.duplicates, r.violations, len(delays), pct(delays, 50), pct(delays, 100))
 	if r.violations != 0 {
-		t.Fatalf("window exceeded: %s", r.worst)
+		t.Fatalf("window exceeded, counting every receipt: %s", r.worst)
+	}
+	if len(orphans) == 0 {
+		t.Fatal("no task was in flight on a killed worker: the kills tested nothing")
 	}
 	if qi, _ := e.insp.GetQueueInfo(tasks.DefaultQueue); qi.Archived != 0 {
 		t.Fatalf("%d tasks archived", qi.Archived)
@@ -63,22 +107,37 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	}
 }
 
-// Redis is killed and restarted (AOF, fsync always) mid-run: queued tasks
-// and quota windows survive, workers reconnect by themselves, and there is
-// no burst after the restart.
-func TestRedisRestart(t *testing.T) {
+// pct is the p-th percentile of sorted durations (0 when empty).
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, len(d)*p/100)].Round(100 * time.Millisecond)
+}
+
+// Redis crashes (SIGKILL) mid-run and comes back from its AOF (fsync
+// always) 2 s later. Sends that reached the provider while Redis was down
+// get their done record once it is back, so nothing is sent twice; nothing
+// is lost, and no window holds more receipts than the limit.
+func TestRedisCrash(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:recipient=3/2s,sms:tenant=100000/1h", "--appendonly", "yes", "--appendfsync", "always")
+	e.sms.SetLatency(40 * time.Millisecond)
 	e.worker("w0", nil)
 	e.worker("w1", nil)
-	ids := e.enqueueSMS(60, recipients(2), []string{"acme"})
+	ids := e.enqueueSMS(60, recipients(4), []string{"acme"})
 	e.sms.WaitCount(t, 12, time.Minute)
+	e.redis.Stop()
+	time.Sleep(2 * time.Second) // the outage under test: Redis stays dead this long
 	e.redis.Restart(t)
-	ds := e.waitAllDelivered(ids, 3*time.Minute)
-	r := audit(ds, 3, 2*time.Second, 100*time.Millisecond)
-	t.Logf("redis restarted: %d delivered, %d lost, %d duplicates, %d violations", r.delivered, len(ids)-r.delivered, r.duplicates, r.violations)
+	ds := e.waitAllDelivered(ids, 2*time.Minute)
+	r := audit(ds, 3, 2*time.Second, byRecipient)
+	t.Logf("redis crashed for 2 s: %d receipts, %d lost, %d repeats, %d violations", r.receipts, len(ids)-r.delivered, r.duplicates, r.violations)
 	if r.violations != 0 {
-		t.Fatalf("window exceeded across the restart: %s", r.worst)
+		t.Fatalf("window exceeded across the crash: %s", r.worst)
+	}
+	if r.duplicates != 0 {
+		t.Fatalf("%d notifications were received twice", r.duplicates)
 	}
 }
 
@@ -113,41 +172,50 @@ func waitStatus(t *testing.T, addr string, want int, timeout time.Duration) {
 	}
 }
 
-// While Redis is unreachable nothing is sent, /readyz says why, and no task
-// is lost or archived; work resumes when Redis returns.
-func TestRedisUnreachable(t *testing.T) {
+// A 2-second Redis crash while sends are in flight: nothing is sent while
+// Redis is away, /readyz says why, and work resumes within seconds of its
+// return — tasks caught mid-check or mid-record wait in the worker and
+// retry every SLUICE_UNAVAILABLE_RETRY instead of waiting for Asynq's lease
+// recovery. Nothing is lost or sent twice.
+func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "sms:recipient=2/1s,sms:tenant=100000/1h", "--appendonly", "yes", "--appendfsync", "always")
+	e := newEnv(t, "sms:recipient=5/1m,sms:tenant=100000/1h", "--appendonly", "yes", "--appendfsync", "always")
+	e.sms.SetLatency(100 * time.Millisecond)
 	addr := freeAddr(t)
 	w := e.worker("w0", map[string]string{"SLUICE_HTTP_ADDR": addr})
+	e.worker("w1", nil)
 	waitStatus(t, addr, 200, 10*time.Second)
-	ids := e.enqueueSMS(40, recipients(2), []string{"acme"})
-	e.sms.WaitCount(t, 8, time.Minute)
+	ids := e.enqueueSMS(120, recipients(120), []string{"acme"})
+	e.sms.WaitCount(t, 20, time.Minute)
 	e.redis.Stop()
 	down := time.Now()
 	waitStatus(t, addr, 503, 10*time.Second)
-	time.Sleep(3 * time.Second) // the outage: Redis stays down this long
-	// A send already past the limiter when Redis went away may still land
-	// within the provider's latency; nothing may arrive later than that.
+	time.Sleep(time.Until(down.Add(2 * time.Second))) // the outage under test
+	e.redis.Restart(t)
+	back := time.Now()
+	// A send already past the limiter when Redis went away lands within the
+	// provider's latency; nothing may arrive later while Redis is down.
 	for _, d := range e.sms.Deliveries() {
-		if d.At.After(down.Add(200 * time.Millisecond)) {
+		if d.At.After(down.Add(500*time.Millisecond)) && d.At.Before(back) {
 			t.Fatalf("a send arrived %v into the Redis outage", d.At.Sub(down))
 		}
 	}
-	e.redis.Restart(t)
-	waitStatus(t, addr, 200, 20*time.Second)
 	ds := e.waitAllDelivered(ids, 2*time.Minute)
+	last := ds[len(ds)-1].At
+	r := audit(ds, 5, time.Minute, byRecipient)
+	t.Logf("2 s Redis crash: all %d delivered %v after Redis returned; %d receipts, %d repeats", len(ids), last.Sub(back).Round(100*time.Millisecond), r.receipts, r.duplicates)
+	if r.duplicates != 0 || r.violations != 0 {
+		t.Fatalf("%d repeats, %d violations (%s)", r.duplicates, r.violations, r.worst)
+	}
+	if since := last.Sub(back); since > 8*time.Second {
+		t.Fatalf("the last notification arrived %v after Redis returned; want a few seconds", since)
+	}
 	if qi, err := e.insp.GetQueueInfo(tasks.DefaultQueue); err != nil || qi.Archived != 0 {
 		t.Fatalf("archived after the outage: %+v %v", qi, err)
 	}
-	r := audit(ds, 2, time.Second, 100*time.Millisecond)
-	if r.violations != 0 {
-		t.Fatalf("window exceeded: %s", r.worst)
-	}
-	if log := w.logText(); !strings.Contains(log, "connection refused") && !strings.Contains(log, "quota check failed") {
+	if log := w.logText(); !strings.Contains(log, "redis unreachable") {
 		t.Fatalf("the worker's log does not say Redis was unreachable:\n%s", log)
 	}
-	t.Logf("3 s Redis outage: %d delivered, %d lost, %d duplicates", r.delivered, len(ids)-r.delivered, r.duplicates)
 }
 
 // The SMS provider refuses everything (503) for a while: tasks retry with
@@ -163,7 +231,7 @@ func TestProviderOutage(t *testing.T) {
 	e.sms.WaitFor(t, time.Minute, "refused attempts", func([]fakes.Delivery) bool { return e.sms.Attempts() >= 60 })
 	e.sms.SetReply(nil)
 	ds := e.waitAllDelivered(ids, 2*time.Minute)
-	r := audit(ds, 100, time.Hour, 0)
+	r := audit(ds, 100, time.Hour, byRecipient)
 	if r.duplicates != 0 {
 		t.Fatalf("%d duplicates", r.duplicates)
 	}
@@ -190,7 +258,7 @@ func TestGracefulShutdown(t *testing.T) {
 	w.term(t, 15*time.Second)
 	e.worker("w1", nil)
 	ds := e.waitAllDelivered(ids, time.Minute)
-	r := audit(ds, 1000, time.Hour, 0)
+	r := audit(ds, 1000, time.Hour, byRecipient)
 	if r.duplicates != 0 {
 		t.Fatalf("%d duplicates after SIGTERM", r.duplicates)
 	}
@@ -212,7 +280,7 @@ func TestRedisAuth(t *testing.T) {
 	e.vars["SLUICE_REDIS_URL"] = "redis://:" + pass + "@" + e.redis.Addr
 	w := e.worker("w0", nil)
 	n := tasks.NewSMS("acme", "+14155550100", "auth")
-	if _, err := tasks.Enqueue(context.Background(), e.client, n); err != nil {
+	if _, err := tasks.Enqueue(context.Background(), e.client, e.keys, n); err != nil {
 		t.Fatal(err)
 	}
 	e.sms.WaitCount(t, 1, 30*time.Second)

@@ -13,8 +13,8 @@
 --   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
 --            member's state key when a state policy is given (see below).
 --   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", deadline_ms or "",
---            state_ttl_ms, n, then per rule: limit, window_ms, drop (1/0), then m, then m closed
---            intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
+--            state_ttl_ms, nonce, n, then per rule: limit, window_ms, drop (1/0), then m, then m
+--            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
 --   A rule holds when no span of window+slack ms holds more than limit entries (window+slack:
 --   every entry may land up to slack ms after its score; with slack 0 this is the lesson's
 --   window, and an entry scored exactly now-window is still inside). The slot is the earliest
@@ -26,7 +26,9 @@
 --            "<member>#<k>". A booked member takes its booking back and is placed again. An
 --            admitted one that asks again has an unknown outcome: "d" answers duplicate, "f"
 --            (at-least-once) gives it attempt k+1 with a fresh slot (the old entry keeps
---            counting), "o" (at-most-once) answers unknown and changes nothing.
+--            counting), "o" (at-most-once) answers unknown and changes nothing. A call whose
+--            nonce (unique per caller's run) is recorded in the state is that run asking again
+--            (its reply was lost): it gets its own admission back, at its slot.
 --   Returns {status, rule, wait_ms, remaining, attempt, slot_ms}:
 --     status 1 admitted at slot (wait 0: now; else the caller sends at slot, within slack)
 --            0 denied (book = 0): nothing added; slot is when it would fit
@@ -108,15 +110,16 @@ local function reserve(k0, a0)
   local deadline = nil
   if ARGV[a0 + 6] ~= '' then deadline = tonumber(ARGV[a0 + 6]) end
   local sttl = tonumber(ARGV[a0 + 7])
-  local n = tonumber(ARGV[a0 + 8])
+  local nonce = ARGV[a0 + 8]
+  local n = tonumber(ARGV[a0 + 9])
   local keys, limits, wps, drops = {}, {}, {}, {}
   for i = 1, n do
     keys[i] = KEYS[k0 + i - 1]
-    limits[i] = tonumber(ARGV[a0 + 6 + 3 * i])
-    wps[i] = tonumber(ARGV[a0 + 7 + 3 * i]) + slack
-    drops[i] = ARGV[a0 + 8 + 3 * i] == '1'
+    limits[i] = tonumber(ARGV[a0 + 7 + 3 * i])
+    wps[i] = tonumber(ARGV[a0 + 8 + 3 * i]) + slack
+    drops[i] = ARGV[a0 + 9 + 3 * i] == '1'
   end
-  local q = a0 + 9 + 3 * n
+  local q = a0 + 10 + 3 * n
   local closed = {}
   for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
 
@@ -130,10 +133,13 @@ local function reserve(k0, a0)
   if skey then
     local st = redis.call('GET', skey)
     if st then
-      local kind, k, t = string.match(st, '^(%a)(%d+):(%-?%d+)$')
+      local kind, k, t, who = string.match(st, '^(%a)(%d+):(%-?%d+):?(.*)$')
       if not kind then error('state key holds ' .. st) end
       k, t = tonumber(k), tonumber(t)
       if kind == 'd' then return {3, 0, -1, 0, k, t} end
+      if kind == 'a' and nonce ~= '' and who == nonce then
+        return {1, 0, math.max(t - now, 0), 0, k, t}
+      end
       if kind == 'a' then
         if policy == 'o' then return {5, 0, -1, 0, k, t} end
         if policy == 'd' then return {2, 0, -1, 0, k, t} end
@@ -212,10 +218,10 @@ local function reserve(k0, a0)
     end
   end
   if admit then
-    if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c), 'PX', sttl + wait) end
+    if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     return {1, rule, wait, remaining, attempt, c}
   end
-  if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c), 'PX', sttl + wait) end
+  if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
   return {4, rule, wait, 0, attempt, c}
 end
 

@@ -17,18 +17,18 @@ func TestEnqueueRejectsDuplicateID(t *testing.T) {
 	c := asynq.NewClientFromRedisClient(rdb)
 	ctx := context.Background()
 	n := tasks.NewSMS("acme", "+14155550100", "hi")
-	info, err := tasks.Enqueue(ctx, c, n)
+	info, err := tasks.Enqueue(ctx, c, nil, n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.ID != n.ID || info.Queue != tasks.DefaultQueue || info.MaxRetry != tasks.DefaultMaxRetry+1 {
 		t.Fatalf("info = %+v", info)
 	}
-	if _, err := tasks.Enqueue(ctx, c, n); !errors.Is(err, tasks.ErrDuplicate) {
+	if _, err := tasks.Enqueue(ctx, c, nil, n); !errors.Is(err, tasks.ErrDuplicate) {
 		t.Fatalf("second enqueue: %v, want ErrDuplicate", err)
 	}
 	bad := tasks.NewSMS("acme", "not-a-number", "hi")
-	if _, err := tasks.Enqueue(ctx, c, bad); !errors.Is(err, tasks.ErrInvalid) {
+	if _, err := tasks.Enqueue(ctx, c, nil, bad); !errors.Is(err, tasks.ErrInvalid) {
 		t.Fatalf("invalid enqueue: %v", err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -71,6 +72,30 @@ type Notification struct {
 	TemplateID string `json:"template_id,omitempty"`
 	// Metadata is free-form, kept with the task for tracing. Optional.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Category is what kind of message this is — "otp", "transactional",
+	// "marketing", …: 1–32 of [a-z0-9_-]. Rules and quiet hours can target a
+	// category; empty means DefaultCategory.
+	Category string `json:"category,omitempty"`
+	// ExpiresAt is the send-by time: the notification is never sent after
+	// it (it is archived as expired). Zero: no expiry.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// TZ is the recipient's IANA time zone (e.g. "America/New_York"), for
+	// quiet hours; empty: guessed from the number, else the default zone.
+	TZ string `json:"tz,omitempty"`
+	// EnqueuedAt is when the notification was first enqueued (set by
+	// NewTask); the maximum deferral counts from it.
+	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+}
+
+// DefaultCategory is the category of a notification that names none.
+const DefaultCategory = "default"
+
+// CategoryOrDefault returns the notification's category, DefaultCategory when empty.
+func (n Notification) CategoryOrDefault() string {
+	if n.Category == "" {
+		return DefaultCategory
+	}
+	return n.Category
 }
 
 // NewEmail returns an email notification with a new UUIDv7 id.
@@ -198,12 +223,42 @@ func (n Notification) Validate() error {
 	if err := checkHeader("template_id", n.TemplateID, 128); err != nil {
 		return err
 	}
+	if n.Category != "" {
+		if err := CheckCategory(n.Category); err != nil {
+			return err
+		}
+	}
+	if n.TZ != "" {
+		if len(n.TZ) > 64 || strings.ContainsAny(n.TZ, "\r\n") {
+			return invalid("tz", "is not an IANA time zone name")
+		}
+		if _, err := time.LoadLocation(n.TZ); err != nil || n.TZ == "Local" {
+			return invalid("tz", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/New_York)", n.TZ))
+		}
+	}
+	if !n.ExpiresAt.IsZero() && !n.EnqueuedAt.IsZero() && !n.ExpiresAt.After(n.EnqueuedAt) {
+		return invalid("expires_at", "is not after enqueued_at")
+	}
 	if len(n.Metadata) > MaxMetadata {
 		return invalid("metadata", fmt.Sprintf("has %d entries, over %d", len(n.Metadata), MaxMetadata))
 	}
 	for k, v := range n.Metadata {
 		if k == "" || len(k) > MaxMetaKeyLen || len(v) > MaxMetaValueLen || !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return invalid("metadata", fmt.Sprintf("key %q: keys 1–%d bytes, values up to %d bytes, UTF-8", k, MaxMetaKeyLen, MaxMetaValueLen))
+		}
+	}
+	return nil
+}
+
+// CheckCategory reports whether c is a valid category: 1–32 of [a-z0-9_-].
+func CheckCategory(c string) error {
+	if c == "" || len(c) > 32 {
+		return invalid("category", "must be 1–32 characters")
+	}
+	for i := 0; i < len(c); i++ {
+		ch := c[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+			return invalid("category", fmt.Sprintf("%q: only a-z 0-9 _ - are allowed", c))
 		}
 	}
 	return nil

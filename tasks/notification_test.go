@@ -84,7 +84,7 @@ func TestNormalize(t *testing.T) {
 func TestNewTaskKeepsRetryBudget(t *testing.T) {
 	t.Parallel()
 	for _, want := range []int{0, 1, 8} {
-		task, err := tasks.NewTask(tasks.NewSMS("acme", "+14155550100", "x"), asynq.MaxRetry(want))
+		task, err := tasks.NewTask(tasks.NewSMS("acme", "+14155550100", "x"), nil, asynq.MaxRetry(want))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,11 +92,11 @@ func TestNewTaskKeepsRetryBudget(t *testing.T) {
 			t.Fatalf("budget header %d, want %d", got, want)
 		}
 	}
-	task, _ := tasks.NewTask(tasks.NewSMS("acme", "+14155550100", "x"))
+	task, _ := tasks.NewTask(tasks.NewSMS("acme", "+14155550100", "x"), nil)
 	if got := tasks.RetryBudget(task, -1); got != tasks.DefaultMaxRetry {
 		t.Fatalf("default budget %d", got)
 	}
-	if _, err := tasks.NewTask(tasks.NewSMS("acme", "bad", "x")); !errors.Is(err, tasks.ErrInvalid) {
+	if _, err := tasks.NewTask(tasks.NewSMS("acme", "bad", "x"), nil); !errors.Is(err, tasks.ErrInvalid) {
 		t.Fatalf("NewTask of an invalid notification: %v", err)
 	}
 }
@@ -105,7 +105,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 	t.Parallel()
 	n := tasks.NewEmail("acme", "Ann <ANN@example.com>", "Hi", "Body")
 	n.Metadata = map[string]string{"order": "42"}
-	task, err := tasks.NewTask(n)
+	task, err := tasks.NewTask(n, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,29 +12,40 @@ import (
 
 // Defaults of NewTask and Enqueue; each can be overridden with an asynq.Option.
 const (
-	DefaultQueue      = "notifications"
-	DefaultMaxRetry   = 8
-	DefaultTimeout    = 30 * time.Second
-	DefaultRetention  = 24 * time.Hour
+	DefaultQueue    = "notifications"
+	DefaultMaxRetry = 8
+	DefaultTimeout  = 30 * time.Second
+	// DefaultRetention is how long Asynq keeps a completed task: not at all.
+	// The worker keeps a small record per sent notification instead (no
+	// payload, no PII), which is what stops a re-send.
+	DefaultRetention  = 0
 	HeaderRetryBudget = "sluice-retry-budget"
 )
 
-// ErrDuplicate reports a notification id that is already enqueued, or was
-// completed within the retention period.
+// ErrDuplicate reports a notification id that is already enqueued (waiting,
+// scheduled, retrying or archived).
 var ErrDuplicate = errors.New("duplicate notification id")
 
 // NewTask validates n and returns its Asynq task, with the task id set to
-// the notification id (so a second enqueue of the same id is refused).
+// the notification id (so a second enqueue of the same id is refused while
+// the first waits). With keys the payload is sealed (see Keyring); with nil
+// keys it is plain JSON, which workers accept only when configured to.
 //
 // Retry budget: Sluice reschedules throttled tasks without spending their
 // retries, and Asynq archives any task whose retries are used up even when
 // the error is not a failure. So NewTask stores the real budget (MaxRetry,
 // DefaultMaxRetry unless given) in the task header HeaderRetryBudget and
 // gives Asynq one more; the worker archives on real failures by that header.
-func NewTask(n Notification, opts ...asynq.Option) (*asynq.Task, error) {
+func NewTask(n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, error) {
 	n = n.Normalized()
 	if n.ID == "" {
 		n.ID = NewID()
+	}
+	if n.EnqueuedAt.IsZero() {
+		n.EnqueuedAt = time.Now().UTC().Truncate(time.Millisecond)
+	}
+	if !n.ExpiresAt.IsZero() && !n.ExpiresAt.After(time.Now()) {
+		return nil, invalid("expires_at", "is already past")
 	}
 	typ, err := n.Channel.TaskType()
 	if err != nil {
@@ -43,6 +54,9 @@ func NewTask(n Notification, opts ...asynq.Option) (*asynq.Task, error) {
 	payload, err := n.Encode()
 	if err != nil {
 		return nil, err
+	}
+	if keys != nil {
+		payload = keys.Seal(n.ID, typ, payload)
 	}
 	budget := DefaultMaxRetry
 	all := []asynq.Option{asynq.Queue(DefaultQueue), asynq.Timeout(DefaultTimeout), asynq.Retention(DefaultRetention)}
@@ -61,6 +75,38 @@ func NewTask(n Notification, opts ...asynq.Option) (*asynq.Task, error) {
 	return asynq.NewTaskWithHeaders(typ, payload, headers, all...), nil
 }
 
+// Open returns the notification of a task's payload: sealed payloads are
+// opened with keys (bound to the task's id and type); plain JSON is accepted
+// only when allowPlain. Every error wraps ErrInvalid, ErrSealed or
+// ErrNotSealed and says why.
+func Open(keys *Keyring, taskID, taskType string, payload []byte, allowPlain bool) (Notification, error) {
+	if IsSealed(payload) {
+		if keys == nil {
+			return Notification{}, fmt.Errorf("%w: no SLUICE_PAYLOAD_KEYS to open it with", ErrSealed)
+		}
+		plain, err := keys.Open(taskID, taskType, payload)
+		if err != nil {
+			return Notification{}, err
+		}
+		payload = plain
+	} else if !allowPlain {
+		return Notification{}, fmt.Errorf("%w: plaintext payloads are refused (seal them with SLUICE_PAYLOAD_KEYS, or set SLUICE_PAYLOAD_PLAINTEXT=accept)", ErrNotSealed)
+	}
+	return Decode(payload)
+}
+
+// Reseal seals a task's payload again for another task id (a rescheduled copy).
+func Reseal(keys *Keyring, n Notification, taskID, taskType string) ([]byte, error) {
+	payload, err := n.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if keys == nil {
+		return payload, nil
+	}
+	return keys.Seal(taskID, taskType, payload), nil
+}
+
 // RetryBudget returns the real retry budget of a task: the header set by
 // NewTask, or, for a task built elsewhere, maxRetry as Asynq knows it.
 func RetryBudget(t *asynq.Task, maxRetry int) int {
@@ -72,14 +118,15 @@ func RetryBudget(t *asynq.Task, maxRetry int) int {
 	return maxRetry
 }
 
-// Enqueue validates and enqueues n. It returns the notification's id with
-// Asynq's task info; an id already enqueued (or completed within
-// DefaultRetention) gives ErrDuplicate.
-func Enqueue(ctx context.Context, c *asynq.Client, n Notification, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+// Enqueue validates, seals (with non-nil keys) and enqueues n. It returns
+// Asynq's task info; an id still enqueued gives ErrDuplicate. An id already
+// sent is accepted here and skipped by the worker (it remembers sent ids for
+// SLUICE_DEDUPE_TTL).
+func Enqueue(ctx context.Context, c *asynq.Client, keys *Keyring, n Notification, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	if n.ID == "" {
 		n.ID = NewID()
 	}
-	t, err := NewTask(n, opts...)
+	t, err := NewTask(n, keys, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -130,6 +130,11 @@ type ReserveOptions struct {
 	// minimum) the longest window plus Slack, so an unfinished attempt is
 	// known while its entry counts.
 	StateTTL time.Duration
+	// Nonce identifies the caller's run of this id (up to 32 bytes of
+	// [A-Za-z0-9_-]): asking again with the nonce of an admission — a retry
+	// after a lost reply — returns that admission instead of treating it as
+	// an unknown outcome. Empty: every call is a new one.
+	Nonce string
 }
 
 func (d *Decision) fill(reply []int64, limits int, clock func() time.Time) error {

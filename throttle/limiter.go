@@ -187,8 +187,11 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	}
 	sttl := max(opts.StateTTL, longest+opts.Slack)
 	args := make([]any, 0, 10+3*len(limits)+2*len(opts.Closed))
+	if len(opts.Nonce) > 32 || strings.ContainsAny(opts.Nonce, ":# ") {
+		return Decision{}, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
+	}
 	args = append(args, l.stored(id), string(policy), opts.Slack.Milliseconds(), opts.Horizon.Milliseconds(),
-		boolArg(opts.Book), timeArg(opts.NotBefore), timeArg(opts.Deadline), sttl.Milliseconds(), len(limits))
+		boolArg(opts.Book), timeArg(opts.NotBefore), timeArg(opts.Deadline), sttl.Milliseconds(), opts.Nonce, len(limits))
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds(), boolArg(lim.Drop))
 	}

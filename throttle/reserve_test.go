@@ -235,3 +235,31 @@ func TestReserveBadInput(t *testing.T) {
 		t.Fatalf("bad input wrote keys: %v", keys)
 	}
 }
+
+// A call retried after its reply was lost (same nonce) gets its own
+// admission back; another run of the id (another nonce) is an unknown outcome.
+func TestReserveNonceMakesRetriesIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	lim := recipient(throttle.Rule{Limit: 1, Window: time.Minute})
+	o := reserveOpts()
+	o.Nonce = "run-1"
+	d1, _ := b.lim.Reserve(ctx, b.group, "x", o, lim)
+	b.clock.Add(10 * time.Millisecond)
+	d2, err := b.lim.Reserve(ctx, b.group, "x", o, lim)
+	if err != nil || d1.Status != throttle.StatusAdmitted || d2.Status != throttle.StatusAdmitted || d2.Attempt != 1 || !d2.At.Equal(d1.At) {
+		t.Fatalf("retry with the same nonce: %+v then %+v %v", d1, d2, err)
+	}
+	if n := b.client.ZCard(ctx, b.key(t, lim)).Val(); n != 1 {
+		t.Fatalf("the retry counted again: %d entries", n)
+	}
+	o.Nonce = "run-2"
+	o.Policy = throttle.AtMostOnce
+	if d, _ := b.lim.Reserve(ctx, b.group, "x", o, lim); d.Status != throttle.StatusUnknown {
+		t.Fatalf("another run: %+v", d)
+	}
+	o.Nonce = "a:b"
+	if _, err := b.lim.Reserve(ctx, b.group, "y", o, lim); !errors.Is(err, throttle.ErrInvalidKey) {
+		t.Fatalf("bad nonce: %v", err)
+	}
+}

@@ -3,12 +3,19 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"net/mail"
 	"net/url"
+	"os"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/tasks"
 )
 
 // EnvPrefix starts every environment variable Sluice reads.
@@ -27,6 +34,8 @@ type Config struct {
 	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
 	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"Send quotas: comma-separated [TENANT/]CHANNEL:SCOPE=LIMIT/WINDOW; SCOPE is recipient or tenant; a TENANT/ rule replaces the default of the same channel, scope and window for that tenant."`
 	SubjectSecret     string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
+	PayloadKeys       string        `env:"PAYLOAD_KEYS" desc:"Required. Keys that seal notification payloads at rest (AES-256-GCM): ID:BASE64KEY[,ID:BASE64KEY...], 32-byte keys (sluice keygen prints one). The first seals, all open: add a new key first to rotate, drop the old one when no task sealed with it is left. Producers (enqueue, the API) need the same keys." secret:"true"`
+	PayloadPlaintext  string        `env:"PAYLOAD_PLAINTEXT" envDefault:"refuse" desc:"refuse: a task whose payload is not sealed is archived unsent; accept: plain JSON payloads are sent too (producers not yet sealing)."`
 	CompactMembers    bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
 	DedupeTTL         time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
 
@@ -99,8 +108,8 @@ func (c Config) Validate() error {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s%s %s", ErrConfig, EnvPrefix, name, fmt.Sprintf(format, args...)))
 	}
-	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		bad("REDIS_URL", "must be a redis:// or rediss:// URL")
+	if err := checkRedisURL(c.RedisURL); err != nil {
+		bad("REDIS_URL", "%v", err)
 	}
 	if c.Queue == "" {
 		bad("QUEUE", "must not be empty")
@@ -113,6 +122,12 @@ func (c Config) Validate() error {
 	}
 	if len(c.SubjectSecret) < 16 {
 		bad("SUBJECT_SECRET", "must be set to at least 16 bytes (e.g. `openssl rand -hex 32`)")
+	}
+	if _, err := tasks.ParseKeyring(c.PayloadKeys); err != nil {
+		bad("PAYLOAD_KEYS", "%v", err)
+	}
+	if c.PayloadPlaintext != "refuse" && c.PayloadPlaintext != "accept" {
+		bad("PAYLOAD_PLAINTEXT", "must be refuse or accept, got %q", c.PayloadPlaintext)
 	}
 	if c.DedupeTTL < time.Minute {
 		bad("DEDUPE_TTL", "must be at least 1m, got %v", c.DedupeTTL)
@@ -131,6 +146,9 @@ func (c Config) Validate() error {
 		default:
 			bad("SMTP_TLS", "must be starttls, opportunistic, tls or none, got %q", c.SMTPTLS)
 		}
+		if _, err := mail.ParseAddress(c.SMTPFrom); err != nil {
+			bad("SMTP_FROM", "must be an email address when SLUICE_EMAIL_SENDER=smtp, got %q", c.SMTPFrom)
+		}
 		if c.SMTPConns < 1 || c.SMTPConns > 100 {
 			bad("SMTP_CONNECTIONS", "must be between 1 and 100, got %d", c.SMTPConns)
 		}
@@ -145,6 +163,12 @@ func (c Config) Validate() error {
 		}
 		if c.SMSAccountSID == "" {
 			bad("SMS_ACCOUNT_SID", "must be set when SLUICE_SMS_SENDER=http")
+		}
+		if c.SMSAuthToken == "" {
+			bad("SMS_AUTH_TOKEN", "must be set when SLUICE_SMS_SENDER=http")
+		}
+		if c.SMSFrom == "" {
+			bad("SMS_FROM", "must be set when SLUICE_SMS_SENDER=http: the From number or sender id of messages that name none")
 		}
 	default:
 		bad("SMS_SENDER", "must be http or log, got %q", c.SMSSender)
@@ -167,6 +191,9 @@ func (c Config) Validate() error {
 	if c.MaxInlineWait < 0 || c.MaxInlineWait > time.Minute {
 		bad("MAX_INLINE_WAIT", "must be between 0 and 1m, got %v", c.MaxInlineWait)
 	}
+	if lead := c.wakeLead() + time.Second; c.MaxInlineWait > 0 && c.MaxInlineWait < lead {
+		bad("MAX_INLINE_WAIT", "must be 0 or at least SLUICE_DELAYED_CHECK_INTERVAL + SLUICE_POLL_INTERVAL + 1.1s (%v): booked tasks wake that early and wait the rest in process, got %v", lead, c.MaxInlineWait)
+	}
 	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
 		bad("MAX_WAITERS", "must be between 0 and 100000, got %d", c.MaxWaiters)
 	}
@@ -185,6 +212,31 @@ func (c Config) Validate() error {
 		bad("LOG_FORMAT", "must be text or json, got %q", c.LogFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// checkRedisURL says what is wrong with a Redis URL: the scheme, the port,
+// the database number — not just that it does not parse.
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("is not a URL (%v); want redis://[user:password@]host:port/db", err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Errorf("has scheme %q; want redis:// or rediss://", u.Scheme)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("has port %q; want a number 1–65535", p)
+		}
+	}
+	if _, err := redis.ParseURL(raw); err != nil {
+		return err
+	}
+	return nil
 }
 
 // ConfigVar describes one environment variable of Config.
@@ -240,4 +292,86 @@ func (c Config) Redacted() []string {
 // rescheduled task: the delayed-task check, a poll, and 100 ms of work.
 func (c Config) wakeLead() time.Duration {
 	return c.DelayedCheckInterval + c.PollInterval + 100*time.Millisecond
+}
+
+// ToolingVars are SLUICE_* variables read by the test and benchmark
+// scripts, not by the binary: they are not reported as unknown.
+var ToolingVars = []string{"SLUICE_FUZZTIME", "SLUICE_UPDATE_README", "SLUICE_HAMMER", "SLUICE_SOAK"}
+
+// UnknownVariables reports every SLUICE_* variable of environ (nil: the
+// process environment) that is not one of known, naming the closest known
+// name: a misspelt SLUICE_RULE must not leave the default rules in force
+// unnoticed.
+func UnknownVariables(environ map[string]string, known []string) error {
+	if environ == nil {
+		environ = map[string]string{}
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			environ[k] = v
+		}
+	}
+	set := map[string]bool{}
+	for _, k := range known {
+		set[k] = true
+	}
+	for _, k := range ToolingVars {
+		set[k] = true
+	}
+	var names []string
+	for k := range environ {
+		if strings.HasPrefix(k, EnvPrefix) && !set[k] {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, k := range names {
+		hint := ""
+		if near := closest(k, known); near != "" {
+			hint = "; did you mean " + near + "?"
+		}
+		errs = append(errs, fmt.Errorf("%w: %s is not a Sluice variable%s", ErrConfig, k, hint))
+	}
+	return errors.Join(errs...)
+}
+
+// KnownVariables are the names Config reads.
+func KnownVariables() []string {
+	var out []string
+	for _, v := range ConfigVars() {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+// closest returns the known name nearest to name by edit distance, if it
+// is near enough to be a slip (at most a third of the name's length).
+func closest(name string, known []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, k := range known {
+		if d := editDistance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

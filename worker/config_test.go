@@ -14,7 +14,7 @@ import (
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	cfg, err := worker.ParseConfig(map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef"})
+	cfg, err := worker.ParseConfig(map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef", "SLUICE_PAYLOAD_KEYS": testKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +39,14 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"SLUICE_REDIS_URL":       {"SLUICE_REDIS_URL": "http://x"},
 		"SLUICE_SMTP_TLS":        {"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_TLS": "maybe"},
 		"SLUICE_LOG_LEVEL":       {"SLUICE_LOG_LEVEL": "loud"},
+		"SLUICE_PAYLOAD_KEYS":    {"SLUICE_PAYLOAD_KEYS": "k1:short"},
 	}
 	for name, env := range cases {
 		if _, ok := env["SLUICE_SUBJECT_SECRET"]; !ok && name != "SLUICE_SUBJECT_SECRET" {
 			env["SLUICE_SUBJECT_SECRET"] = "0123456789abcdef"
+		}
+		if name != "SLUICE_PAYLOAD_KEYS" {
+			env["SLUICE_PAYLOAD_KEYS"] = testKeys
 		}
 		_, err := worker.ParseConfig(env)
 		if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), name) {
@@ -58,6 +62,7 @@ func TestRedactedMasksSecrets(t *testing.T) {
 	t.Parallel()
 	cfg, err := worker.ParseConfig(map[string]string{
 		"SLUICE_SUBJECT_SECRET": "super-secret-hmac-key",
+		"SLUICE_PAYLOAD_KEYS":   testKeys,
 		"SLUICE_REDIS_URL":      "redis://user:hunter2@redis:6379/0",
 		"SLUICE_SMTP_PASSWORD":  "smtp-pass-123",
 		"SLUICE_SMS_AUTH_TOKEN": "sms-token-456",
@@ -66,7 +71,7 @@ func TestRedactedMasksSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := strings.Join(cfg.Redacted(), "\n")
-	for _, secret := range []string{"super-secret-hmac-key", "hunter2", "smtp-pass-123", "sms-token-456"} {
+	for _, secret := range []string{"super-secret-hmac-key", "hunter2", "smtp-pass-123", "sms-token-456", testKeys[5:]} {
 		if strings.Contains(all, secret) {
 			t.Errorf("Redacted leaks %q", secret)
 		}
@@ -144,4 +149,67 @@ func FuzzParsePolicy(f *testing.F) {
 			t.Fatalf("reprint %q: %v", strings.Join(parts, ","), err)
 		}
 	})
+}
+
+// A misspelt or unknown SLUICE_* variable is reported with the closest
+// known name; tooling variables and other prefixes are left alone.
+func TestUnknownVariables(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"SLUICE_RULE": "sms:recipient=1/1m", "SLUICE_CONCURENCY": "4", "SLUICE_WHATEVER_ELSE_ENTIRELY": "x",
+		"SLUICE_RULES": "sms:recipient=1/1m", "SLUICE_FUZZTIME": "5s", "PATH": "/bin", "OTEL_SERVICE_NAME": "x"}
+	err := worker.UnknownVariables(env, worker.KnownVariables())
+	if !errors.Is(err, worker.ErrConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"SLUICE_RULE is not a Sluice variable; did you mean SLUICE_RULES?",
+		"SLUICE_CONCURENCY is not a Sluice variable; did you mean SLUICE_CONCURRENCY?",
+		"SLUICE_WHATEVER_ELSE_ENTIRELY is not a Sluice variable"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("missing %q in:\n%s", want, msg)
+		}
+	}
+	for _, not := range []string{"SLUICE_FUZZTIME", "PATH", "OTEL", "SLUICE_RULES is", "ENTIRELY is not a Sluice variable; did"} {
+		if strings.Contains(msg, not) {
+			t.Errorf("%q reported:\n%s", not, msg)
+		}
+	}
+	if err := worker.UnknownVariables(map[string]string{"SLUICE_RULES": "x"}, worker.KnownVariables()); err != nil {
+		t.Fatalf("known only: %v", err)
+	}
+}
+
+// Settings that need each other fail at start, naming the variables; a bad
+// Redis URL says what is wrong with it.
+func TestConfigCrossChecks(t *testing.T) {
+	t.Parallel()
+	base := func(kv ...string) map[string]string {
+		m := map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef", "SLUICE_PAYLOAD_KEYS": testKeys}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_FROM must be set"},
+		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_FROM", "+15005550006"), "SLUICE_SMS_AUTH_TOKEN must be set"},
+		{base("SLUICE_EMAIL_SENDER", "smtp", "SLUICE_SMTP_FROM", "not an address"), "SLUICE_SMTP_FROM must be an email address"},
+		{base("SLUICE_MAX_INLINE_WAIT", "1s"), "SLUICE_MAX_INLINE_WAIT must be 0 or at least"},
+		{base("SLUICE_REDIS_URL", "redis://localhost:notaport/0"), `SLUICE_REDIS_URL is not a URL (invalid port ":notaport" after host)`},
+		{base("SLUICE_REDIS_URL", "redis://localhost:70000/0"), `SLUICE_REDIS_URL has port "70000"`},
+		{base("SLUICE_REDIS_URL", "http://localhost:6379/0"), `SLUICE_REDIS_URL has scheme "http"`},
+		{base("SLUICE_REDIS_URL", "redis://localhost:6379/x"), `SLUICE_REDIS_URL redis: invalid database number`},
+	}
+	for _, tc := range cases {
+		_, err := worker.ParseConfig(tc.env)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.env, err, tc.want)
+		}
+	}
+	if _, err := worker.ParseConfig(base("SLUICE_MAX_INLINE_WAIT", "0s")); err != nil {
+		t.Errorf("inline waits off: %v", err)
+	}
 }

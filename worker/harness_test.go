@@ -18,6 +18,9 @@ import (
 	"github.com/sluicehq/sluice/worker"
 )
 
+// testKeys seal the payloads the tests enqueue.
+var testKeys = tasks.NewKeySpec("test")
+
 type bundle struct {
 	redis  *redistest.Server
 	rdb    *redis.Client
@@ -38,6 +41,7 @@ func setup(t *testing.T, rules string) *bundle {
 		"SLUICE_REDIS_URL":         srv.URL(),
 		"SLUICE_RULES":             rules,
 		"SLUICE_SUBJECT_SECRET":    "test-secret-0123456789",
+		"SLUICE_PAYLOAD_KEYS":      testKeys,
 		"SLUICE_HTTP_ADDR":         "off",
 		"SLUICE_EMAIL_SENDER":      "smtp",
 		"SLUICE_SMTP_HOST":         b.smtp.Host,
@@ -60,6 +64,14 @@ func setup(t *testing.T, rules string) *bundle {
 	b.client = asynq.NewClientFromRedisClient(rdb)
 	b.insp = asynq.NewInspectorFromRedisClient(rdb)
 	return b
+}
+
+func (b *bundle) keys(t *testing.T) *tasks.Keyring {
+	k, err := tasks.ParseKeyring(b.cfg.PayloadKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 type running struct {
@@ -129,7 +141,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 
 func (b *bundle) enqueue(t *testing.T, n tasks.Notification, opts ...asynq.Option) {
 	t.Helper()
-	if _, err := tasks.Enqueue(context.Background(), b.client, n, opts...); err != nil {
+	if _, err := tasks.Enqueue(context.Background(), b.client, b.keys(t), n, opts...); err != nil {
 		t.Fatalf("enqueue %s: %v", n.ID, err)
 	}
 }

@@ -111,7 +111,8 @@ func TestDeniedIsNotFailure(t *testing.T) {
 	bz := tasks.NewSMS("acme", "+14155550101", "B")
 	b.enqueue(t, a)
 	b.sms.WaitCount(t, 1, 10*time.Second)
-	b.enqueue(t, bz, asynq.MaxRetry(0))
+	// Completed tasks are kept a minute here so their retry count can be read.
+	b.enqueue(t, bz, asynq.MaxRetry(0), asynq.Retention(time.Minute))
 	got := b.sms.WaitCount(t, 2, 15*time.Second)
 	if got[1].ID != bz.ID {
 		t.Fatalf("second delivery %s, want B", got[1].ID)
@@ -128,7 +129,7 @@ func TestDeniedIsNotFailure(t *testing.T) {
 	// the slot, so C's retry is denied; C must arrive with Retried still 1.
 	c := tasks.NewSMS("acme", "+14155550102", "C fail-once")
 	d := tasks.NewSMS("acme", "+14155550102", "D")
-	b.enqueue(t, c, asynq.MaxRetry(1))
+	b.enqueue(t, c, asynq.MaxRetry(1), asynq.Retention(time.Minute))
 	b.sms.WaitFor(t, 10*time.Second, "C's failed attempt", func([]fakes.Delivery) bool { return b.sms.Attempts() >= 3 })
 	b.enqueue(t, d)
 	got = b.sms.WaitCount(t, 4, 20*time.Second)
@@ -160,11 +161,12 @@ func TestRawMaxRetryZeroIsRescheduled(t *testing.T) {
 	b.enqueue(t, first)
 	b.sms.WaitCount(t, 1, 10*time.Second)
 	raw := tasks.NewSMS("acme", "+14155550103", "raw")
-	payload, err := raw.Encode()
+	payload, err := tasks.Reseal(b.keys(t), raw, raw.ID, tasks.TypeSMS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.Enqueue(asynq.NewTask(tasks.TypeSMS, payload), asynq.Queue(b.cfg.Queue), asynq.MaxRetry(0)); err != nil {
+	// Its copy gets a new task id, so its sealed payload must be sealed again for it.
+	if _, err := b.client.Enqueue(asynq.NewTask(tasks.TypeSMS, payload), asynq.Queue(b.cfg.Queue), asynq.MaxRetry(0), asynq.TaskID(raw.ID)); err != nil {
 		t.Fatal(err)
 	}
 	got := b.sms.WaitCount(t, 2, 15*time.Second)
@@ -181,6 +183,7 @@ func TestRawMaxRetryZeroIsRescheduled(t *testing.T) {
 func TestPoisonIsArchived(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m,email:recipient=10/1m")
+	b.cfg.PayloadPlaintext = "accept" // raw JSON reaches the decoder
 	b.start(t, b.cfg)
 	good := `{"id":"%s","tenant":"acme","channel":"%s","to":"%s","subject":"%s","body":"%s"}`
 	cases := []struct{ name, typ, payload, reason string }{
@@ -211,6 +214,45 @@ func TestPoisonIsArchived(t *testing.T) {
 	}
 	if n := b.sms.Attempts() + b.smtp.Attempts(); n != 0 {
 		t.Fatalf("poison reached a provider %d times", n)
+	}
+}
+
+// Payloads that are not sealed, sealed with a key the worker lacks, or
+// sealed for another task are archived unsent with the reason.
+func TestUnreadablePayloadsAreArchived(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=10/1m")
+	r := b.start(t, b.cfg)
+	other, _ := tasks.ParseKeyring(tasks.NewKeySpec("other"))
+	n1, n2, n3 := tasks.NewSMS("acme", "+14155550130", "a"), tasks.NewSMS("acme", "+14155550131", "b"), tasks.NewSMS("acme", "+14155550132", "c")
+	plain, _ := n1.Normalized().Encode()
+	foreignKey, _ := tasks.Reseal(other, n2.Normalized(), n2.ID, tasks.TypeSMS)
+	moved, _ := tasks.Reseal(b.keys(t), n3.Normalized(), "some-other-task", tasks.TypeSMS)
+	cases := map[string]struct {
+		id      string
+		payload []byte
+		reason  string
+	}{
+		"Plain":      {n1.ID, plain, "not sealed"},
+		"ForeignKey": {n2.ID, foreignKey, `key "other" is not in SLUICE_PAYLOAD_KEYS`},
+		"Moved":      {n3.ID, moved, "sealed for another task"},
+	}
+	for _, c := range cases {
+		if _, err := b.client.Enqueue(asynq.NewTask(tasks.TypeSMS, c.payload), asynq.Queue(b.cfg.Queue), asynq.TaskID(c.id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, c := range cases {
+		ti := b.waitTask(t, c.id, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+		if ti.Retried != 0 || !strings.Contains(ti.LastErr, c.reason) {
+			t.Errorf("%s: archived after %d retries with %q; want %q", name, ti.Retried, ti.LastErr, c.reason)
+		}
+	}
+	if v := metric(t, r.reg, "sluice_archived_total", map[string]string{"reason": "unreadable"}); v != 3 {
+		t.Errorf("archived{reason=unreadable} = %v, want 3", v)
+	}
+	if n := b.sms.Attempts(); n != 0 {
+		t.Fatalf("unreadable payloads reached the provider %d times", n)
 	}
 }
 
@@ -292,9 +334,10 @@ func TestProviderErrors(t *testing.T) {
 func TestRerunSendsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m,sms:tenant=100/1h")
+	b.cfg.PayloadPlaintext = "accept"
 	r := b.start(t, b.cfg)
 	n := tasks.NewSMS("acme", "+14155550120", "once")
-	task, err := tasks.NewTask(n)
+	task, err := tasks.NewTask(n, nil) // plain: run outside Asynq, there is no task id to bind a seal to
 	if err != nil {
 		t.Fatal(err)
 	}

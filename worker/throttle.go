@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,7 +62,8 @@ func notificationFrom(ctx context.Context) (tasks.Notification, bool) {
 
 // Archive reasons, as logged and counted (sluice_archived_total{reason}).
 const (
-	ReasonInvalid   = "invalid"
+	ReasonInvalid    = "invalid"
+	ReasonUnreadable = "unreadable"
 	ReasonUnknown   = "outcome_unknown"
 	ReasonExpired   = "expired"
 	ReasonThrottled = "throttled"
@@ -73,21 +76,27 @@ const (
 // handler send. See the package doc.
 func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		n, err := tasks.Decode(t.Payload())
+		taskID, _ := asynq.GetTaskID(ctx)
+		n, err := tasks.Open(w.keys, taskID, t.Type(), t.Payload(), w.cfg.PayloadPlaintext == "accept")
 		if err == nil {
 			if typ, _ := n.Channel.TaskType(); typ != t.Type() {
 				err = fmt.Errorf("%w: channel %q does not match task type %q", tasks.ErrInvalid, n.Channel, t.Type())
 			}
 		}
 		if err != nil {
+			reason := ReasonInvalid
+			if errors.Is(err, tasks.ErrSealed) || errors.Is(err, tasks.ErrNotSealed) {
+				reason = ReasonUnreadable
+			}
 			w.metrics.Sends.WithLabelValues(channelLabel(t.Type()), "invalid").Inc()
-			w.archived(channelLabel(t.Type()), ReasonInvalid)
-			w.log.Warn("archiving invalid notification", "task_type", t.Type(), "reason", err)
+			w.archived(channelLabel(t.Type()), reason)
+			w.log.Warn("archiving a notification that cannot be sent", "task_id", taskID, "task_type", t.Type(), "reason", err)
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel)
 		limits := w.policy.Limits(n)
 		opts := w.reserveOptions()
+		opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
 		// A slot within MaxInlineWait is waited for here, holding a waiter
 		// token; without a free token it is booked through Asynq instead.
 		waiter := w.tryWaiter()
@@ -164,7 +173,7 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 // send hands the notification to the sender and records the outcome.
 func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, next asynq.Handler, log *slog.Logger) error {
 	start := time.Now()
-	err := next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t)
+	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
 	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
 	if err == nil {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
@@ -280,6 +289,13 @@ func unavailable(err error) bool {
 		strings.Contains(err.Error(), "connection reset")
 }
 
+// nonce names one run of a task's handler.
+func nonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
 func (w *Worker) tryWaiter() bool {
 	select {
 	case w.waiters <- struct{}{}:
@@ -294,6 +310,35 @@ func (w *Worker) releaseWaiter(held bool) {
 		<-w.waiters
 	}
 }
+
+// redact masks the notification's recipient, sender, subject and body in a
+// send error: its message goes to the log and into Asynq's task record.
+func redact(err error, n tasks.Notification) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	clean := msg
+	for _, s := range []string{n.To, n.From, n.Subject, n.Body} {
+		if len(s) >= 4 {
+			clean = strings.ReplaceAll(clean, s, tasks.Mask(s))
+		}
+	}
+	if clean == msg {
+		return err
+	}
+	return &redactedError{msg: clean, err: err}
+}
+
+// redactedError keeps the wrapped error for errors.As (SendError) while its
+// message hides personal data.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 func decisionLabel(d throttle.Decision) string {
 	if d.Status == throttle.StatusAdmitted && d.Wait > 0 {
@@ -319,7 +364,8 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	}
 	// Asynq would archive this task (its retries are used up, or it was
 	// enqueued with MaxRetry(0) outside tasks.NewTask). Re-enqueue a copy for
-	// the slot, keeping the real remaining budget, and drop this one.
+	// the slot, keeping the real remaining budget, and drop this one; a
+	// sealed payload is sealed again for the copy's id.
 	budget := max(0, tasks.RetryBudget(t, maxRetry)-retried)
 	qname, _ := asynq.GetQueueName(ctx)
 	headers := map[string]string{}
@@ -329,7 +375,14 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	headers[tasks.HeaderRetryBudget] = strconv.Itoa(budget)
 	taskID, _ := asynq.GetTaskID(ctx)
 	copyID := n.ID + "-r" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	_, err := w.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), t.Payload(), headers),
+	payload := t.Payload()
+	if tasks.IsSealed(payload) {
+		var err error
+		if payload, err = tasks.Reseal(w.keys, n, copyID, t.Type()); err != nil {
+			return fmt.Errorf("reseal copy of %s: %w", taskID, err)
+		}
+	}
+	_, err := w.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), payload, headers),
 		asynq.Queue(qname), asynq.MaxRetry(budget+1), asynq.ProcessAt(te.WakeAt),
 		asynq.TaskID(copyID), asynq.Retention(0))
 	if err != nil {

@@ -58,6 +58,7 @@ type Worker struct {
 	senders  map[tasks.Channel]Sender
 	listener net.Listener
 	onDecide func(tasks.Notification, throttle.Decision)
+	keys     *tasks.Keyring
 	waiters  chan struct{} // tokens of tasks waiting in process for their slot
 	stopping chan struct{} // closed when shutdown starts
 }
@@ -86,6 +87,9 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	w.metrics = NewMetrics(w.registry)
+	if w.keys, err = tasks.ParseKeyring(cfg.PayloadKeys); err != nil {
+		return nil, fmt.Errorf("%w: %sPAYLOAD_KEYS: %w", ErrConfig, EnvPrefix, err)
+	}
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
 	w.stopping = make(chan struct{})
 	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
@@ -116,6 +120,9 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
 	return w, nil
 }
+
+// Keys returns the payload key ring.
+func (w *Worker) Keys() *tasks.Keyring { return w.keys }
 
 // Limiter returns the worker's limiter (for tools sharing its configuration).
 func (w *Worker) Limiter() *throttle.Limiter { return w.limiter }

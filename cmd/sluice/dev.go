@@ -70,6 +70,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	cfg, err := worker.ParseConfig(map[string]string{
 		"SLUICE_REDIS_URL":      "redis://" + mr.Addr(),
 		"SLUICE_SUBJECT_SECRET": hex.EncodeToString(secret),
+		"SLUICE_PAYLOAD_KEYS":   tasks.NewKeySpec("dev"),
 		"SLUICE_RULES":          "sms:recipient=" + rule.String() + ",sms:tenant=1000/1h,email:recipient=" + rule.String(),
 		"SLUICE_HTTP_ADDR":      "off",
 		"SLUICE_LOG_LEVEL":      "warn",
@@ -111,7 +112,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	for i := 1; i <= f.sends; i++ {
 		n := tasks.NewSMS("demo", "+14155550100", "demo message "+strconv.Itoa(i))
 		p.number(n.ID, i)
-		if _, err := tasks.Enqueue(ctx, producer, n, asynq.Queue(cfg.Queue)); err != nil {
+		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(cfg.Queue)); err != nil {
 			stop()
 			<-done
 			return err

@@ -39,7 +39,8 @@ one notification per line with the payload's fields:
 
 Every line is checked before anything is enqueued: with a bad line nothing is
 enqueued, its line number is printed and the exit code is 1, unless
---continue-on-error enqueues the good lines. Give ids to make a re-run safe:
+--continue-on-error enqueues the good lines (exit code 3 when some lines were
+rejected). Give ids to make a re-run safe:
 ids already enqueued are reported as duplicates, never sent twice.
 
 Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
@@ -82,17 +83,41 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 	return cmd
 }
 
-// producer returns an Asynq client and the queue from the environment.
-func producer() (*asynq.Client, redis.UniversalClient, string, error) {
+// prod is what enqueueing needs from the environment.
+type prod struct {
+	client *asynq.Client
+	rdb    redis.UniversalClient
+	queue  string
+	keys   *tasks.Keyring // nil: plain payloads (SLUICE_PAYLOAD_PLAINTEXT=accept)
+}
+
+// producer returns an Asynq client, the queue and the payload keys from the environment.
+func producer() (*prod, error) {
 	cfg, err := worker.ReadConfig(nil)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
+	}
+	keys, err := payloadKeys(cfg)
+	if err != nil {
+		return nil, err
 	}
 	rdb, err := worker.NewRedisClient(cfg)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
-	return asynq.NewClientFromRedisClient(rdb), rdb, cfg.Queue, nil
+	return &prod{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: cfg.Queue, keys: keys}, nil
+}
+
+// payloadKeys are the keys that seal what a producer enqueues.
+func payloadKeys(cfg worker.Config) (*tasks.Keyring, error) {
+	if cfg.PayloadKeys == "" && cfg.PayloadPlaintext == "accept" {
+		return nil, nil
+	}
+	keys, err := tasks.ParseKeyring(cfg.PayloadKeys)
+	if err != nil {
+		return nil, fmt.Errorf("SLUICE_PAYLOAD_KEYS (workers refuse unsealed payloads; see sluice keygen): %w", err)
+	}
+	return keys, nil
 }
 
 func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
@@ -113,16 +138,16 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 	if err := n.Normalized().Validate(); err != nil {
 		return err // checked before connecting: bad input needs no Redis
 	}
-	client, rdb, queue, err := producer()
+	p, err := producer()
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	opts := []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(f.maxRetry)}
+	defer p.rdb.Close()
+	opts := []asynq.Option{asynq.Queue(p.queue), asynq.MaxRetry(f.maxRetry)}
 	if f.in > 0 {
 		opts = append(opts, asynq.ProcessIn(f.in))
 	}
-	info, err := tasks.Enqueue(cmd.Context(), client, n, opts...)
+	info, err := tasks.Enqueue(cmd.Context(), p.client, p.keys, n, opts...)
 	if err != nil {
 		return err
 	}
@@ -145,13 +170,14 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 		return fmt.Errorf("%s: %w (nothing enqueued)", f.file, err)
 	}
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	client, rdb, queue, err := producer()
+	p, err := producer()
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer p.rdb.Close()
+	queue := p.queue
 	// Ids already in Redis are bad lines too: find them before enqueueing anything.
-	insp := asynq.NewInspectorFromRedisClient(rdb)
+	insp := asynq.NewInspectorFromRedisClient(p.rdb)
 	kept := good[:0]
 	for _, g := range good {
 		if _, err := insp.GetTaskInfo(queue, g.Notification.ID); err == nil {
@@ -174,7 +200,7 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	progress := newProgress(errOut, len(good))
 	accepted := 0
 	for _, g := range good {
-		if _, err := tasks.Enqueue(cmd.Context(), client, g.Notification, asynq.Queue(queue)); err != nil {
+		if _, err := tasks.Enqueue(cmd.Context(), p.client, p.keys, g.Notification, asynq.Queue(queue)); err != nil {
 			if errors.Is(err, tasks.ErrDuplicate) && f.continueOnError {
 				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
 				fmt.Fprintf(errOut, "%s: line %d: %v\n", f.file, g.Line, err)
@@ -189,7 +215,7 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	progress.done()
 	fmt.Fprintf(out, "accepted %d, rejected %d\n", accepted, len(bad))
 	if len(bad) > 0 {
-		return fmt.Errorf("%d bad lines", len(bad))
+		return partialError{fmt.Errorf("%d bad lines; the %d good ones are enqueued", len(bad), accepted)}
 	}
 	return nil
 }

@@ -7,7 +7,8 @@
 //	sluice dev                    an embedded demo: no Redis, no config
 //
 // Exit codes: 0 success; 1 failure (bad input, Redis trouble, a refused
-// confirmation); 2 usage error.
+// confirmation); 2 usage error; 3 partly done (enqueue --file
+// --continue-on-error enqueued the good lines and rejected others).
 package main
 
 import (
@@ -26,6 +27,11 @@ import (
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
+
+// partialError marks a run that did part of its work (exit code 3).
+type partialError struct{ error }
+
+func (e partialError) Unwrap() error { return e.error }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -51,6 +57,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, "Run 'sluice --help' for usage.")
 		return 2
 	}
+	var pe partialError
+	if errors.As(err, &pe) {
+		return 3
+	}
 	return 1
 }
 
@@ -68,7 +78,16 @@ Configuration comes from SLUICE_* environment variables (see the README).`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newWorkerCmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd())
+	// The tools warn about unknown SLUICE_* variables; the worker refuses them.
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		for c := cmd; c != nil; c = c.Parent() {
+			if c.Name() == "enqueue" || c.Name() == "quota" {
+				warnUnknownVariables(cmd)
+				return
+			}
+		}
+	}
+	root.AddCommand(newWorkerCmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd())
 	return root
 }
 

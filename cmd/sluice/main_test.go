@@ -26,6 +26,8 @@ import (
 
 const testSecret = "cli-test-secret-0123456789"
 
+var testKeys = tasks.NewKeySpec("cli")
+
 type result struct {
 	code           int
 	stdout, stderr string
@@ -44,6 +46,7 @@ func env(t *testing.T) *redistest.Server {
 	srv := redistest.Start(t)
 	t.Setenv("SLUICE_REDIS_URL", srv.URL())
 	t.Setenv("SLUICE_SUBJECT_SECRET", testSecret)
+	t.Setenv("SLUICE_PAYLOAD_KEYS", testKeys)
 	t.Setenv("SLUICE_RULES", "sms:recipient=2/1m,sms:recipient=5/1d,sms:tenant=100/1h,email:recipient=10/1m")
 	return srv
 }
@@ -106,7 +109,8 @@ func TestEnqueueOne(t *testing.T) {
 	if err != nil || ti.State != asynq.TaskStatePending {
 		t.Fatalf("order-42: %+v %v", ti, err)
 	}
-	n, err := tasks.Decode(ti.Payload)
+	keys, _ := tasks.ParseKeyring(testKeys)
+	n, err := tasks.Open(keys, ti.ID, ti.Type, ti.Payload, false)
 	if err != nil || n.To != "+14155550100" {
 		t.Fatalf("payload %+v %v", n, err)
 	}
@@ -133,8 +137,8 @@ func TestEnqueueFile(t *testing.T) {
 		t.Fatalf("a bad file enqueued %d tasks", n)
 	}
 	r = sluice(t, "", "enqueue", "--file", bad, "--continue-on-error")
-	if r.code != 1 || !strings.Contains(r.stdout, "accepted 2, rejected 2") {
-		t.Fatalf("continue-on-error: %+v", r)
+	if r.code != 3 || !strings.Contains(r.stdout, "accepted 2, rejected 2") {
+		t.Fatalf("continue-on-error: want exit 3 (partly done): %+v", r)
 	}
 	if n := queueSize(t, srv); n != 2 {
 		t.Fatalf("queue holds %d, want the 2 good lines", n)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,9 @@ The effective configuration (secrets masked) and the quota rules are logged
 at start.`,
 		Args: argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := worker.UnknownVariables(nil, knownVariables()); err != nil {
+				return err
+			}
 			cfg, err := worker.LoadConfig()
 			if err != nil {
 				return err
@@ -35,5 +39,15 @@ at start.`,
 			}
 			return w.Run(cmd.Context())
 		},
+	}
+}
+
+// knownVariables are the SLUICE_* names any sluice command reads.
+func knownVariables() []string { return worker.KnownVariables() }
+
+// warnUnknownVariables prints, for the tools, what the services refuse to start with.
+func warnUnknownVariables(cmd *cobra.Command) {
+	if err := worker.UnknownVariables(nil, knownVariables()); err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "sluice: warning:", err)
 	}
 }
