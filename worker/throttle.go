@@ -64,11 +64,11 @@ func notificationFrom(ctx context.Context) (tasks.Notification, bool) {
 const (
 	ReasonInvalid    = "invalid"
 	ReasonUnreadable = "unreadable"
-	ReasonUnknown   = "outcome_unknown"
-	ReasonExpired   = "expired"
-	ReasonThrottled = "throttled"
-	ReasonPermanent = "permanent"
-	ReasonBudget    = "retry_budget"
+	ReasonUnknown    = "outcome_unknown"
+	ReasonExpired    = "expired"
+	ReasonThrottled  = "throttled"
+	ReasonPermanent  = "permanent"
+	ReasonBudget     = "retry_budget"
 )
 
 // throttleMiddleware decodes the task, asks the limiter with every rule that
