@@ -24,13 +24,13 @@
 // names one, else the zones the phone number's country and area map to,
 // else a fallback (the tenant's or deployment's zone). A number can map to
 // several zones: +1 907 (Alaska) to America/Adak and America/Anchorage, a
-// +1 800 toll-free number to all 43 zones of the North American Numbering
+// +1 800 toll-free number to all 42 zones of the North American Numbering
 // Plan, from Pacific/Pago_Pago (UTC−11) to Pacific/Guam (UTC+10).
 //
 // When the zone is uncertain, an instant is quiet if it is quiet in ANY
 // candidate zone: Closed returns the union of the zones' spans, and Quiet
 // is true if any zone is quiet. The more candidates, the less time is open:
-// 21:00–08:00 across the 43 NANP zones leaves 22:00–00:30 UTC open in
+// 21:00–08:00 across the 42 NANP zones leaves 22:00–00:30 UTC open in
 // winter.
 //
 // # Daylight saving time
@@ -46,12 +46,13 @@
 //     so the span starts at the jump (02:15–06:00 on 2026-03-08 in New York
 //     is quiet from 03:00 EDT); a Start that occurs twice starts the span
 //     at its first occurrence;
-//   - to the instant from which the local clock never again reads earlier
-//     than End: an End that does not occur ends the span at the jump
-//     (01:30–02:30 on 2026-03-08 is quiet from 01:30 EST to 03:00 EDT, half
-//     an hour); an End that occurs twice ends it at its LAST occurrence
-//     (01:30–02:30 on 2026-11-01 is quiet from 01:30 EDT to 02:30 EST, two
-//     hours, and 00:30–01:30 from 00:30 EDT to the second 01:30, in EST).
+//   - to the LAST instant at which the local clock reads End or earlier:
+//     an End that does not occur ends the span at the jump (01:30–02:30 on
+//     2026-03-08 is quiet from 01:30 EST to 03:00 EDT, half an hour); an
+//     End that occurs twice ends it at its last occurrence (01:30–02:30 on
+//     2026-11-01 is quiet from 01:30 EDT to 02:30 EST, two hours;
+//     00:30–01:30 from 00:30 EDT to the second 01:30, in EST; 23:00–01:00
+//     until 01:00 EST, the first reading of the repeat included).
 //
 // So a span can be longer than its nominal length, or shorter, and one that
 // lies wholly inside a gap (02:00–03:00 on 2026-03-08 in New York) does not

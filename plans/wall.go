@@ -80,27 +80,28 @@ func (z zone) firstReach(w int64) int64 {
 	return w + maxOffset // unreachable: every instant after this reads after w
 }
 
-// lastReach returns the instant from which on the local clock never again
-// reads earlier than w: for a reading that exists once, the instant it is
-// read; in a spring-forward gap, the jump past it; after a fall-back, the
-// later of the two instants that read it.
+// lastReach returns the last instant at which the local clock reads w or
+// earlier (its supremum, if it is not read). For a reading that exists
+// once, that is the instant it is read; in a spring-forward gap, the jump
+// past it; for a reading that occurs twice (fall-back, the first instant of
+// the repeat included), the later of the two.
 func (z zone) lastReach(w int64) int64 {
-	// The supremum of the instants that read earlier than w. Instants past
-	// w+maxOffset read past w; before w-maxOffset, before w.
+	// Instants past w+maxOffset read past w; before w-maxOffset, before w.
 	last := w - maxOffset
 	for _, p := range z.periods(w-maxOffset, w+maxOffset) {
-		// In p the clock reads before w on [p.start, w-p.off).
-		if x := min(p.end, w-p.off); x > p.start {
-			last = max(last, x)
+		// In p the clock reads t+p.off, rising: w or earlier on
+		// [p.start, w-p.off], cut off by p's end.
+		if w-p.off >= p.start {
+			last = max(last, min(p.end, w-p.off))
 		}
 	}
 	return last
 }
 
 // quietSpan returns the quiet span of q that begins on the local day (days
-// since 1970-01-01): from the first instant the clock reads day+q.Start to
-// the instant from which it never again reads before q.End (on day, or on
-// day+1 if q crosses midnight). ok is false if the span is empty, as when
+// since 1970-01-01): from the first instant the clock reads day+q.Start or
+// later to the last instant it reads q.End (on day, or on day+1 if q
+// crosses midnight) or earlier. ok is false if the span is empty, as when
 // it lies wholly in a spring-forward gap.
 func (z zone) quietSpan(q QuietHours, day int64) (s Span, ok bool) {
 	startWall := day*secondsPerDay + int64(q.Start)*60
