@@ -96,10 +96,16 @@ func phoneZones(phone string) (names []string) {
 // loaded are kept, so it is bounded by the zone database.
 var zoneCache sync.Map // string → *time.Location
 
+// maxZoneNameLen bounds a zone name; the longest IANA name has 32 bytes.
+const maxZoneNameLen = 64
+
 // loadZone loads an IANA zone by name; "Local" is refused.
 func loadZone(name string) (*time.Location, error) {
 	if loc, ok := zoneCache.Load(name); ok {
 		return loc.(*time.Location), nil
+	}
+	if len(name) > maxZoneNameLen {
+		return nil, fmt.Errorf("%w: a name of %d bytes, at most %d", ErrBadZone, len(name), maxZoneNameLen)
 	}
 	if name == "Local" {
 		return nil, fmt.Errorf("%w %q: the worker's own zone is no recipient's", ErrBadZone, name)
