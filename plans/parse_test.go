@@ -1,6 +1,7 @@
 package plans_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -118,6 +119,28 @@ func TestClock(t *testing.T) {
 	}
 }
 
+func TestQuietHoursText(t *testing.T) {
+	t.Parallel()
+	var cfg struct{ Quiet plans.QuietHours }
+	if err := json.Unmarshal([]byte(`{"Quiet": "21-8"}`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if want := (plans.QuietHours{Start: 21 * 60, End: 8 * 60}); cfg.Quiet != want {
+		t.Fatalf("unmarshalled %#v, want %#v", cfg.Quiet, want)
+	}
+	out, err := json.Marshal(cfg)
+	if err != nil || string(out) != `{"Quiet":"21:00-08:00"}` {
+		t.Fatalf("json.Marshal = %s, %v", out, err)
+	}
+	err = json.Unmarshal([]byte(`{"Quiet": "21-21"}`), &cfg)
+	if !errors.Is(err, plans.ErrBadQuietHours) {
+		t.Fatalf("unmarshalling 21-21: %v, want ErrBadQuietHours", err)
+	}
+	if _, err := json.Marshal(struct{ Q plans.QuietHours }{}); !errors.Is(err, plans.ErrBadQuietHours) {
+		t.Fatalf("marshalling the zero QuietHours: %v, want ErrBadQuietHours", err)
+	}
+}
+
 func FuzzParseQuietHours(f *testing.F) {
 	for _, s := range []string{"21:00-08:00", "21-8", "9pm-8am", "22-24", "24-1", "0-0", " 1:05 – 2 ",
 		"12:00-13:00", "23:59-00:00", "21:00-08:00-09:00", "1:5-2", "99:99-99:99", "–", "-", "", "٢-٣", "\xff-1"} {
@@ -137,6 +160,10 @@ func FuzzParseQuietHours(f *testing.F) {
 		back, err := plans.ParseQuietHours(q.String())
 		if err != nil || back != q || back.String() != q.String() {
 			t.Fatalf("round trip %q → %#v → %q → %#v, %v", s, q, q.String(), back, err)
+		}
+		var viaText plans.QuietHours
+		if text, err := q.MarshalText(); err != nil || viaText.UnmarshalText(text) != nil || viaText != q {
+			t.Fatalf("text round trip of %#v: %q, %v → %#v", q, text, err, viaText)
 		}
 	})
 }

@@ -59,6 +59,25 @@ func (q QuietHours) Validate() error {
 // String formats q as "HH:MM-HH:MM", which ParseQuietHours reads back.
 func (q QuietHours) String() string { return q.Start.String() + "-" + q.End.String() }
 
+// MarshalText writes q as String does; an invalid q is an error.
+func (q QuietHours) MarshalText() ([]byte, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	return []byte(q.String()), nil
+}
+
+// UnmarshalText reads what ParseQuietHours reads, so QuietHours can be set
+// from configuration (environment, JSON, flags).
+func (q *QuietHours) UnmarshalText(text []byte) error {
+	v, err := ParseQuietHours(string(text))
+	if err != nil {
+		return err
+	}
+	*q = v
+	return nil
+}
+
 // maxQuietHoursLen bounds the input ParseQuietHours looks at; the longest
 // accepted form, " 23:59 – 24:00 " with some spacing, is far shorter.
 const maxQuietHoursLen = 64
