@@ -25,7 +25,7 @@ var (
 //  1. tz, an IANA zone name such as "America/New_York", if it is not empty
 //     (after trimming spaces). A name time.LoadLocation does not know is an
 //     error wrapping ErrBadZone, and so are "Local" (the worker's own zone,
-//     never a recipient's) and anything that is not a plain zone name.
+//     never a recipient's), paths, and names over 64 bytes.
 //  2. The zones phonenumbers gives for phone, an E.164 number such as
 //     "+19075550100": one zone for most numbers, several for some (+1 907,
 //     Alaska: Adak and Anchorage; a +1 800 toll-free number: every zone of

@@ -84,7 +84,7 @@ func TestZonesErrors(t *testing.T) {
 		mention   string
 	}{
 		{"Mars/Olympus_Mons", "+12125550100", fallback, plans.ErrBadZone, `"Mars/Olympus_Mons"`},
-		{"america/new_york", "", fallback, plans.ErrBadZone, `"america/new_york"`},
+		{"America/New York", "", fallback, plans.ErrBadZone, `"America/New York"`},
 		{"Local", "", fallback, plans.ErrBadZone, `"Local"`},
 		{"../../etc/passwd", "", fallback, plans.ErrBadZone, `"../../etc/passwd"`},
 		{"/usr/share/zoneinfo/UTC", "", fallback, plans.ErrBadZone, "zoneinfo"},
