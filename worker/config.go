@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ var ErrConfig = errors.New("config")
 type Config struct {
 	RedisURL          string        `env:"REDIS_URL" envDefault:"redis://localhost:6379/0" desc:"Redis for queues and quotas: redis://[user:password@]host:port/db, or rediss:// for TLS." secret:"true"`
 	RedisClusterAddrs []string      `env:"REDIS_CLUSTER_ADDRS" envSeparator:"," desc:"Comma-separated host:port seeds of a Redis Cluster; when set it is used instead of REDIS_URL's host (REDIS_URL still gives user, password and TLS)."`
+	RedisCAFile       string        `env:"REDIS_CA_FILE" desc:"PEM file of CA certificates to trust for rediss:// instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. Each server's certificate must name the host it is dialed by (REDIS_URL's host; a Cluster node's announced address). Needs a rediss:// REDIS_URL."`
 	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Asynq queue the worker serves and 'sluice enqueue' writes to."`
 	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
 	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"Send quotas: comma-separated [TENANT/]CHANNEL:SCOPE=LIMIT/WINDOW; SCOPE is recipient or tenant; a TENANT/ rule replaces the default of the same channel, scope and window for that tenant."`
@@ -34,6 +37,7 @@ type Config struct {
 	SMTPHost    string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
 	SMTPPort    int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
 	SMTPTLS     string        `env:"SMTP_TLS" envDefault:"starttls" desc:"SMTP transport security: starttls (required), opportunistic, tls (implicit, port 465), none."`
+	SMTPCAFile  string        `env:"SMTP_CA_FILE" desc:"PEM file of CA certificates to trust for the SMTP server instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. The certificate must name SMTP_HOST. Not allowed with SMTP_TLS=none."`
 	SMTPUser    string        `env:"SMTP_USERNAME" desc:"SMTP AUTH user; empty disables AUTH."`
 	SMTPPass    string        `env:"SMTP_PASSWORD" desc:"SMTP AUTH password." secret:"true"`
 	SMTPFrom    string        `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails."`
@@ -101,6 +105,13 @@ func (c Config) Validate() error {
 	}
 	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 		bad("REDIS_URL", "must be a redis:// or rediss:// URL")
+	} else if c.RedisCAFile != "" && u.Scheme != "rediss" {
+		bad("REDIS_CA_FILE", "is set but %sREDIS_URL is not a rediss:// URL: the connection would not use TLS", EnvPrefix)
+	}
+	if c.RedisCAFile != "" {
+		if _, err := loadCAFile(c.RedisCAFile); err != nil {
+			bad("REDIS_CA_FILE", "%v", err)
+		}
 	}
 	if c.Queue == "" {
 		bad("QUEUE", "must not be empty")
@@ -130,6 +141,13 @@ func (c Config) Validate() error {
 		case "starttls", "opportunistic", "tls", "none":
 		default:
 			bad("SMTP_TLS", "must be starttls, opportunistic, tls or none, got %q", c.SMTPTLS)
+		}
+		if c.SMTPCAFile != "" {
+			if c.SMTPTLS == "none" {
+				bad("SMTP_CA_FILE", "is set but %sSMTP_TLS=none: the connection would not use TLS", EnvPrefix)
+			} else if _, err := loadCAFile(c.SMTPCAFile); err != nil {
+				bad("SMTP_CA_FILE", "%v", err)
+			}
 		}
 		if c.SMTPConns < 1 || c.SMTPConns > 100 {
 			bad("SMTP_CONNECTIONS", "must be between 1 and 100, got %d", c.SMTPConns)
@@ -185,6 +203,20 @@ func (c Config) Validate() error {
 		bad("LOG_FORMAT", "must be text or json, got %q", c.LogFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// loadCAFile reads a PEM bundle of CA certificates (SLUICE_*_CA_FILE); it
+// fails unless the file is readable and holds at least one certificate.
+func loadCAFile(path string) (*x509.CertPool, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("must name a readable PEM file of CA certificates: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("must name a PEM file of CA certificates: %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // ConfigVar describes one environment variable of Config.

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,6 +19,7 @@ type SMTPConfig struct {
 	Host     string
 	Port     int
 	TLS      string // starttls, opportunistic, tls, none
+	CAFile   string // PEM CA certificates trusted instead of the system roots; empty: system roots
 	Username string // empty: no AUTH
 	Password string
 	From     string
@@ -43,7 +45,20 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 15 * time.Second
 	}
-	opts := []mail.Option{mail.WithPort(cfg.Port), mail.WithTimeout(cfg.Timeout)}
+	// The server's certificate must name Host; RootCAs nil means the system roots.
+	tlsCfg := &tls.Config{ServerName: cfg.Host, MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pool, err := loadCAFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: SMTP CA file %w", ErrConfig, err)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	// WithTLSPolicy and WithSSL, not go-mail's WithTLSPortPolicy/WithSSLPort:
+	// those rewrite a port of 25 to 587 or 465 (and the opportunistic policy
+	// falls back to port 25 when that fails); the port here is always the
+	// one configured.
+	opts := []mail.Option{mail.WithPort(cfg.Port), mail.WithTimeout(cfg.Timeout), mail.WithTLSConfig(tlsCfg)}
 	switch cfg.TLS {
 	case "starttls", "":
 		opts = append(opts, mail.WithTLSPolicy(mail.TLSMandatory))
