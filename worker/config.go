@@ -33,16 +33,17 @@ type Config struct {
 	CompactMembers    bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
 	DedupeTTL         time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
 
-	EmailSender string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
-	SMTPHost    string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
-	SMTPPort    int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
-	SMTPTLS     string        `env:"SMTP_TLS" envDefault:"starttls" desc:"SMTP transport security: starttls (required), opportunistic, tls (implicit, port 465), none."`
-	SMTPCAFile  string        `env:"SMTP_CA_FILE" desc:"PEM file of CA certificates to trust for the SMTP server instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. The certificate must name SMTP_HOST. Not allowed with SMTP_TLS=none."`
-	SMTPUser    string        `env:"SMTP_USERNAME" desc:"SMTP AUTH user; empty disables AUTH."`
-	SMTPPass    string        `env:"SMTP_PASSWORD" desc:"SMTP AUTH password." secret:"true"`
-	SMTPFrom    string        `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails."`
-	SMTPConns   int           `env:"SMTP_CONNECTIONS" envDefault:"4" desc:"SMTP connections kept open and reused per worker."`
-	SMTPTimeout time.Duration `env:"SMTP_TIMEOUT" envDefault:"15s" desc:"Timeout of one SMTP dial or send."`
+	EmailSender        string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
+	SMTPHost           string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
+	SMTPPort           int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
+	SMTPTLS            string        `env:"SMTP_TLS" envDefault:"starttls" desc:"SMTP transport security: starttls (required), opportunistic, tls (implicit, port 465), none."`
+	SMTPCAFile         string        `env:"SMTP_CA_FILE" desc:"PEM file of CA certificates to trust for the SMTP server instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. The certificate must name SMTP_HOST. Not allowed with SMTP_TLS=none."`
+	SMTPUser           string        `env:"SMTP_USERNAME" desc:"SMTP AUTH user; empty disables AUTH. Needs SMTP_TLS starttls or tls unless SMTP_ALLOW_PLAIN_AUTH=true."`
+	SMTPPass           string        `env:"SMTP_PASSWORD" desc:"SMTP AUTH password." secret:"true"`
+	SMTPAllowPlainAuth bool          `env:"SMTP_ALLOW_PLAIN_AUTH" envDefault:"false" desc:"Allow SMTP AUTH with SMTP_TLS none or opportunistic, where the password (PLAIN or LOGIN) may cross the network unencrypted; without it such a configuration is refused."`
+	SMTPFrom           string        `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails."`
+	SMTPConns          int           `env:"SMTP_CONNECTIONS" envDefault:"4" desc:"SMTP connections kept open and reused per worker."`
+	SMTPTimeout        time.Duration `env:"SMTP_TIMEOUT" envDefault:"15s" desc:"Timeout of one SMTP dial or send."`
 
 	SMSSender     string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log."`
 	SMSBaseURL    string        `env:"SMS_BASE_URL" envDefault:"https://api.twilio.com" desc:"Base URL of the Twilio-compatible API; messages are POSTed to BASE/2010-04-01/Accounts/SID/Messages.json."`
@@ -148,6 +149,10 @@ func (c Config) Validate() error {
 			} else if _, err := loadCAFile(c.SMTPCAFile); err != nil {
 				bad("SMTP_CA_FILE", "%v", err)
 			}
+		}
+		if c.SMTPUser != "" && (c.SMTPTLS == "none" || c.SMTPTLS == "opportunistic") && !c.SMTPAllowPlainAuth {
+			bad("SMTP_USERNAME", "is set with %sSMTP_TLS=%s: the password could cross the network unencrypted; use %sSMTP_TLS=starttls or tls, or set %sSMTP_ALLOW_PLAIN_AUTH=true",
+				EnvPrefix, c.SMTPTLS, EnvPrefix, EnvPrefix)
 		}
 		if c.SMTPConns < 1 || c.SMTPConns > 100 {
 			bad("SMTP_CONNECTIONS", "must be between 1 and 100, got %d", c.SMTPConns)

@@ -227,3 +227,49 @@ func TestConfigCAFiles(t *testing.T) {
 		}
 	}
 }
+
+// SMTP AUTH needs TLS: a username with SLUICE_SMTP_TLS=none or opportunistic
+// (where the password may cross the network in clear) is refused, naming
+// both variables, unless SLUICE_SMTP_ALLOW_PLAIN_AUTH=true.
+func TestConfigSMTPAuthNeedsTLS(t *testing.T) {
+	t.Parallel()
+	parse := func(mode, user, allow string) error {
+		env := map[string]string{
+			"SLUICE_SUBJECT_SECRET": "0123456789abcdef",
+			"SLUICE_EMAIL_SENDER":   "smtp",
+			"SLUICE_SMTP_TLS":       mode,
+			"SLUICE_SMTP_USERNAME":  user,
+			"SLUICE_SMTP_PASSWORD":  "pw",
+		}
+		if allow != "" {
+			env["SLUICE_SMTP_ALLOW_PLAIN_AUTH"] = allow
+		}
+		_, err := worker.ParseConfig(env)
+		return err
+	}
+	for _, mode := range []string{"none", "opportunistic"} {
+		err := parse(mode, "mailer", "")
+		if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_SMTP_USERNAME") ||
+			!strings.Contains(err.Error(), "SLUICE_SMTP_TLS="+mode) || !strings.Contains(err.Error(), "SLUICE_SMTP_ALLOW_PLAIN_AUTH") {
+			t.Errorf("AUTH with TLS %s: err = %v, want a config error naming SLUICE_SMTP_USERNAME, SLUICE_SMTP_TLS and the way out", mode, err)
+		}
+		if err := parse(mode, "mailer", "false"); err == nil {
+			t.Errorf("AUTH with TLS %s and ALLOW_PLAIN_AUTH=false accepted", mode)
+		}
+		if err := parse(mode, "mailer", "true"); err != nil {
+			t.Errorf("AUTH with TLS %s explicitly allowed: %v", mode, err)
+		}
+		if err := parse(mode, "", ""); err != nil {
+			t.Errorf("TLS %s without AUTH: %v", mode, err)
+		}
+	}
+	for _, mode := range []string{"starttls", "tls"} {
+		if err := parse(mode, "mailer", ""); err != nil {
+			t.Errorf("AUTH over TLS %s: %v", mode, err)
+		}
+	}
+	cfg, err := worker.ParseConfig(map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef"})
+	if err != nil || cfg.SMTPAllowPlainAuth {
+		t.Errorf("SLUICE_SMTP_ALLOW_PLAIN_AUTH must default to false: %v, %v", cfg.SMTPAllowPlainAuth, err)
+	}
+}

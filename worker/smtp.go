@@ -22,9 +22,13 @@ type SMTPConfig struct {
 	CAFile   string // PEM CA certificates trusted instead of the system roots; empty: system roots
 	Username string // empty: no AUTH
 	Password string
-	From     string
-	Conns    int           // connections kept open; default 1
-	Timeout  time.Duration // per dial and send; default 15s
+	// AllowPlainAuth lets PLAIN and LOGIN run over an unencrypted connection
+	// (TLS none, or opportunistic without STARTTLS). Without it go-mail
+	// picks only mechanisms that do not reveal the password there.
+	AllowPlainAuth bool
+	From           string
+	Conns          int           // connections kept open; default 1
+	Timeout        time.Duration // per dial and send; default 15s
 }
 
 // SMTPSender sends email over SMTP with go-mail, reusing up to Conns
@@ -72,7 +76,14 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 		return nil, fmt.Errorf("%w: SMTP TLS mode %q", ErrConfig, cfg.TLS)
 	}
 	if cfg.Username != "" {
-		opts = append(opts, mail.WithSMTPAuth(mail.SMTPAuthAutoDiscover), mail.WithUsername(cfg.Username), mail.WithPassword(cfg.Password))
+		// AutoDiscover picks the strongest mechanism offered, and over an
+		// unencrypted connection none that reveals the password.
+		auth := mail.WithSMTPAuth(mail.SMTPAuthAutoDiscover)
+		if cfg.AllowPlainAuth && (cfg.TLS == "none" || cfg.TLS == "opportunistic") {
+			auth = mail.WithOpportunisticSMTPAuth(mail.SMTPAuthSCRAMSHA256, mail.SMTPAuthSCRAMSHA1,
+				mail.SMTPAuthCramMD5, mail.SMTPAuthPlainNoEnc, mail.SMTPAuthLoginNoEnc)
+		}
+		opts = append(opts, auth, mail.WithUsername(cfg.Username), mail.WithPassword(cfg.Password))
 	}
 	c, err := mail.NewClient(cfg.Host, opts...)
 	if err != nil {

@@ -245,7 +245,8 @@ func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error
 	switch cfg.EmailSender {
 	case "smtp":
 		s, err := NewSMTPSender(SMTPConfig{Host: cfg.SMTPHost, Port: cfg.SMTPPort, TLS: cfg.SMTPTLS, CAFile: cfg.SMTPCAFile,
-			Username: cfg.SMTPUser, Password: cfg.SMTPPass, From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout})
+			Username: cfg.SMTPUser, Password: cfg.SMTPPass, AllowPlainAuth: cfg.SMTPAllowPlainAuth,
+			From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout})
 		if err != nil {
 			return nil, err
 		}
