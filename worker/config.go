@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/mail"
@@ -30,6 +31,7 @@ var ErrConfig = errors.New("config")
 type Config struct {
 	RedisURL          string        `env:"REDIS_URL" envDefault:"redis://localhost:6379/0" desc:"Redis for queues and quotas: redis://[user:password@]host:port/db, or rediss:// for TLS." secret:"true"`
 	RedisClusterAddrs []string      `env:"REDIS_CLUSTER_ADDRS" envSeparator:"," desc:"Comma-separated host:port seeds of a Redis Cluster; when set it is used instead of REDIS_URL's host (REDIS_URL still gives user, password and TLS)."`
+	RedisCAFile       string        `env:"REDIS_CA_FILE" desc:"PEM file of CA certificates to trust for rediss:// instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. Each server's certificate must name the host it is dialed by (REDIS_URL's host; a Cluster node's announced address). Needs a rediss:// REDIS_URL."`
 	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Asynq queue the worker serves and 'sluice enqueue' writes to."`
 	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
 	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"Send quotas: comma-separated [TENANT/]CHANNEL:SCOPE=LIMIT/WINDOW; SCOPE is recipient or tenant; a TENANT/ rule replaces the default of the same channel, scope and window for that tenant."`
@@ -39,15 +41,17 @@ type Config struct {
 	CompactMembers    bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
 	DedupeTTL         time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
 
-	EmailSender string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
-	SMTPHost    string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
-	SMTPPort    int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
-	SMTPTLS     string        `env:"SMTP_TLS" envDefault:"starttls" desc:"SMTP transport security: starttls (required), opportunistic, tls (implicit, port 465), none."`
-	SMTPUser    string        `env:"SMTP_USERNAME" desc:"SMTP AUTH user; empty disables AUTH."`
-	SMTPPass    string        `env:"SMTP_PASSWORD" desc:"SMTP AUTH password." secret:"true"`
-	SMTPFrom    string        `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails."`
-	SMTPConns   int           `env:"SMTP_CONNECTIONS" envDefault:"4" desc:"SMTP connections kept open and reused per worker."`
-	SMTPTimeout time.Duration `env:"SMTP_TIMEOUT" envDefault:"15s" desc:"Timeout of one SMTP dial or send."`
+	EmailSender        string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
+	SMTPHost           string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
+	SMTPPort           int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
+	SMTPTLS            string        `env:"SMTP_TLS" envDefault:"starttls" desc:"SMTP transport security: starttls (required), opportunistic, tls (implicit, port 465), none."`
+	SMTPCAFile         string        `env:"SMTP_CA_FILE" desc:"PEM file of CA certificates to trust for the SMTP server instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. The certificate must name SMTP_HOST. Not allowed with SMTP_TLS=none."`
+	SMTPUser           string        `env:"SMTP_USERNAME" desc:"SMTP AUTH user; empty disables AUTH. Needs SMTP_TLS starttls or tls unless SMTP_ALLOW_PLAIN_AUTH=true."`
+	SMTPPass           string        `env:"SMTP_PASSWORD" desc:"SMTP AUTH password." secret:"true"`
+	SMTPAllowPlainAuth bool          `env:"SMTP_ALLOW_PLAIN_AUTH" envDefault:"false" desc:"Allow SMTP AUTH with SMTP_TLS none or opportunistic, where the password (PLAIN or LOGIN) may cross the network unencrypted; without it such a configuration is refused."`
+	SMTPFrom           string        `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails."`
+	SMTPConns          int           `env:"SMTP_CONNECTIONS" envDefault:"4" desc:"SMTP connections kept open and reused per worker."`
+	SMTPTimeout        time.Duration `env:"SMTP_TIMEOUT" envDefault:"15s" desc:"Timeout of one SMTP dial or send."`
 
 	SMSSender     string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log."`
 	SMSBaseURL    string        `env:"SMS_BASE_URL" envDefault:"https://api.twilio.com" desc:"Base URL of the Twilio-compatible API; messages are POSTed to BASE/2010-04-01/Accounts/SID/Messages.json."`
@@ -110,6 +114,13 @@ func (c Config) Validate() error {
 	}
 	if err := checkRedisURL(c.RedisURL); err != nil {
 		bad("REDIS_URL", "%v", err)
+	} else if c.RedisCAFile != "" && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		bad("REDIS_CA_FILE", "is set but %sREDIS_URL is not a rediss:// URL: the connection would not use TLS", EnvPrefix)
+	}
+	if c.RedisCAFile != "" {
+		if _, err := loadCAFile(c.RedisCAFile); err != nil {
+			bad("REDIS_CA_FILE", "%v", err)
+		}
 	}
 	if c.Queue == "" {
 		bad("QUEUE", "must not be empty")
@@ -148,6 +159,17 @@ func (c Config) Validate() error {
 		}
 		if _, err := mail.ParseAddress(c.SMTPFrom); err != nil {
 			bad("SMTP_FROM", "must be an email address when SLUICE_EMAIL_SENDER=smtp, got %q", c.SMTPFrom)
+		}
+		if c.SMTPCAFile != "" {
+			if c.SMTPTLS == "none" {
+				bad("SMTP_CA_FILE", "is set but %sSMTP_TLS=none: the connection would not use TLS", EnvPrefix)
+			} else if _, err := loadCAFile(c.SMTPCAFile); err != nil {
+				bad("SMTP_CA_FILE", "%v", err)
+			}
+		}
+		if c.SMTPUser != "" && (c.SMTPTLS == "none" || c.SMTPTLS == "opportunistic") && !c.SMTPAllowPlainAuth {
+			bad("SMTP_USERNAME", "is set with %sSMTP_TLS=%s: the password could cross the network unencrypted; use %sSMTP_TLS=starttls or tls, or set %sSMTP_ALLOW_PLAIN_AUTH=true",
+				EnvPrefix, c.SMTPTLS, EnvPrefix, EnvPrefix)
 		}
 		if c.SMTPConns < 1 || c.SMTPConns > 100 {
 			bad("SMTP_CONNECTIONS", "must be between 1 and 100, got %d", c.SMTPConns)
@@ -237,6 +259,20 @@ func checkRedisURL(raw string) error {
 		return err
 	}
 	return nil
+}
+
+// loadCAFile reads a PEM bundle of CA certificates (SLUICE_*_CA_FILE); it
+// fails unless the file is readable and holds at least one certificate.
+func loadCAFile(path string) (*x509.CertPool, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("must name a readable PEM file of CA certificates: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("must name a PEM file of CA certificates: %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // ConfigVar describes one environment variable of Config.

@@ -2,11 +2,15 @@ package worker_test
 
 import (
 	"errors"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/tlstest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -211,5 +215,131 @@ func TestConfigCrossChecks(t *testing.T) {
 	}
 	if _, err := worker.ParseConfig(base("SLUICE_MAX_INLINE_WAIT", "0s")); err != nil {
 		t.Errorf("inline waits off: %v", err)
+	}
+}
+
+// SLUICE_REDIS_CA_FILE and SLUICE_SMTP_CA_FILE must name a readable file
+// holding at least one PEM certificate, and are refused where no TLS would
+// use them.
+func TestConfigCAFiles(t *testing.T) {
+	t.Parallel()
+	certs := tlstest.New(t)
+	dir := t.TempDir()
+	noCert := filepath.Join(dir, "key-only.pem")
+	if err := os.WriteFile(noCert, []byte("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	base := func(over map[string]string) map[string]string {
+		env := map[string]string{
+			"SLUICE_SUBJECT_SECRET": "0123456789abcdef",
+			"SLUICE_PAYLOAD_KEYS":   testKeys,
+			"SLUICE_REDIS_URL":      "rediss://redis.internal:6380/0",
+			"SLUICE_EMAIL_SENDER":   "smtp",
+			"SLUICE_SMTP_TLS":       "starttls",
+		}
+		maps.Copy(env, over)
+		return env
+	}
+
+	cfg, err := worker.ParseConfig(base(map[string]string{"SLUICE_REDIS_CA_FILE": certs.CAFile, "SLUICE_SMTP_CA_FILE": certs.CAFile}))
+	if err != nil {
+		t.Fatalf("valid CA files refused: %v", err)
+	}
+	if cfg.RedisCAFile != certs.CAFile || cfg.SMTPCAFile != certs.CAFile {
+		t.Fatalf("CA files not read: %+v", cfg)
+	}
+	if _, err := worker.ParseConfig(base(nil)); err != nil {
+		t.Fatalf("empty CA files (system roots) refused: %v", err)
+	}
+
+	cases := []struct {
+		env  map[string]string
+		want []string // all must appear in the error
+	}{
+		{map[string]string{"SLUICE_REDIS_CA_FILE": missing}, []string{"SLUICE_REDIS_CA_FILE", "no such file"}},
+		{map[string]string{"SLUICE_REDIS_CA_FILE": noCert}, []string{"SLUICE_REDIS_CA_FILE", "holds no PEM certificate"}},
+		{map[string]string{"SLUICE_REDIS_CA_FILE": dir}, []string{"SLUICE_REDIS_CA_FILE", "readable"}},
+		{map[string]string{"SLUICE_REDIS_CA_FILE": certs.CAFile, "SLUICE_REDIS_URL": "redis://redis.internal:6379/0"},
+			[]string{"SLUICE_REDIS_CA_FILE", "SLUICE_REDIS_URL", "rediss://"}},
+		{map[string]string{"SLUICE_SMTP_CA_FILE": missing}, []string{"SLUICE_SMTP_CA_FILE", "no such file"}},
+		{map[string]string{"SLUICE_SMTP_CA_FILE": noCert}, []string{"SLUICE_SMTP_CA_FILE", "holds no PEM certificate"}},
+		{map[string]string{"SLUICE_SMTP_CA_FILE": certs.CAFile, "SLUICE_SMTP_TLS": "none"}, []string{"SLUICE_SMTP_CA_FILE", "SLUICE_SMTP_TLS=none"}},
+	}
+	for _, c := range cases {
+		_, err := worker.ParseConfig(base(c.env))
+		if !errors.Is(err, worker.ErrConfig) {
+			t.Errorf("%v: err = %v, want a config error", c.env, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not mention %q", c.env, err, w)
+			}
+		}
+	}
+
+	// NewRedisClient (used by tools that skip Validate) refuses them too.
+	for _, env := range []map[string]string{
+		{"SLUICE_REDIS_CA_FILE": noCert},
+		{"SLUICE_REDIS_CA_FILE": certs.CAFile, "SLUICE_REDIS_URL": "redis://redis.internal:6379/0"},
+	} {
+		cfg, err := worker.ReadConfig(base(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := worker.NewRedisClient(cfg); !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_REDIS_CA_FILE") {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("NewRedisClient(%v) err = %v, want a config error naming SLUICE_REDIS_CA_FILE", env, err)
+		}
+	}
+}
+
+// SMTP AUTH needs TLS: a username with SLUICE_SMTP_TLS=none or opportunistic
+// (where the password may cross the network in clear) is refused, naming
+// both variables, unless SLUICE_SMTP_ALLOW_PLAIN_AUTH=true.
+func TestConfigSMTPAuthNeedsTLS(t *testing.T) {
+	t.Parallel()
+	parse := func(mode, user, allow string) error {
+		env := map[string]string{
+			"SLUICE_SUBJECT_SECRET": "0123456789abcdef",
+			"SLUICE_PAYLOAD_KEYS":   testKeys,
+			"SLUICE_EMAIL_SENDER":   "smtp",
+			"SLUICE_SMTP_TLS":       mode,
+			"SLUICE_SMTP_USERNAME":  user,
+			"SLUICE_SMTP_PASSWORD":  "pw",
+		}
+		if allow != "" {
+			env["SLUICE_SMTP_ALLOW_PLAIN_AUTH"] = allow
+		}
+		_, err := worker.ParseConfig(env)
+		return err
+	}
+	for _, mode := range []string{"none", "opportunistic"} {
+		err := parse(mode, "mailer", "")
+		if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_SMTP_USERNAME") ||
+			!strings.Contains(err.Error(), "SLUICE_SMTP_TLS="+mode) || !strings.Contains(err.Error(), "SLUICE_SMTP_ALLOW_PLAIN_AUTH") {
+			t.Errorf("AUTH with TLS %s: err = %v, want a config error naming SLUICE_SMTP_USERNAME, SLUICE_SMTP_TLS and the way out", mode, err)
+		}
+		if err := parse(mode, "mailer", "false"); err == nil {
+			t.Errorf("AUTH with TLS %s and ALLOW_PLAIN_AUTH=false accepted", mode)
+		}
+		if err := parse(mode, "mailer", "true"); err != nil {
+			t.Errorf("AUTH with TLS %s explicitly allowed: %v", mode, err)
+		}
+		if err := parse(mode, "", ""); err != nil {
+			t.Errorf("TLS %s without AUTH: %v", mode, err)
+		}
+	}
+	for _, mode := range []string{"starttls", "tls"} {
+		if err := parse(mode, "mailer", ""); err != nil {
+			t.Errorf("AUTH over TLS %s: %v", mode, err)
+		}
+	}
+	cfg, err := worker.ParseConfig(map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef", "SLUICE_PAYLOAD_KEYS": testKeys})
+	if err != nil || cfg.SMTPAllowPlainAuth {
+		t.Errorf("SLUICE_SMTP_ALLOW_PLAIN_AUTH must default to false: %v, %v", cfg.SMTPAllowPlainAuth, err)
 	}
 }

@@ -172,3 +172,12 @@ func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond f
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// mustKeys is the key ring of testKeys.
+func mustKeys(t *testing.T) *tasks.Keyring {
+	k, err := tasks.ParseKeyring(testKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

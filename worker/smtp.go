@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,11 +19,16 @@ type SMTPConfig struct {
 	Host     string
 	Port     int
 	TLS      string // starttls, opportunistic, tls, none
+	CAFile   string // PEM CA certificates trusted instead of the system roots; empty: system roots
 	Username string // empty: no AUTH
 	Password string
-	From     string
-	Conns    int           // connections kept open; default 1
-	Timeout  time.Duration // per dial and send; default 15s
+	// AllowPlainAuth lets PLAIN and LOGIN run over an unencrypted connection
+	// (TLS none, or opportunistic without STARTTLS). Without it go-mail
+	// picks only mechanisms that do not reveal the password there.
+	AllowPlainAuth bool
+	From           string
+	Conns          int           // connections kept open; default 1
+	Timeout        time.Duration // per dial and send; default 15s
 }
 
 // SMTPSender sends email over SMTP with go-mail, reusing up to Conns
@@ -43,7 +49,20 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 15 * time.Second
 	}
-	opts := []mail.Option{mail.WithPort(cfg.Port), mail.WithTimeout(cfg.Timeout)}
+	// The server's certificate must name Host; RootCAs nil means the system roots.
+	tlsCfg := &tls.Config{ServerName: cfg.Host, MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pool, err := loadCAFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: SMTP CA file %w", ErrConfig, err)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	// WithTLSPolicy and WithSSL, not go-mail's WithTLSPortPolicy/WithSSLPort:
+	// those rewrite a port of 25 to 587 or 465 (and the opportunistic policy
+	// falls back to port 25 when that fails); the port here is always the
+	// one configured.
+	opts := []mail.Option{mail.WithPort(cfg.Port), mail.WithTimeout(cfg.Timeout), mail.WithTLSConfig(tlsCfg)}
 	switch cfg.TLS {
 	case "starttls", "":
 		opts = append(opts, mail.WithTLSPolicy(mail.TLSMandatory))
@@ -57,7 +76,14 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 		return nil, fmt.Errorf("%w: SMTP TLS mode %q", ErrConfig, cfg.TLS)
 	}
 	if cfg.Username != "" {
-		opts = append(opts, mail.WithSMTPAuth(mail.SMTPAuthAutoDiscover), mail.WithUsername(cfg.Username), mail.WithPassword(cfg.Password))
+		// AutoDiscover picks the strongest mechanism offered, and over an
+		// unencrypted connection none that reveals the password.
+		auth := mail.WithSMTPAuth(mail.SMTPAuthAutoDiscover)
+		if cfg.AllowPlainAuth && (cfg.TLS == "none" || cfg.TLS == "opportunistic") {
+			auth = mail.WithOpportunisticSMTPAuth(mail.SMTPAuthSCRAMSHA256, mail.SMTPAuthSCRAMSHA1,
+				mail.SMTPAuthCramMD5, mail.SMTPAuthPlainNoEnc, mail.SMTPAuthLoginNoEnc)
+		}
+		opts = append(opts, auth, mail.WithUsername(cfg.Username), mail.WithPassword(cfg.Password))
 	}
 	c, err := mail.NewClient(cfg.Host, opts...)
 	if err != nil {

@@ -142,7 +142,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	cancel()
 	if err != nil {
 		w.close()
-		return fmt.Errorf("start worker: redis (SLUICE_REDIS_URL): %w", err)
+		var certErr *tls.CertificateVerificationError
+		if errors.As(err, &certErr) {
+			trusted := EnvPrefix + "REDIS_CA_FILE is empty: the system roots"
+			if w.cfg.RedisCAFile != "" {
+				trusted = "the CAs in " + EnvPrefix + "REDIS_CA_FILE=" + w.cfg.RedisCAFile
+			}
+			return fmt.Errorf("start worker: redis (%sREDIS_URL): its TLS certificate is not trusted by %s: %w", EnvPrefix, trusted, err)
+		}
+		return fmt.Errorf("start worker: redis (%sREDIS_URL): %w", EnvPrefix, err)
 	}
 	for _, s := range w.policy.All() {
 		w.log.Info("quota rule", "rule", s.String())
@@ -243,8 +251,9 @@ func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error
 	out := map[tasks.Channel]Sender{}
 	switch cfg.EmailSender {
 	case "smtp":
-		s, err := NewSMTPSender(SMTPConfig{Host: cfg.SMTPHost, Port: cfg.SMTPPort, TLS: cfg.SMTPTLS,
-			Username: cfg.SMTPUser, Password: cfg.SMTPPass, From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout})
+		s, err := NewSMTPSender(SMTPConfig{Host: cfg.SMTPHost, Port: cfg.SMTPPort, TLS: cfg.SMTPTLS, CAFile: cfg.SMTPCAFile,
+			Username: cfg.SMTPUser, Password: cfg.SMTPPass, AllowPlainAuth: cfg.SMTPAllowPlainAuth,
+			From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout})
 		if err != nil {
 			return nil, err
 		}
@@ -267,18 +276,34 @@ func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error
 }
 
 // NewRedisClient builds the Redis client of cfg: a Cluster client when
-// RedisClusterAddrs is set, else a single-node client from RedisURL.
+// RedisClusterAddrs is set, else a single-node client from RedisURL. A
+// rediss:// URL turns TLS on, verified against RedisCAFile when set (else the
+// system roots).
 func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %sREDIS_URL: %w", ErrConfig, EnvPrefix, err)
 	}
+	if cfg.RedisCAFile != "" {
+		if opt.TLSConfig == nil {
+			return nil, fmt.Errorf("%w: %sREDIS_CA_FILE is set but %sREDIS_URL is not a rediss:// URL", ErrConfig, EnvPrefix, EnvPrefix)
+		}
+		if opt.TLSConfig.RootCAs, err = loadCAFile(cfg.RedisCAFile); err != nil {
+			return nil, fmt.Errorf("%w: %sREDIS_CA_FILE %w", ErrConfig, EnvPrefix, err)
+		}
+	}
+	// ParseURL set ServerName to the URL's host: right for a single node.
 	if len(cfg.RedisClusterAddrs) == 0 {
 		return redis.NewClient(opt), nil
 	}
 	var tlsCfg *tls.Config
 	if opt.TLSConfig != nil {
-		tlsCfg = opt.TLSConfig
+		// A Cluster's nodes are dialed at the addresses they announce, not at
+		// the URL's host. With ServerName empty, crypto/tls takes it from the
+		// address each dial goes to, so every node's certificate is checked
+		// against its own host.
+		tlsCfg = opt.TLSConfig.Clone()
+		tlsCfg.ServerName = ""
 	}
 	return redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: cfg.RedisClusterAddrs, Username: opt.Username, Password: opt.Password, TLSConfig: tlsCfg,

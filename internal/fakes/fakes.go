@@ -1,10 +1,13 @@
 // Package fakes runs real providers on loopback for tests: an HTTP server
-// speaking the Twilio-compatible Messages API and an SMTP server. Both record
-// every delivery with its arrival time and can be told to fail.
+// speaking the Twilio-compatible Messages API and an SMTP server (plain,
+// STARTTLS or implicit TLS, optionally requiring AUTH). Both record every
+// delivery with its arrival time and can be told to fail.
 package fakes
 
 import (
 	"bytes"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 )
 
@@ -27,6 +31,10 @@ type Delivery struct {
 	ID   string // Idempotency-Key (SMS) or Message-ID local part (email)
 	To   string
 	Body string
+	// Email only: whether the message came over TLS (STARTTLS or implicit),
+	// and the user it authenticated as ("" without AUTH).
+	TLS      bool
+	AuthUser string
 }
 
 // Reply decides a fake's answer to one request: 0 accepts; for SMS an HTTP
@@ -160,16 +168,46 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 // SetLatency makes every answer take d.
 func (f *SMSAPI) SetLatency(d time.Duration) { f.latency.Store(int64(d)) }
 
-// SMTPServer is a fake SMTP server (no TLS, optional AUTH not required).
+// SMTPServer is a fake SMTP server. By default it speaks plain SMTP and does
+// not ask for AUTH; SMTPOptions add STARTTLS, implicit TLS and required AUTH.
 type SMTPServer struct {
 	*Recorder
 	Host string
 	Port int
 	srv  *smtp.Server
+
+	implicitTLS *tls.Config
+	user, pass  string
+	mechs       []string
+}
+
+// SMTPOption configures NewSMTPServer.
+type SMTPOption func(*SMTPServer)
+
+// WithSTARTTLS offers STARTTLS, presenting cfg's certificate. A client may
+// still send without it; Delivery.TLS tells which it did.
+func WithSTARTTLS(cfg *tls.Config) SMTPOption {
+	return func(f *SMTPServer) { f.srv.TLSConfig = cfg }
+}
+
+// WithImplicitTLS speaks TLS from the first byte (SMTPS, as on port 465),
+// presenting cfg's certificate.
+func WithImplicitTLS(cfg *tls.Config) SMTPOption {
+	return func(f *SMTPServer) { f.implicitTLS = cfg }
+}
+
+// WithAuth requires AUTH as user/password before MAIL, offering mechs
+// (default PLAIN and LOGIN). AUTH is offered over plain connections too, so
+// that a test sees whether the client chose TLS before sending its password.
+func WithAuth(user, pass string, mechs ...string) SMTPOption {
+	if len(mechs) == 0 {
+		mechs = []string{sasl.Plain, sasl.Login}
+	}
+	return func(f *SMTPServer) { f.user, f.pass, f.mechs = user, pass, mechs }
 }
 
 // NewSMTPServer starts the fake on a loopback port; it stops when the test ends.
-func NewSMTPServer(tb testing.TB) *SMTPServer {
+func NewSMTPServer(tb testing.TB, opts ...SMTPOption) *SMTPServer {
 	tb.Helper()
 	f := &SMTPServer{Recorder: newRecorder()}
 	f.srv = smtp.NewServer(backend{f})
@@ -177,11 +215,17 @@ func NewSMTPServer(tb testing.TB) *SMTPServer {
 	f.srv.AllowInsecureAuth = true
 	f.srv.ReadTimeout = 10 * time.Second
 	f.srv.WriteTimeout = 10 * time.Second
+	for _, o := range opts {
+		o(f)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	f.Host, f.Port = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+	if f.implicitTLS != nil {
+		ln = tls.NewListener(ln, f.implicitTLS)
+	}
 	go f.srv.Serve(ln)
 	tb.Cleanup(func() { f.srv.Close() })
 	return f
@@ -189,16 +233,75 @@ func NewSMTPServer(tb testing.TB) *SMTPServer {
 
 type backend struct{ f *SMTPServer }
 
-func (b backend) NewSession(*smtp.Conn) (smtp.Session, error) { return &session{f: b.f}, nil }
-
-type session struct {
-	f  *SMTPServer
-	to []string
+func (b backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	return &session{f: b.f, conn: c}, nil
 }
 
-func (s *session) Reset()                                    { s.to = nil }
-func (s *session) Logout() error                             { return nil }
-func (s *session) Mail(string, *smtp.MailOptions) error      { return nil }
+type session struct {
+	f    *SMTPServer
+	conn *smtp.Conn
+	user string // authenticated as
+	to   []string
+}
+
+// The replies of RFC 4954.
+var (
+	errAuthRequired   = &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "authentication required"}
+	errBadCredentials = &smtp.SMTPError{Code: 535, EnhancedCode: smtp.EnhancedCode{5, 7, 8}, Message: "authentication credentials invalid"}
+)
+
+func (s *session) AuthMechanisms() []string { return s.f.mechs }
+
+func (s *session) Auth(mech string) (sasl.Server, error) {
+	check := func(user, pass string) error {
+		if s.f.user == "" || user != s.f.user || pass != s.f.pass {
+			return errBadCredentials
+		}
+		s.user = user
+		return nil
+	}
+	switch mech {
+	case sasl.Plain:
+		return sasl.NewPlainServer(func(_, user, pass string) error { return check(user, pass) }), nil
+	case sasl.Login:
+		return &loginServer{check: check}, nil
+	}
+	return nil, smtp.ErrAuthUnknownMechanism
+}
+
+// loginServer is the server side of SASL LOGIN (go-sasl has only the client).
+type loginServer struct {
+	step  int
+	user  string
+	check func(user, pass string) error
+}
+
+func (l *loginServer) Next(resp []byte) ([]byte, bool, error) {
+	switch l.step {
+	case 0:
+		l.step++
+		if len(resp) == 0 {
+			return []byte("Username:"), false, nil
+		}
+		fallthrough // the username came as initial response
+	case 1:
+		l.user, l.step = string(resp), 2
+		return []byte("Password:"), false, nil
+	case 2:
+		l.step++
+		return nil, true, l.check(l.user, string(resp))
+	}
+	return nil, false, errors.New("LOGIN: unexpected response")
+}
+
+func (s *session) Reset()        { s.to = nil }
+func (s *session) Logout() error { return nil }
+func (s *session) Mail(string, *smtp.MailOptions) error {
+	if s.f.user != "" && s.user == "" {
+		return errAuthRequired
+	}
+	return nil
+}
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error { s.to = append(s.to, to); return nil }
 func (s *session) Data(r io.Reader) error {
 	raw, err := io.ReadAll(r)
@@ -219,6 +322,7 @@ func (s *session) Data(r io.Reader) error {
 	if at := strings.IndexByte(id, '@'); at > 0 {
 		id = id[:at]
 	}
-	s.f.record(Delivery{At: time.Now(), ID: id, To: to, Body: string(body)})
+	_, overTLS := s.conn.TLSConnectionState()
+	s.f.record(Delivery{At: time.Now(), ID: id, To: to, Body: string(body), TLS: overTLS, AuthUser: s.user})
 	return nil
 }

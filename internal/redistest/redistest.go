@@ -1,5 +1,6 @@
 // Package redistest starts real redis-server processes for tests: a single
-// node on a free loopback port, or a 3-master Redis Cluster.
+// node on a free loopback port, or a 3-master Redis Cluster, in plain TCP or
+// TLS only (certificates from tlstest).
 //
 // Tests never skip because Redis is missing: when redis-server is not on
 // PATH the test fails with a message saying how to install it.
@@ -8,18 +9,22 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // InstallHint tells a developer how to get redis-server.
@@ -32,6 +37,9 @@ type Server struct {
 	Addr string
 	Dir  string
 	Port int
+	// TLS is the client configuration that trusts a TLS server's CA; nil
+	// for a plain server. A TLS server listens on Port with TLS only.
+	TLS  *tls.Config
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -59,14 +67,43 @@ func Start(tb testing.TB, extra ...string) *Server {
 	return s
 }
 
+// StartTLS runs a redis-server that speaks TLS only (no plain port),
+// presenting certs.Server; it is stopped when the test ends. Its URL is
+// rediss://, and its TLS field trusts certs' CA.
+func StartTLS(tb testing.TB, certs *tlstest.Certs, extra ...string) *Server {
+	tb.Helper()
+	return StartTLSWith(tb, certs, certs.Server, extra...)
+}
+
+// StartTLSWith is StartTLS presenting pair (e.g. certs.Expired) instead.
+func StartTLSWith(tb testing.TB, certs *tlstest.Certs, pair tlstest.KeyPair, extra ...string) *Server {
+	tb.Helper()
+	s, err := launch(tb.TempDir(), certs, pair, extra)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
 // Launch starts a redis-server outside a test (e.g. in TestMain, for
 // examples) with its files in dir. The caller must Stop it.
 func Launch(dir string, extra ...string) (*Server, error) {
+	return launch(dir, nil, tlstest.KeyPair{}, extra)
+}
+
+func launch(dir string, certs *tlstest.Certs, pair tlstest.KeyPair, extra []string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, errors.New(InstallHint)
 	}
 	s := &Server{Dir: dir}
-	s.args = append([]string{"--save", "", "--appendonly", "no", "--bind", "127.0.0.1"}, extra...)
+	s.args = []string{"--save", "", "--appendonly", "no", "--bind", "127.0.0.1"}
+	if certs != nil {
+		s.TLS = certs.ClientConfig()
+		s.args = append(s.args, "--tls-cert-file", pair.CertFile, "--tls-key-file", pair.KeyFile,
+			"--tls-ca-cert-file", certs.CAFile, "--tls-auth-clients", "no")
+	}
+	s.args = append(s.args, extra...)
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if s.Port, err = freePort(); err != nil {
@@ -89,13 +126,22 @@ func New(tb testing.TB) (*Server, *redis.Client) {
 
 // Client returns a new client for the server, closed when the test ends.
 func (s *Server) Client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := s.newClient()
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
-// URL is the redis:// URL of the server.
-func (s *Server) URL() string { return "redis://" + s.Addr }
+func (s *Server) newClient() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS})
+}
+
+// URL is the redis:// (rediss:// for TLS) URL of the server.
+func (s *Server) URL() string {
+	if s.TLS != nil {
+		return "rediss://" + s.Addr
+	}
+	return "redis://" + s.Addr
+}
 
 func (s *Server) start() error {
 	bin, err := exec.LookPath("redis-server")
@@ -103,7 +149,11 @@ func (s *Server) start() error {
 		return errors.New(InstallHint)
 	}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	args := append([]string{"--port", strconv.Itoa(s.Port), "--dir", s.Dir}, s.args...)
+	args := []string{"--port", strconv.Itoa(s.Port), "--dir", s.Dir}
+	if s.TLS != nil {
+		args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.Port), "--dir", s.Dir}
+	}
+	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(s.Dir, fmt.Sprintf("redis-%d.log", s.Port)))
 	if err != nil {
@@ -117,7 +167,7 @@ func (s *Server) start() error {
 	s.cmd = cmd
 	s.done = make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(s.done) }()
-	if err := waitReady(s.Addr, s.done, 10*time.Second); err != nil {
+	if err := waitReady(s.Addr, s.TLS != nil, s.done, 10*time.Second); err != nil {
 		s.Stop()
 		b, _ := os.ReadFile(logf.Name())
 		return fmt.Errorf("%w; log: %s", err, lastLines(string(b), 5))
@@ -150,9 +200,15 @@ func (s *Server) Restart(tb testing.TB) {
 	}
 }
 
-func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+func waitReady(addr string, useTLS bool, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	opt := &redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond}
+	if useTLS {
+		// The probe only asks whether the process answers; checking its
+		// certificate (which may be expired on purpose) is the tests' job.
+		opt.TLSConfig = &tls.Config{InsecureSkipVerify: true}
+	}
+	c := redis.NewClient(opt)
 	defer c.Close()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -195,24 +251,52 @@ type Cluster struct {
 // cluster client. Everything is stopped when the test ends.
 func NewCluster(tb testing.TB, masters, replicasPerMaster int) (*Cluster, *redis.ClusterClient) {
 	tb.Helper()
+	return newCluster(tb, nil, masters, replicasPerMaster)
+}
+
+// NewTLSCluster is NewCluster speaking TLS only: clients, the cluster bus
+// and replication all use TLS, every node presenting certs.Server. The
+// returned client trusts certs' CA.
+func NewTLSCluster(tb testing.TB, certs *tlstest.Certs, masters, replicasPerMaster int) (*Cluster, *redis.ClusterClient) {
+	tb.Helper()
+	return newCluster(tb, certs, masters, replicasPerMaster)
+}
+
+func newCluster(tb testing.TB, certs *tlstest.Certs, masters, replicasPerMaster int) (*Cluster, *redis.ClusterClient) {
+	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		tb.Fatal(strings.Replace(InstallHint, "redis-server was", "redis-cli was", 1))
 	}
 	c := &Cluster{}
 	total := masters * (1 + replicasPerMaster)
+	nodeArgs := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+		"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0"}
+	var cliArgs []string
 	for i := 0; i < total; i++ {
-		s := Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
-			"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0")
+		var s *Server
+		if certs == nil {
+			s = Start(tb, nodeArgs...)
+		} else {
+			s = StartTLS(tb, certs, slices.Concat(nodeArgs, []string{"--tls-cluster", "yes", "--tls-replication", "yes"})...)
+		}
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	if certs != nil {
+		cliArgs = []string{"--tls", "--cacert", certs.CAFile}
+	}
+	args := append(cliArgs, "--cluster", "create")
+	args = append(args, c.Addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	opt := &redis.ClusterOptions{Addrs: c.Addrs}
+	if certs != nil {
+		opt.TLSConfig = certs.ClientConfig()
+	}
+	client := redis.NewClusterClient(opt)
 	tb.Cleanup(func() { client.Close() })
 	c.WaitHealthy(tb, client)
 	if replicasPerMaster > 0 {
@@ -227,7 +311,7 @@ func (c *Cluster) waitReplicasSynced(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range c.Nodes {
-		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		n := s.newClient()
 		for {
 			info, err := n.Info(context.Background(), "replication").Result()
 			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
@@ -257,7 +341,7 @@ func (c *Cluster) WaitHealthy(tb testing.TB, client *redis.ClusterClient) {
 				continue
 			default:
 			}
-			n := redis.NewClient(&redis.Options{Addr: s.Addr})
+			n := s.newClient()
 			info, err := n.ClusterInfo(ctx).Result()
 			n.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
