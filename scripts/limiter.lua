@@ -12,14 +12,16 @@
 -- Opcode "R" — reserve: admit a member now, admit it for a near-future instant, or book a slot.
 --   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
 --            member's state key when a state policy is given (see below).
---   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", deadline_ms or "",
---            state_ttl_ms, nonce, n, then per rule: limit, window_ms, drop (1/0), then m, then m
+--   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", late_ms,
+--            deadline_ms or "", state_ttl_ms, nonce, n, then per rule: limit, window_ms, drop (1/0), then m, then m
 --            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
 --   A rule holds when no span of window+slack ms holds more than limit entries (window+slack:
 --   every entry may land up to slack ms after its score; with slack 0 this is the lesson's
 --   window, and an entry scored exactly now-window is still inside). The slot is the earliest
 --   x >= max(now, tmin), outside every closed interval, at which one more entry keeps every
 --   rule — entries booked for the future included. A rule far from its limit does not move it.
+--   A tmin up to late_ms in the past is kept as the slot (the other groups of a check across
+--   Cluster slots hold that instant; the send goes at once).
 --   policy "" : no state key; a member already inside a window is a duplicate (idempotent).
 --   policy "d"/"f"/"o": the state key records the member's attempt: "b<k>:<ms>" booked,
 --            "a<k>:<ms>" admitted (maybe sent), "d<k>:<ms>" done. Attempt k > 1 uses member
@@ -39,6 +41,12 @@
 --     rule   1-based index of the rule that set the slot (0: none)
 --     remaining  fewest further entries any rule takes around the slot, bookings counted
 --
+-- Opcode "P" — place (a check whose limits live in several groups, on Redis Cluster: the limits
+--   outside the id's own group): KEYS -> rule keys. ARGV -> member, slack_ms, tmin_ms or "",
+--   lead_ms, then per rule: limit, window_ms, then m and m closed intervals. Takes the member's
+--   earlier entry back and adds it at the earliest slot every rule takes from now + lead, or
+--   from tmin when later or at most lead earlier.
+--   Returns {slot_ms, rule}.
 -- Opcode "D" — done: KEYS -> state key. ARGV -> attempt, ttl_ms. Records "d<attempt>:<now>".
 --   Returns {1}.
 -- Opcode "X" — release: KEYS -> the rule keys, then the state key. ARGV -> member, attempt.
@@ -101,30 +109,81 @@ local function unclosed(c, closed)
   return c
 end
 
+-- start: where a search begins: now, or tmin when later — or when at most late ms earlier.
+local function start(tmin, late)
+  if tmin == '' then return now end
+  local t = tonumber(tmin)
+  if t >= now - late then return t end
+  return now
+end
+
+-- search: the earliest time >= c outside the closed intervals at which every key takes one
+-- more entry. Each pass moves c past a block of some key; after a bounded number of passes
+-- the slot goes after every key's end. Returns the time, the index of the key that set it
+-- (0: none), and per key the entries within its span of it.
+local function search(keys, limits, wps, c, closed)
+  local n = #keys
+  local rule, counts, settled = 0, {}, false
+  c = unclosed(c, closed)
+  for pass = 1, 8 do
+    local moved = false
+    for i = 1, n do
+      local x, cnt = earliest(keys[i], limits[i], wps[i], c)
+      if x == nil then x, cnt = past(keys[i], limits[i], wps[i], c), limits[i] - 1 end
+      counts[i] = cnt
+      if x > c then c, rule, moved = x, i, true end
+    end
+    local u = unclosed(c, closed)
+    if u > c then c, moved = u, true end
+    if not moved then settled = true break end
+  end
+  if not settled then
+    for pass = 1, 2 do
+      for i = 1, n do
+        local x = past(keys[i], limits[i], wps[i], c)
+        counts[i] = limits[i] - 1
+        if x > c then c, rule = x, i end
+      end
+      c = unclosed(c, closed)
+    end
+  end
+  return c, rule, counts
+end
+
+-- add puts member at c in every key, with TTLs that cover it (never shortened).
+local function add(keys, wps, counts, c, m)
+  for i = 1, #keys do
+    redis.call('ZADD', keys[i], fmt(c), m)
+    local ttl = c - now + wps[i] + 1
+    if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
+      redis.call('PEXPIRE', keys[i], ttl, 'GT')
+    end
+  end
+end
+
 local function reserve(k0, a0)
   local member, policy = ARGV[a0], ARGV[a0 + 1]
   local slack, horizon = tonumber(ARGV[a0 + 2]), tonumber(ARGV[a0 + 3])
   local book = ARGV[a0 + 4] == '1'
-  local c = now
-  if ARGV[a0 + 5] ~= '' then c = math.max(now, tonumber(ARGV[a0 + 5])) end
+  local c = start(ARGV[a0 + 5], tonumber(ARGV[a0 + 6]))
   local deadline = nil
-  if ARGV[a0 + 6] ~= '' then deadline = tonumber(ARGV[a0 + 6]) end
-  local sttl = tonumber(ARGV[a0 + 7])
-  local nonce = ARGV[a0 + 8]
-  local n = tonumber(ARGV[a0 + 9])
+  if ARGV[a0 + 7] ~= '' then deadline = tonumber(ARGV[a0 + 7]) end
+  local sttl = tonumber(ARGV[a0 + 8])
+  local nonce = ARGV[a0 + 9]
+  local n = tonumber(ARGV[a0 + 10])
   local keys, limits, wps, drops = {}, {}, {}, {}
   for i = 1, n do
     keys[i] = KEYS[k0 + i - 1]
-    limits[i] = tonumber(ARGV[a0 + 7 + 3 * i])
-    wps[i] = tonumber(ARGV[a0 + 8 + 3 * i]) + slack
-    drops[i] = ARGV[a0 + 9 + 3 * i] == '1'
+    limits[i] = tonumber(ARGV[a0 + 8 + 3 * i])
+    wps[i] = tonumber(ARGV[a0 + 9 + 3 * i]) + slack
+    drops[i] = ARGV[a0 + 10 + 3 * i] == '1'
   end
-  local q = a0 + 10 + 3 * n
+  local q = a0 + 11 + 3 * n
   local closed = {}
   for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
 
   for i = 1, n do
-    redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(now - wps[i]))
+    redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(math.min(now, c) - wps[i]))
   end
 
   local skey = nil
@@ -168,33 +227,9 @@ local function reserve(k0, a0)
     end
   end
 
-  -- Move c forward until every rule takes one more entry at c. Each pass moves c past a
-  -- block of some rule; a bounded number of passes, then the slot goes after every key's end.
-  local rule, counts, settled = 0, {}, false
-  for pass = 1, 8 do
-    local moved = false
-    for i = 1, n do
-      local x, cnt = earliest(keys[i], limits[i], wps[i], c)
-      if x == nil then x, cnt = past(keys[i], limits[i], wps[i], c), limits[i] - 1 end
-      counts[i] = cnt
-      if x > c then c, rule, moved = x, i, true end
-    end
-    local u = unclosed(c, closed)
-    if u > c then c, moved = u, true end
-    if not moved then settled = true break end
-  end
-  if not settled then
-    for pass = 1, 2 do
-      for i = 1, n do
-        local x = past(keys[i], limits[i], wps[i], c)
-        counts[i] = limits[i] - 1
-        if x > c then c, rule = x, i end
-      end
-      c = unclosed(c, closed)
-    end
-  end
-
-  local wait = c - now
+  local rule, counts
+  c, rule, counts = search(keys, limits, wps, c, closed)
+  local wait = math.max(c - now, 0)
   if deadline and c > deadline then
     if held then redis.call('DEL', skey) end
     return {6, rule, wait, 0, attempt, c}
@@ -210,19 +245,34 @@ local function reserve(k0, a0)
     if held then redis.call('DEL', skey) end
     return {0, rule, wait, 0, attempt, c}
   end
-  for i = 1, n do
-    redis.call('ZADD', keys[i], fmt(c), m)
-    local ttl = wait + wps[i] + 1
-    if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
-      redis.call('PEXPIRE', keys[i], ttl, 'GT')
-    end
-  end
+  add(keys, wps, counts, c, m)
   if admit then
     if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     return {1, rule, wait, remaining, attempt, c}
   end
   if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
   return {4, rule, wait, 0, attempt, c}
+end
+
+local function place(k0, a0, nkeys)
+  local m, slack, lead = ARGV[a0], tonumber(ARGV[a0 + 1]), tonumber(ARGV[a0 + 3])
+  local c = now + lead
+  if ARGV[a0 + 2] ~= '' then c = start(ARGV[a0 + 2], lead) end
+  local keys, limits, wps = {}, {}, {}
+  for i = 1, nkeys do
+    keys[i] = KEYS[k0 + i - 1]
+    limits[i] = tonumber(ARGV[a0 + 2 + 2 * i])
+    wps[i] = tonumber(ARGV[a0 + 3 + 2 * i]) + slack
+    redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(math.min(now, c) - wps[i]))
+    redis.call('ZREM', keys[i], m)
+  end
+  local q = a0 + 4 + 2 * nkeys
+  local closed = {}
+  for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
+  local rule, counts
+  c, rule, counts = search(keys, limits, wps, c, closed)
+  add(keys, wps, counts, c, m)
+  return {c, rule}
 end
 
 local function done(k0, a0)
@@ -277,7 +327,7 @@ local function usage(k0, a0)
   return out
 end
 
-local ops = {R = reserve, D = done, X = release, U = usage}
+local ops = {R = reserve, P = place, D = done, X = release, U = usage}
 local out = {now}
 local ka, aa = 1, 3
 for j = 1, tonumber(ARGV[2]) do

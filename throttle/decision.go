@@ -116,7 +116,9 @@ type ReserveOptions struct {
 	Slack time.Duration
 	// Horizon: a slot at most this far ahead is admitted for that instant
 	// (the caller waits and sends then) instead of being booked or denied.
-	// Default 0: only now.
+	// Default 0: only now. On Redis Cluster, a check whose limits live in
+	// several groups aims at an instant 20 ms ahead so that every group
+	// holds it at the same time: it needs a Horizon of at least that.
 	Horizon time.Duration
 	// Book: a slot past Horizon is booked (StatusBooked) rather than denied.
 	Book bool
@@ -130,6 +132,9 @@ type ReserveOptions struct {
 	// minimum) the longest window plus Slack, so an unfinished attempt is
 	// known while its entry counts.
 	StateTTL time.Duration
+	// late: a NotBefore at most this far in the past is kept as the slot
+	// (checks across Cluster groups agree on one instant).
+	late time.Duration
 	// Nonce identifies the caller's run of this id (up to 32 bytes of
 	// [A-Za-z0-9_-]): asking again with the nonce of an admission — a retry
 	// after a lost reply — returns that admission instead of treating it as

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,6 +140,9 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 	if err := checkMember(member); err != nil {
 		return Decision{}, err
 	}
+	if l.batch.cluster && spansGroups(group, limits) {
+		return Decision{}, fmt.Errorf("%w: on Redis Cluster, Allow's limits must live in the check's group (Reserve takes limits of several groups)", ErrInvalidKey)
+	}
 	return l.reserve(ctx, group, member, "", ReserveOptions{}, limits)
 }
 
@@ -164,6 +168,9 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 	default:
 		return Decision{}, fmt.Errorf("%w: unknown re-run policy %q", ErrInvalidRule, opts.Policy)
 	}
+	if l.batch.cluster && spansGroups(group, limits) {
+		return l.reserveAcross(ctx, group, id, opts.Policy, opts, limits)
+	}
 	return l.reserve(ctx, group, id, opts.Policy, opts, limits)
 }
 
@@ -177,9 +184,12 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	if len(opts.Closed) > 64 {
 		return Decision{}, fmt.Errorf("%w: %d closed intervals, at most 64", ErrInvalidRule, len(opts.Closed))
 	}
-	keys, err := l.keys(group, limits)
-	if err != nil {
-		return Decision{}, err
+	var keys []string
+	if len(limits) > 0 || policy == "" {
+		var err error
+		if keys, err = l.keys(group, limits); err != nil {
+			return Decision{}, err
+		}
 	}
 	var longest time.Duration
 	for _, lim := range limits {
@@ -191,7 +201,7 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		return Decision{}, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
 	}
 	args = append(args, l.stored(id), string(policy), opts.Slack.Milliseconds(), opts.Horizon.Milliseconds(),
-		boolArg(opts.Book), timeArg(opts.NotBefore), timeArg(opts.Deadline), sttl.Milliseconds(), opts.Nonce, len(limits))
+		boolArg(opts.Book), timeArg(opts.NotBefore), opts.late.Milliseconds(), timeArg(opts.Deadline), sttl.Milliseconds(), opts.Nonce, len(limits))
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds(), boolArg(lim.Drop))
 	}
@@ -249,19 +259,82 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 	if attempt < 1 {
 		return 0, fmt.Errorf("%w: attempt %d must be at least 1", ErrInvalidRule, attempt)
 	}
-	keys, err := l.keys(group, limits)
-	if err != nil {
+	if err := checkGroup(group); err != nil {
 		return 0, err
 	}
-	keys = append(keys, l.StateKey(group, id))
-	_, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "X", keys: keys, args: []any{l.stored(id), attempt}})
-	if err != nil {
-		return 0, fmt.Errorf("throttle: release: %w", err)
+	if len(limits) > MaxRules {
+		return 0, fmt.Errorf("%w: a check takes at most %d limits, got %d", ErrTooManyRules, MaxRules, len(limits))
 	}
-	if len(reply) != 1 {
-		return 0, fmt.Errorf("throttle: release: unexpected reply %v", reply)
+	removed := 0
+	for _, part := range l.byGroup(group, limits) {
+		keys := make([]string, 0, len(part.limits)+1)
+		for i, lim := range part.limits {
+			k, err := l.Key(group, lim)
+			if err != nil {
+				return 0, fmt.Errorf("limit %d (%s): %w", i, lim.Scope, err)
+			}
+			keys = append(keys, k)
+		}
+		// The id's record lives in its own group; elsewhere the key named is never written.
+		keys = append(keys, l.StateKey(part.group, id))
+		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, &op{code: "X", keys: keys, args: []any{l.stored(id), attempt}})
+		if err != nil {
+			return removed, fmt.Errorf("throttle: release: %w", err)
+		}
+		if len(reply) != 1 {
+			return removed, fmt.Errorf("throttle: release: unexpected reply %v", reply)
+		}
+		removed += int(reply[0])
 	}
-	return int(reply[0]), nil
+	return removed, nil
+}
+
+// part is the limits of a check that live in one group.
+type part struct {
+	group  string
+	limits []Limit
+	index  []int // each limit's index in the check
+}
+
+// byGroup splits limits by the group their keys live in: one part on a
+// single node (a script may touch any key there), one per group on a
+// Cluster, the check's own group first.
+func (l *Limiter) byGroup(group string, limits []Limit) []part {
+	if !l.batch.cluster || !spansGroups(group, limits) {
+		idx := make([]int, len(limits))
+		for i := range idx {
+			idx[i] = i
+		}
+		return []part{{group: group, limits: limits, index: idx}}
+	}
+	parts := []part{{group: group}}
+	at := map[string]int{group: 0}
+	for i, lim := range limits {
+		g := group
+		if lim.Group != "" {
+			g = lim.Group
+		}
+		j, ok := at[g]
+		if !ok {
+			j = len(parts)
+			at[g] = j
+			parts = append(parts, part{group: g})
+		}
+		parts[j].limits = append(parts[j].limits, lim)
+		parts[j].index = append(parts[j].index, i)
+	}
+	slices.SortFunc(parts[1:], func(a, b part) int { return strings.Compare(a.group, b.group) })
+	return parts
+}
+
+// spansGroups reports whether a limit lives outside the check's group.
+func spansGroups(group string, limits []Limit) bool {
+	for _, lim := range limits {
+		if lim.Group != "" && lim.Group != group {
+			return true
+		}
+	}
+	return false
 }
 
 // Usage is one limit's state, read without changing it.
@@ -287,6 +360,27 @@ type Usage struct {
 // Usage reads the state of each limit of the group, with the slack Reserve
 // uses (0 for Allow). It writes nothing.
 func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, limits ...Limit) ([]Usage, error) {
+	if _, err := l.keys(group, limits); err != nil {
+		return nil, err
+	}
+	out := make([]Usage, len(limits))
+	for _, p := range l.byGroup(group, limits) {
+		if len(p.limits) == 0 {
+			continue
+		}
+		us, err := l.usage(ctx, p.group, slack, p.limits)
+		if err != nil {
+			return nil, err
+		}
+		for i, u := range us {
+			u.Limit = limits[p.index[i]]
+			out[p.index[i]] = u
+		}
+	}
+	return out, nil
+}
+
+func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, limits []Limit) ([]Usage, error) {
 	keys, err := l.keys(group, limits)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -34,7 +35,8 @@ type Config struct {
 	RedisCAFile       string        `env:"REDIS_CA_FILE" desc:"PEM file of CA certificates to trust for rediss:// instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. Each server's certificate must name the host it is dialed by (REDIS_URL's host; a Cluster node's announced address). Needs a rediss:// REDIS_URL."`
 	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Asynq queue the worker serves and 'sluice enqueue' writes to."`
 	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
-	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"Send quotas: comma-separated [TENANT/]CHANNEL:SCOPE=LIMIT/WINDOW; SCOPE is recipient or tenant; a TENANT/ rule replaces the default of the same channel, scope and window for that tenant."`
+	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"The rules, comma- or newline-separated (see Rules below): [TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop] with SCOPE recipient, tenant, sender or provider; CHANNEL.CATEGORY:exempt; CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, :max-defer=DURATION, :rerun=at-least-once|at-most-once; [TENANT/]tz=ZONE. A TENANT/ entry replaces the default of the same target for that tenant."`
+	DefaultTZ         string        `env:"DEFAULT_TZ" envDefault:"UTC" desc:"IANA time zone for quiet hours of recipients whose zone is unknown (no tz in the notification, no zone from the number, no tenant tz= rule)."`
 	SubjectSecret     string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
 	PayloadKeys       string        `env:"PAYLOAD_KEYS" desc:"Required. Keys that seal notification payloads at rest (AES-256-GCM): ID:BASE64KEY[,ID:BASE64KEY...], 32-byte keys (sluice keygen prints one). The first seals, all open: add a new key first to rotate, drop the old one when no task sealed with it is left. Producers (enqueue, the API) need the same keys." secret:"true"`
 	PayloadPlaintext  string        `env:"PAYLOAD_PLAINTEXT" envDefault:"refuse" desc:"refuse: a task whose payload is not sealed is archived unsent; accept: plain JSON payloads are sent too (producers not yet sealing)."`
@@ -128,8 +130,11 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 10_000 {
 		bad("CONCURRENCY", "must be between 1 and 10000, got %d", c.Concurrency)
 	}
-	if _, err := ParsePolicy(c.Rules); err != nil {
+	if _, err := plans.Parse(c.Rules); err != nil {
 		bad("RULES", "%v", err)
+	}
+	if _, err := plans.Zones(c.DefaultTZ, "", nil); err != nil {
+		bad("DEFAULT_TZ", "%v", err)
 	}
 	if len(c.SubjectSecret) < 16 {
 		bad("SUBJECT_SECRET", "must be set to at least 16 bytes (e.g. `openssl rand -hex 32`)")

@@ -5,14 +5,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/tlstest"
-	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -83,76 +80,6 @@ func TestRedactedMasksSecrets(t *testing.T) {
 	if !strings.Contains(all, "SLUICE_REDIS_URL=redis://user:xxxxx@redis:6379/0") {
 		t.Errorf("Redis URL not kept readable:\n%s", all)
 	}
-}
-
-func TestPolicy(t *testing.T) {
-	t.Parallel()
-	p, err := worker.ParsePolicy("sms:recipient=1/1m, sms:recipient=5/1d, sms:tenant=1000/1h, email:recipient=10/1m, acme/sms:tenant=5000/1h, acme/sms:recipient=2/1h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	str := func(specs []worker.RuleSpec) []string {
-		var out []string
-		for _, s := range specs {
-			out = append(out, s.String())
-		}
-		return out
-	}
-	if got, want := str(p.Specs("other", tasks.SMS)), []string{"sms:recipient=1/1m", "sms:recipient=5/1d", "sms:tenant=1000/1h"}; !slices.Equal(got, want) {
-		t.Fatalf("other tenant: %v, want %v", got, want)
-	}
-	// acme's tenant rule replaces the default of the same window; its new
-	// recipient window adds to the defaults.
-	if got, want := str(p.Specs("acme", tasks.SMS)), []string{"sms:recipient=1/1m", "sms:recipient=5/1d", "acme/sms:tenant=5000/1h", "acme/sms:recipient=2/1h"}; !slices.Equal(got, want) {
-		t.Fatalf("acme: %v, want %v", got, want)
-	}
-	lims := p.Limits(tasks.NewSMS("acme", "+14155550100", "x").Normalized())
-	if len(lims) != 4 || lims[0].Subject != "+14155550100" || lims[2].Subject != "" || lims[2].Scope != "sms:tenant" {
-		t.Fatalf("limits: %+v", lims)
-	}
-}
-
-func TestPolicyErrors(t *testing.T) {
-	t.Parallel()
-	for _, s := range []string{
-		"sms:recipient", "sms=1/1m", "fax:recipient=1/1m", "sms:planet=1/1m", "sms:recipient=0/1m",
-		"sms:recipient=1/1m,sms:recipient=2/1m", "a b/sms:tenant=1/1m", "sms:recipient=1/xyz",
-	} {
-		if _, err := worker.ParsePolicy(s); !errors.Is(err, worker.ErrBadRules) {
-			t.Errorf("ParsePolicy(%q) = %v, want ErrBadRules", s, err)
-		}
-	}
-	many := strings.Repeat("sms:recipient=1/1s,", 0)
-	for i := 1; i <= throttle.MaxRules+1; i++ {
-		many += "sms:recipient=1/" + time.Duration(i*int(time.Second)).String() + ","
-	}
-	if _, err := worker.ParsePolicy(many); !errors.Is(err, worker.ErrBadRules) {
-		t.Errorf("%d rules on one channel accepted", throttle.MaxRules+1)
-	}
-}
-
-func FuzzParsePolicy(f *testing.F) {
-	f.Add("sms:recipient=1/1m,sms:recipient=5/1d,acme/sms:tenant=5000/1h")
-	f.Add("email:tenant=1/1ms,,")
-	f.Add("a/b/c:d=1/1m")
-	f.Fuzz(func(t *testing.T, s string) {
-		p, err := worker.ParsePolicy(s)
-		if err != nil {
-			if !errors.Is(err, worker.ErrBadRules) {
-				t.Fatalf("error %v without ErrBadRules", err)
-			}
-			return
-		}
-		// What parses prints back to something that parses to the same rules.
-		var parts []string
-		for _, s := range p.All() {
-			parts = append(parts, s.String())
-		}
-		q, err := worker.ParsePolicy(strings.Join(parts, ","))
-		if err != nil || len(q.All()) != len(p.All()) {
-			t.Fatalf("reprint %q: %v", strings.Join(parts, ","), err)
-		}
-	})
 }
 
 // A misspelt or unknown SLUICE_* variable is reported with the closest

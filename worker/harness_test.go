@@ -82,8 +82,20 @@ type running struct {
 // start runs a worker with its own Redis client until the test ends.
 func (b *bundle) start(t *testing.T, cfg worker.Config) *running {
 	t.Helper()
+	return b.startOpts(t, cfg, worker.Options{})
+}
+
+// startWith runs a worker with extra options and returns its metrics.
+func (b *bundle) startWith(t *testing.T, cfg worker.Config, opts worker.Options) *prometheus.Registry {
+	t.Helper()
+	return b.startOpts(t, cfg, opts).reg
+}
+
+func (b *bundle) startOpts(t *testing.T, cfg worker.Config, opts worker.Options) *running {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(cfg, worker.Options{Registry: reg, Logger: testLogger(t)})
+	opts.Registry, opts.Logger = reg, testLogger(t)
+	w, err := worker.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

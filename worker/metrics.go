@@ -22,8 +22,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttle_decisions_total",
-			Help: "Limiter decisions by channel, the rule that set a later slot (empty when none) and result (admitted, admitted_later, booked, denied, done, unknown, expired, dropped).",
-		}, []string{"channel", "rule", "result"}),
+			Help: "Limiter decisions by channel, category, what set a later slot (a rule, quiet hours, or empty) and result (admitted, admitted_later, booked, denied, done, unknown, expired, dropped).",
+		}, []string{"channel", "category", "rule", "result"}),
 		RetryAfter: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_throttle_retry_after_seconds",
 			Help:    "Retry-after of denied sends.",
@@ -53,8 +53,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"channel"})
 	m.Archived = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_archived_total",
-		Help: "Notifications archived without being sent, by reason (invalid, outcome_unknown, expired, throttled, permanent, retry_budget).",
-	}, []string{"channel", "reason"})
+		Help: "Notifications archived without being sent, by channel, category and reason (invalid, unreadable, outcome_unknown, expired, throttled, permanent, retry_budget).",
+	}, []string{"channel", "category", "reason"})
 	m.DoneLost = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_done_record_lost_total",
 		Help: "Sends whose completion could not be recorded in Redis before the task's deadline (a re-run counts as a fresh send).",

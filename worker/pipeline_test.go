@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // A burst of 50 to one recipient under 1 per 2 s (plus a tenant rule), two
@@ -350,7 +351,11 @@ func TestRerunSendsOnce(t *testing.T) {
 	if got := b.sms.Deliveries(); len(got) != 1 {
 		t.Fatalf("%d sends for one notification", len(got))
 	}
-	us, err := r.w.Limiter().Usage(context.Background(), "acme", 0, r.w.Policy().Limits(n.Normalized())...)
+	var limits []throttle.Limit
+	for _, e := range r.w.Policy().Match("acme", tasks.SMS, "").Rates {
+		limits = append(limits, e.Limit(n.Normalized().To, ""))
+	}
+	us, err := r.w.Limiter().Usage(context.Background(), "acme", 0, limits...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,13 +89,14 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				reason = ReasonUnreadable
 			}
 			w.metrics.Sends.WithLabelValues(channelLabel(t.Type()), "invalid").Inc()
-			w.archived(channelLabel(t.Type()), reason)
+			w.metrics.Archived.WithLabelValues(channelLabel(t.Type()), "", reason).Inc()
 			w.log.Warn("archiving a notification that cannot be sent", "task_id", taskID, "task_type", t.Type(), "reason", err)
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
-		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel)
-		limits := w.policy.Limits(n)
-		opts := w.reserveOptions()
+		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
+		c := w.plan(w.currentPolicy(), n)
+		limits := c.limits
+		opts := c.opts
 		opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
 		// A slot within MaxInlineWait is waited for here, holding a waiter
 		// token; without a free token it is booked through Asynq instead.
@@ -118,11 +119,8 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		if w.onDecide != nil {
 			w.onDecide(n, d)
 		}
-		rule := ""
-		if d.DeniedBy >= 0 {
-			rule = limits[d.DeniedBy].String()
-		}
-		w.metrics.Decisions.WithLabelValues(string(n.Channel), rule, decisionLabel(d)).Inc()
+		why := waitReason(d, limits)
+		w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
 		if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
 			w.releaseWaiter(waiter)
 		}
@@ -131,12 +129,21 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			log.Info("already sent; not sending again")
 			return nil
 		case throttle.StatusUnknown:
-			w.archived(string(n.Channel), ReasonUnknown)
+			w.archived(n, ReasonUnknown)
 			log.Warn("an earlier attempt may have sent this notification (outcome unknown); at-most-once: archiving, not sending")
 			return fmt.Errorf("outcome of an earlier attempt unknown (at-most-once): %w", asynq.SkipRetry)
+		case throttle.StatusExpired:
+			w.archived(n, ReasonExpired)
+			log.Warn("expired: its earliest slot is past its deadline; archiving, not sending", "deadline", c.deadline, "set_by", c.reason, "slot", d.At, "waiting_for", why)
+			return fmt.Errorf("expired: the earliest slot (%s, %s) is past the %s deadline %s: %w",
+				d.At.UTC().Format(time.RFC3339), why, c.reason, c.deadline.UTC().Format(time.RFC3339), asynq.SkipRetry)
+		case throttle.StatusDropped:
+			w.archived(n, ReasonThrottled)
+			log.Warn("dropped: a rule whose action is drop is full", "rule", why)
+			return fmt.Errorf("throttled: %s is full and drops what exceeds it: %w", why, asynq.SkipRetry)
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
-			return w.reschedule(ctx, t, n, d, rule, log)
+			return w.reschedule(ctx, t, n, d, why, log)
 		case throttle.StatusAdmitted:
 			if d.Wait > 0 {
 				err := w.waitForSlot(ctx, n, d, limits, log)
@@ -189,7 +196,7 @@ func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, 
 	}
 	if se.Permanent {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
-		w.archived(string(n.Channel), ReasonPermanent)
+		w.archived(n, ReasonPermanent)
 		log.Warn("permanent send failure; archiving", "err", err)
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
@@ -197,7 +204,7 @@ func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, 
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
 	if budget := tasks.RetryBudget(t, maxRetry); retried >= budget {
-		w.archived(string(n.Channel), ReasonBudget)
+		w.archived(n, ReasonBudget)
 		log.Warn("send failed and the retry budget is used up; archiving", "err", err, "retried", retried, "budget", budget)
 		return fmt.Errorf("%w (retry budget of %d used): %w", err, budget, asynq.SkipRetry)
 	}
@@ -211,7 +218,7 @@ func (w *Worker) markDone(ctx context.Context, n tasks.Notification, attempt int
 	ctx, cancel := w.afterSendContext(ctx)
 	defer cancel()
 	err := w.withRedis(ctx, log, "recording the send", func(ctx context.Context) error {
-		return w.limiter.MarkDone(ctx, n.Tenant, n.ID, attempt, w.dedupeTTL(n))
+		return w.limiter.MarkDone(ctx, n.Tenant, n.ID, attempt, w.cfg.DedupeTTL)
 	})
 	if err != nil {
 		w.metrics.DoneLost.Inc()
@@ -340,6 +347,17 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
+// waitReason names what set a slot later than now: a rule, or quiet hours.
+func waitReason(d throttle.Decision, limits []throttle.Limit) string {
+	switch {
+	case d.DeniedBy >= 0:
+		return limits[d.DeniedBy].String()
+	case d.Wait > 0 && (d.Status == throttle.StatusBooked || d.Status == throttle.StatusAdmitted || d.Status == throttle.StatusExpired):
+		return "quiet hours"
+	}
+	return ""
+}
+
 func decisionLabel(d throttle.Decision) string {
 	if d.Status == throttle.StatusAdmitted && d.Wait > 0 {
 		return "admitted_later"
@@ -347,8 +365,8 @@ func decisionLabel(d throttle.Decision) string {
 	return d.Status.String()
 }
 
-func (w *Worker) archived(channel, reason string) {
-	w.metrics.Archived.WithLabelValues(channel, reason).Inc()
+func (w *Worker) archived(n tasks.Notification, reason string) {
+	w.metrics.Archived.WithLabelValues(string(n.Channel), w.categoryLabel(n), reason).Inc()
 }
 
 // reschedule hands a task whose slot lies ahead back to Asynq, without
@@ -358,7 +376,7 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	te := &ThrottledError{RetryAt: d.RetryAt, WakeAt: w.WakeTime(d), Rule: rule, Booked: d.Booked}
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	log.Debug("quota full; rescheduled", "rule", rule, "retry_after", d.RetryAfter, "wake_at", te.WakeAt)
+	log.Info("waiting for its slot", "until", d.At, "waiting_for", rule, "booked", d.Booked, "wake_at", te.WakeAt)
 	if retried < maxRetry {
 		return te // Asynq's retry path; IsFailure is false for it.
 	}
@@ -444,15 +462,6 @@ func isFailure(err error) bool {
 	var te *ThrottledError
 	var ue *UnavailableError
 	return !errors.As(err, &te) && !errors.As(err, &ue)
-}
-
-// dedupeTTL: at least the longest window the notification counted in.
-func (w *Worker) dedupeTTL(n tasks.Notification) time.Duration {
-	ttl := w.cfg.DedupeTTL
-	for _, s := range w.policy.Specs(n.Tenant, n.Channel) {
-		ttl = max(ttl, s.Rule.Window)
-	}
-	return ttl
 }
 
 // reserveOptions are the limiter options of every check.

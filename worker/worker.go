@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -44,23 +46,24 @@ type Options struct {
 // Worker is a throttled Asynq server: it takes notification tasks from the
 // queue, checks every quota that applies, and sends.
 type Worker struct {
-	cfg      Config
-	log      *slog.Logger
-	rdb      redis.UniversalClient
-	ownRedis bool
-	limiter  *throttle.Limiter
-	policy   Policy
-	client   *asynq.Client
-	server   *asynq.Server
-	mux      *asynq.ServeMux
-	metrics  *Metrics
-	registry *prometheus.Registry
-	senders  map[tasks.Channel]Sender
-	listener net.Listener
-	onDecide func(tasks.Notification, throttle.Decision)
-	keys     *tasks.Keyring
-	waiters  chan struct{} // tokens of tasks waiting in process for their slot
-	stopping chan struct{} // closed when shutdown starts
+	cfg         Config
+	log         *slog.Logger
+	rdb         redis.UniversalClient
+	ownRedis    bool
+	limiter     *throttle.Limiter
+	policy      atomic.Pointer[plans.Policy]
+	defaultZone *time.Location
+	client      *asynq.Client
+	server      *asynq.Server
+	mux         *asynq.ServeMux
+	metrics     *Metrics
+	registry    *prometheus.Registry
+	senders     map[tasks.Channel]Sender
+	listener    net.Listener
+	onDecide    func(tasks.Notification, throttle.Decision)
+	keys        *tasks.Keyring
+	waiters     chan struct{} // tokens of tasks waiting in process for their slot
+	stopping    chan struct{} // closed when shutdown starts
 }
 
 // New builds a worker; it does not connect until Run.
@@ -68,11 +71,15 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	policy, err := ParsePolicy(cfg.Rules)
+	policy, err := plans.Parse(cfg.Rules)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %sRULES: %w", ErrConfig, EnvPrefix, err)
 	}
-	w := &Worker{cfg: cfg, policy: policy, log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener, onDecide: opts.OnDecision}
+	zones, err := plans.Zones(cfg.DefaultTZ, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %sDEFAULT_TZ: %w", ErrConfig, EnvPrefix, err)
+	}
+	w := &Worker{cfg: cfg, defaultZone: zones[0], log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener, onDecide: opts.OnDecision}
 	if w.log == nil {
 		w.log = NewLogger(os.Stderr, cfg)
 	}
@@ -90,6 +97,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.keys, err = tasks.ParseKeyring(cfg.PayloadKeys); err != nil {
 		return nil, fmt.Errorf("%w: %sPAYLOAD_KEYS: %w", ErrConfig, EnvPrefix, err)
 	}
+	w.policy.Store(&policy)
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
 	w.stopping = make(chan struct{})
 	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
@@ -127,8 +135,25 @@ func (w *Worker) Keys() *tasks.Keyring { return w.keys }
 // Limiter returns the worker's limiter (for tools sharing its configuration).
 func (w *Worker) Limiter() *throttle.Limiter { return w.limiter }
 
-// Policy returns the parsed rules.
-func (w *Worker) Policy() Policy { return w.policy }
+// Policy returns the rules in force.
+func (w *Worker) Policy() plans.Policy { return w.currentPolicy() }
+
+func (w *Worker) currentPolicy() plans.Policy { return *w.policy.Load() }
+
+// categoryLabel bounds the category metric label to the categories the
+// rules name, the default one, and "other".
+func (w *Worker) categoryLabel(n tasks.Notification) string {
+	c := n.CategoryOrDefault()
+	if c == tasks.DefaultCategory {
+		return c
+	}
+	for _, e := range w.currentPolicy().Entries() {
+		if e.Category == c {
+			return c
+		}
+	}
+	return "other"
+}
 
 // Run serves until ctx is cancelled, then shuts down gracefully: in-flight
 // sends get Config.ShutdownTimeout to finish; unfinished tasks go back to
@@ -152,8 +177,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("start worker: redis (%sREDIS_URL): %w", EnvPrefix, err)
 	}
-	for _, s := range w.policy.All() {
-		w.log.Info("quota rule", "rule", s.String())
+	for _, e := range w.currentPolicy().Entries() {
+		w.log.Info("rule", "rule", e.String())
 	}
 	var httpSrv *http.Server
 	if w.listener != nil || (w.cfg.HTTPAddr != "" && w.cfg.HTTPAddr != "off") {

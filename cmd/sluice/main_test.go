@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -167,15 +168,19 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, _ := worker.ParsePolicy(cfg.Rules)
-	lim, _ := throttle.New(srv.Client(t), throttle.Options{Secret: []byte(testSecret)})
+	policy, _ := plans.Parse(cfg.Rules)
+	lim, _ := throttle.New(srv.Client(t), throttle.Options{Secret: []byte(testSecret), CompactMembers: cfg.CompactMembers})
 	n := tasks.NewSMS("acme", "+14155550100", "x").Normalized()
+	var limits []throttle.Limit
+	for _, e := range policy.Match("acme", tasks.SMS, "").Rates {
+		limits = append(limits, e.Limit(n.To, ""))
+	}
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		n.ID = tasks.NewID()
-		lim.Allow(ctx, "acme", n.ID, policy.Limits(n)...)
+		lim.Allow(ctx, "acme", n.ID, limits...)
 	}
-	want, err := lim.Usage(ctx, "acme", cfg.SendSlack, policy.Limits(n)...)
+	want, err := lim.Usage(ctx, "acme", cfg.SendSlack, limits...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,10 +188,11 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("show: %+v", r)
 	}
-	var got []usageJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+	var rep worker.QuotaJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("json: %v\n%s", err, r.stdout)
 	}
+	got := rep.Windows
 	if len(got) != len(want) {
 		t.Fatalf("%d rows, want %d", len(got), len(want))
 	}
@@ -209,7 +215,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "not confirmed") {
 		t.Fatalf("declined reset: %+v", r)
 	}
-	if u, _ := lim.Usage(ctx, "acme", cfg.SendSlack, policy.Limits(n)...); u[0].Used != 2 {
+	if u, _ := lim.Usage(ctx, "acme", cfg.SendSlack, limits...); u[0].Used != 2 {
 		t.Fatal("a declined reset reset")
 	}
 	if r := sluice(t, "", "quota", "reset", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100"); r.code != 1 {
@@ -219,7 +225,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("confirmed reset: %+v", r)
 	}
-	if u, _ := lim.Usage(ctx, "acme", cfg.SendSlack, policy.Limits(n)...); u[0].Used != 0 || u[2].Used != 0 {
+	if u, _ := lim.Usage(ctx, "acme", cfg.SendSlack, limits...); u[0].Used != 0 || u[2].Used != 0 {
 		t.Fatalf("after reset: %+v", u)
 	}
 	if r := sluice(t, "", "quota", "reset", "--tenant", "acme", "--yes"); r.code != 0 {
@@ -302,7 +308,7 @@ func TestDev(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	m := regexp.MustCompile(`sluice_throttle_decisions_total\{channel="sms",result="booked",rule="sms:recipient 5/10s"\} (\d+)`).FindStringSubmatch(string(body))
+	m := regexp.MustCompile(`sluice_throttle_decisions_total\{category="default",channel="sms",result="booked",rule="sms:recipient 5/10s"\} (\d+)`).FindStringSubmatch(string(body))
 	if m == nil || atoi(m[1]) < 3 {
 		t.Fatalf("denied counter not moving: %v\n%s", m, grep(string(body), "sluice_"))
 	}

@@ -11,14 +11,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )
 
 type quotaFlags struct {
-	tenant, channel, recipient string
-	json, yes                  bool
+	tenant, channel, recipient, category, from string
+	json, yes                                  bool
 }
 
 func newQuotaCmd() *cobra.Command {
@@ -33,22 +34,27 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 	flags := func(c *cobra.Command) {
 		c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
 		c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
-		c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules: an address or E.164 number")
+		c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
+		c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
+		c.Flags().StringVar(&f.from, "from", "", "the sender of sender rules (default: SLUICE_SMS_FROM / SLUICE_SMTP_FROM)")
 	}
 	show := &cobra.Command{
 		Use:   "show",
 		Short: "Per rule: used, remaining, when the next slot frees",
 		Args:  argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, limits, slack, err := quotaLimits(f)
+			env, err := loadQuotaEnv(f)
 			if err != nil {
 				return err
 			}
-			us, err := lim.Usage(cmd.Context(), f.tenant, slack, limits...)
+			rep, err := worker.Quotas(cmd.Context(), env.lim, env.policy, env.cfg, f.query())
+			if errors.Is(err, worker.ErrNoRules) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
-			return printUsage(cmd, us, f.json)
+			return printUsage(cmd, rep, f.json)
 		},
 	}
 	flags(show)
@@ -58,9 +64,20 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 		Short: "Forget every send in the selected windows (asks first)",
 		Args:  argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lim, limits, _, err := quotaLimits(f)
+			env, err := loadQuotaEnv(f)
 			if err != nil {
 				return err
+			}
+			rep, err := worker.Quotas(cmd.Context(), env.lim, env.policy, env.cfg, f.query())
+			if errors.Is(err, worker.ErrNoRules) || err == nil && len(rep.Rows) == 0 {
+				return usageError{fmt.Errorf("no windows to reset: %w", worker.ErrNoRules)}
+			}
+			if err != nil {
+				return err
+			}
+			limits := make([]throttle.Limit, len(rep.Rows))
+			for i, r := range rep.Rows {
+				limits[i] = r.Limit
 			}
 			if !f.yes {
 				fmt.Fprintf(cmd.OutOrStdout(), "Reset %d quota windows of tenant %s", len(limits), f.tenant)
@@ -76,7 +93,7 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 					return errors.New("not confirmed; nothing reset (use --yes to skip the question)")
 				}
 			}
-			if err := lim.Reset(cmd.Context(), f.tenant, limits...); err != nil {
+			if err := env.lim.Reset(cmd.Context(), f.tenant, limits...); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "reset %d windows\n", len(limits))
@@ -89,84 +106,71 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 	return cmd
 }
 
-func quotaLimits(f quotaFlags) (*throttle.Limiter, []throttle.Limit, time.Duration, error) {
+// quotaEnv is what the quota commands need from the environment.
+type quotaEnv struct {
+	lim    *throttle.Limiter
+	policy plans.Policy
+	cfg    worker.Config
+}
+
+func loadQuotaEnv(f quotaFlags) (*quotaEnv, error) {
 	if err := tasks.CheckTenant(f.tenant); err != nil {
-		return nil, nil, 0, usageError{fmt.Errorf("--tenant: %w", err)}
+		return nil, usageError{fmt.Errorf("--tenant: %w", err)}
 	}
-	channels := []tasks.Channel{tasks.Email, tasks.SMS}
 	if f.channel != "" {
-		ch := tasks.Channel(f.channel)
-		if _, err := ch.TaskType(); err != nil {
-			return nil, nil, 0, usageError{fmt.Errorf("--channel: %w", err)}
+		if _, err := tasks.Channel(f.channel).TaskType(); err != nil {
+			return nil, usageError{fmt.Errorf("--channel: %w", err)}
 		}
-		channels = []tasks.Channel{ch}
 	}
 	cfg, err := worker.ReadConfig(nil)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	policy, err := worker.ParsePolicy(cfg.Rules)
+	policy, err := plans.Parse(cfg.Rules)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("SLUICE_RULES: %w", err)
-	}
-	var limits []throttle.Limit
-	for _, ch := range channels {
-		rcpt := f.recipient
-		if rcpt != "" {
-			rcpt = tasks.Notification{Channel: ch, To: rcpt}.Normalized().To
-		}
-		for _, s := range policy.Specs(f.tenant, ch) {
-			if s.Scope == worker.ScopeRecipient && rcpt == "" {
-				continue
-			}
-			limits = append(limits, s.Limit(rcpt))
-		}
-	}
-	if len(limits) == 0 {
-		return nil, nil, 0, usageError{errors.New("no rules apply; tenant-wide rules need SLUICE_RULES, recipient rules need --recipient")}
+		return nil, fmt.Errorf("SLUICE_RULES: %w", err)
 	}
 	rdb, err := worker.NewRedisClient(cfg)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
 	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
+		return nil, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
 	}
-	return lim, limits, cfg.SendSlack, nil
+	return &quotaEnv{lim: lim, policy: policy, cfg: cfg}, nil
 }
 
-type usageJSON struct {
-	Scope     string    `json:"scope"`
-	Rule      string    `json:"rule"`
-	Limit     int       `json:"limit"`
-	Window    string    `json:"window"`
-	Used      int       `json:"used"`
-	Remaining int       `json:"remaining"`
-	Booked    int       `json:"booked"`
-	Oldest    time.Time `json:"oldest,omitzero"`
-	NextFree  time.Time `json:"next_free"`
-	ResetAt   time.Time `json:"reset_at"`
+func (f quotaFlags) query() worker.QuotaQuery {
+	return worker.QuotaQuery{Tenant: f.tenant, Channel: tasks.Channel(f.channel), Category: f.category, Recipient: f.recipient, From: f.from}
 }
 
-func printUsage(cmd *cobra.Command, us []throttle.Usage, asJSON bool) error {
+func printUsage(cmd *cobra.Command, rep worker.QuotaReport, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
-		rows := make([]usageJSON, len(us))
-		for i, u := range us {
-			rows[i] = usageJSON{Scope: u.Limit.Scope, Rule: u.Limit.Rule.String(), Limit: u.Limit.Rule.Limit,
-				Window: throttle.FormatWindow(u.Limit.Rule.Window), Used: u.Used, Remaining: u.Remaining, Booked: u.Booked,
-				Oldest: u.Oldest.UTC(), NextFree: u.NextFree.UTC(), ResetAt: u.ResetAt.UTC()}
-		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return enc.Encode(rep.JSON())
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tRULE\tUSED\tREMAINING\tBOOKED\tNEXT SLOT\tWINDOW EMPTY")
-	for _, u := range us {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", u.Limit.Scope, u.Limit.Rule, u.Used, u.Remaining, u.Booked,
-			inDuration(u.NextFree.Sub(u.Now)), inDuration(u.ResetAt.Sub(u.Now)))
+	if len(rep.Rows) > 0 {
+		fmt.Fprintln(tw, "SCOPE\tRULE\tUSED\tREMAINING\tBOOKED\tNEXT SLOT\tWINDOW EMPTY")
+		for _, r := range rep.Rows {
+			rule := r.Limit.Rule.String()
+			if r.Rule.Drop {
+				rule += " drop"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Limit.Scope, rule, r.Used, r.Remaining, r.Booked,
+				inDuration(r.NextFree.Sub(r.Now)), inDuration(r.ResetAt.Sub(r.Now)))
+		}
+	}
+	for _, q := range rep.Quiet {
+		state := "open; quiet from"
+		if q.Quiet {
+			state = "QUIET now; opens"
+		}
+		fmt.Fprintf(tw, "%s.%s quiet hours %s (%s)\t%s %s\n", q.Channel, q.Category, q.Hours, strings.Join(q.Zones, ", "),
+			state, inDuration(time.Until(q.Until)))
 	}
 	return tw.Flush()
 }

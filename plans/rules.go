@@ -1,0 +1,425 @@
+package plans
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// ErrBadRules reports a rule list that does not parse; the message names the entry.
+var ErrBadRules = errors.New("bad rules")
+
+// Scopes a rate rule can count over.
+const (
+	ScopeRecipient = "recipient" // per normalised address or number
+	ScopeTenant    = "tenant"    // everything the tenant sends on the channel (and category)
+	ScopeSender    = "sender"    // per From number / sender id / From address, across tenants
+	ScopeProvider  = "provider"  // everything the deployment sends on the channel
+)
+
+// Kind is what an entry of the grammar says.
+type Kind int
+
+// The kinds of entries.
+const (
+	KindRate     Kind = iota // CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]
+	KindExempt               // CHANNEL.CATEGORY:exempt — a priority lane
+	KindQuiet                // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM
+	KindMaxDefer             // CHANNEL[.CATEGORY]:max-defer=DURATION
+	KindRerun                // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
+	KindZone                 // [TENANT/]tz=ZONE — the default zone for quiet hours
+)
+
+// Rerun policies (KindRerun).
+const (
+	AtLeastOnce = "at-least-once"
+	AtMostOnce  = "at-most-once"
+)
+
+// Entry is one entry of a rule list.
+type Entry struct {
+	Tenant   string        // "" for a default that applies to every tenant
+	Channel  tasks.Channel // empty for KindZone
+	Category string        // "" for every category but the exempt ones
+	Kind     Kind
+	Scope    string        // KindRate
+	Rule     throttle.Rule // KindRate
+	Drop     bool          // KindRate: a full window drops the send instead of deferring it
+	Quiet    QuietHours    // KindQuiet
+	MaxDefer time.Duration // KindMaxDefer
+	Rerun    string        // KindRerun
+	Zone     string        // KindZone: an IANA zone name
+}
+
+// String prints the entry in the grammar Parse reads.
+func (e Entry) String() string {
+	var b strings.Builder
+	if e.Tenant != "" {
+		b.WriteString(e.Tenant + "/")
+	}
+	if e.Kind == KindZone {
+		b.WriteString("tz=" + e.Zone)
+		return b.String()
+	}
+	b.WriteString(string(e.Channel))
+	if e.Category != "" {
+		b.WriteString("." + e.Category)
+	}
+	b.WriteByte(':')
+	switch e.Kind {
+	case KindRate:
+		b.WriteString(e.Scope + "=" + e.Rule.String())
+		if e.Drop {
+			b.WriteString(" drop")
+		}
+	case KindExempt:
+		b.WriteString("exempt")
+	case KindQuiet:
+		b.WriteString("quiet=" + e.Quiet.String())
+	case KindMaxDefer:
+		b.WriteString("max-defer=" + throttle.FormatWindow(e.MaxDefer))
+	case KindRerun:
+		b.WriteString("rerun=" + e.Rerun)
+	}
+	return b.String()
+}
+
+// Scope string of a rate entry in the limiter's keys: "sms:recipient",
+// "sms.marketing:tenant". Rules of a category count in their own windows.
+func (e Entry) LimitScope() string {
+	ch := string(e.Channel)
+	if e.Category != "" {
+		ch += "." + e.Category
+	}
+	return ch + ":" + e.Scope
+}
+
+// Policy is a parsed rule list: defaults and per-tenant entries.
+type Policy struct {
+	entries []Entry
+}
+
+// Parse reads a rule list: entries separated by commas or new lines, '#'
+// starting a comment to the end of its line. Each entry is
+//
+//	[TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]   a rate rule
+//	[TENANT/]CHANNEL.CATEGORY:exempt                        a priority lane
+//	[TENANT/]CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM           quiet hours, recipient's local time
+//	[TENANT/]CHANNEL[.CATEGORY]:max-defer=DURATION          defer at most this long, then expire
+//	[TENANT/]CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
+//	[TENANT/]tz=ZONE                                        default zone for quiet hours
+//
+// SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
+// whole days ("1d"). Errors wrap ErrBadRules and name the entry.
+func Parse(s string) (Policy, error) {
+	var p Policy
+	n := 0
+	for _, line := range strings.Split(s, "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		for _, part := range strings.Split(line, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			n++
+			e, err := parseEntry(part)
+			if err != nil {
+				return Policy{}, fmt.Errorf("%w: entry %d %q: %w", ErrBadRules, n, part, err)
+			}
+			for _, o := range p.entries {
+				if o.same(e) {
+					return Policy{}, fmt.Errorf("%w: entry %d %q: repeats %q", ErrBadRules, n, part, o.String())
+				}
+			}
+			p.entries = append(p.entries, e)
+		}
+	}
+	if err := p.checkSize(); err != nil {
+		return Policy{}, err
+	}
+	return p, nil
+}
+
+// same reports entries that say the same thing about the same target.
+func (e Entry) same(o Entry) bool {
+	if e.Tenant != o.Tenant || e.Channel != o.Channel || e.Category != o.Category || e.Kind != o.Kind {
+		return false
+	}
+	if e.Kind == KindRate {
+		return e.Scope == o.Scope && e.Rule.Window == o.Rule.Window
+	}
+	return true
+}
+
+// checkSize keeps every check within throttle.MaxRules.
+func (p Policy) checkSize() error {
+	tenants, cats := map[string]bool{"": true}, map[string]bool{"": true, "~other": true}
+	for _, e := range p.entries {
+		tenants[e.Tenant] = true
+		if e.Category != "" {
+			cats[e.Category] = true
+		}
+	}
+	for t := range tenants {
+		for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+			for c := range cats {
+				if n := len(p.Match(t, ch, c).Rates); n > throttle.MaxRules {
+					return fmt.Errorf("%w: %d rules apply to %s %s %s, at most %d", ErrBadRules, n, t, ch, c, throttle.MaxRules)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func parseEntry(s string) (Entry, error) {
+	var e Entry
+	head, value, hasValue := strings.Cut(s, "=")
+	head = strings.TrimSpace(head)
+	if t, rest, ok := strings.Cut(head, "/"); ok {
+		if err := tasks.CheckTenant(strings.TrimSpace(t)); err != nil {
+			return e, err
+		}
+		e.Tenant, head = strings.TrimSpace(t), strings.TrimSpace(rest)
+	}
+	if head == "tz" {
+		if !hasValue {
+			return e, errors.New("want tz=ZONE, e.g. tz=America/New_York")
+		}
+		z := strings.TrimSpace(value)
+		if _, err := Zones(z, "", nil); err != nil {
+			return e, err
+		}
+		e.Kind, e.Zone = KindZone, z
+		return e, nil
+	}
+	target, kind, ok := strings.Cut(head, ":")
+	if !ok {
+		return e, errors.New("want CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW (or :exempt, :quiet=, :max-defer=, :rerun=)")
+	}
+	ch, cat, hasCat := strings.Cut(strings.TrimSpace(target), ".")
+	e.Channel = tasks.Channel(ch)
+	if _, err := e.Channel.TaskType(); err != nil {
+		return e, err
+	}
+	if hasCat {
+		if err := tasks.CheckCategory(cat); err != nil {
+			return e, err
+		}
+		e.Category = cat
+	}
+	kind = strings.TrimSpace(kind)
+	value = strings.TrimSpace(value)
+	switch kind {
+	case "exempt":
+		if hasValue {
+			return e, errors.New("exempt takes no value")
+		}
+		if e.Category == "" {
+			return e, errors.New("exempt needs a category (e.g. sms.otp:exempt): it exempts that category from the channel's other rules")
+		}
+		e.Kind = KindExempt
+	case "quiet":
+		q, err := ParseQuietHours(value)
+		if err != nil {
+			return e, err
+		}
+		e.Kind, e.Quiet = KindQuiet, q
+	case "max-defer":
+		d, err := parseDuration(value)
+		if err != nil || d < time.Second || d > throttle.MaxWindow {
+			return e, fmt.Errorf("max-defer %q: want a duration from 1s to %s (e.g. 6h, 2d)", value, throttle.FormatWindow(throttle.MaxWindow))
+		}
+		e.Kind, e.MaxDefer = KindMaxDefer, d
+	case "rerun":
+		if value != AtLeastOnce && value != AtMostOnce {
+			return e, fmt.Errorf("rerun %q: want %s or %s", value, AtLeastOnce, AtMostOnce)
+		}
+		e.Kind, e.Rerun = KindRerun, value
+	case ScopeRecipient, ScopeTenant, ScopeSender, ScopeProvider:
+		if !hasValue {
+			return e, fmt.Errorf("want %s=LIMIT/WINDOW", kind)
+		}
+		if e.Tenant != "" && kind == ScopeProvider {
+			return e, errors.New("a provider rule counts every tenant's sends: it cannot belong to one tenant")
+		}
+		e.Kind, e.Scope = KindRate, kind
+		rule, action, _ := strings.Cut(value, " ")
+		r, err := throttle.ParseRule(rule)
+		if err != nil {
+			return e, err
+		}
+		e.Rule = r
+		switch strings.TrimSpace(action) {
+		case "", "defer":
+		case "drop":
+			e.Drop = true
+		default:
+			return e, fmt.Errorf("action %q: want defer (the default) or drop", strings.TrimSpace(action))
+		}
+	default:
+		return e, fmt.Errorf("%q after ':': want recipient, tenant, sender, provider, exempt, quiet, max-defer or rerun", kind)
+	}
+	return e, nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int
+		if _, err := fmt.Sscanf(days, "%d", &n); err != nil || fmt.Sprint(n) != days {
+			return 0, fmt.Errorf("bad days %q", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// Entries returns every entry, in the order given.
+func (p Policy) Entries() []Entry { return slices.Clone(p.entries) }
+
+// String prints the policy in the grammar, comma-separated.
+func (p Policy) String() string {
+	parts := make([]string, len(p.entries))
+	for i, e := range p.entries {
+		parts[i] = e.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// With returns the policy with a tenant's entries replaced by those of
+// tenantRules (every entry of which must name no tenant or this one).
+func (p Policy) With(tenant string, tenantRules Policy) (Policy, error) {
+	var out Policy
+	for _, e := range p.entries {
+		if e.Tenant != tenant {
+			out.entries = append(out.entries, e)
+		}
+	}
+	for _, e := range tenantRules.entries {
+		if e.Tenant != "" && e.Tenant != tenant {
+			return Policy{}, fmt.Errorf("%w: %q belongs to tenant %s, not %s", ErrBadRules, e.String(), e.Tenant, tenant)
+		}
+		if e.Kind == KindRate && e.Scope == ScopeProvider {
+			return Policy{}, fmt.Errorf("%w: %q: a tenant's plan cannot hold a provider rule", ErrBadRules, e.String())
+		}
+		e.Tenant = tenant
+		out.entries = append(out.entries, e)
+	}
+	if err := out.checkSize(); err != nil {
+		return Policy{}, err
+	}
+	return out, nil
+}
+
+// Match is what applies to one tenant's notifications of a channel and category.
+type Match struct {
+	// Rates are the rate rules, each counted in its own windows.
+	Rates []Entry
+	// Exempt: the category is a priority lane, outside the channel's
+	// category-less rules (rates, quiet hours, max-defer).
+	Exempt bool
+	// Quiet hours in the recipient's local time; nil when none.
+	Quiet *QuietHours
+	// MaxDefer bounds how long a send may be deferred in all; 0: no bound.
+	MaxDefer time.Duration
+	// Rerun is the policy for a re-run with an unknown outcome; "" means the default.
+	Rerun string
+	// Zone is the tenant's default zone for quiet hours; "" means the deployment's.
+	Zone string
+}
+
+// Match returns what applies to a tenant's notifications on ch of category
+// (empty: tasks.DefaultCategory). A tenant's entry replaces the default one
+// with the same target (rates: same channel, category, scope and window);
+// for quiet hours, max-defer and rerun the most specific entry wins:
+// tenant and category, then category, then tenant, then the channel.
+func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
+	if category == "" {
+		category = tasks.DefaultCategory
+	}
+	var m Match
+	for _, e := range p.entries {
+		if e.Kind == KindExempt && e.Channel == ch && e.Category == category && (e.Tenant == "" || e.Tenant == tenant) {
+			m.Exempt = true
+		}
+		if e.Kind == KindZone && (e.Tenant == tenant || e.Tenant == "" && m.Zone == "") {
+			m.Zone = e.Zone
+		}
+	}
+	applies := func(e Entry) bool {
+		return e.Channel == ch && (e.Category == category || e.Category == "" && !m.Exempt)
+	}
+	for _, e := range p.entries {
+		if e.Kind != KindRate || !applies(e) {
+			continue
+		}
+		if e.Tenant == "" {
+			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
+				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
+					o.Scope == e.Scope && o.Rule.Window == e.Rule.Window
+			})
+			if !replaced {
+				m.Rates = append(m.Rates, e)
+			}
+		} else if e.Tenant == tenant {
+			m.Rates = append(m.Rates, e)
+		}
+	}
+	best := func(kind Kind) (Entry, bool) {
+		rank, found := -1, Entry{}
+		for _, e := range p.entries {
+			if e.Kind != kind || !applies(e) || (e.Tenant != "" && e.Tenant != tenant) {
+				continue
+			}
+			r := 0
+			if e.Category != "" {
+				r += 2
+			}
+			if e.Tenant != "" {
+				r++
+			}
+			if r > rank {
+				rank, found = r, e
+			}
+		}
+		return found, rank >= 0
+	}
+	if e, ok := best(KindQuiet); ok {
+		q := e.Quiet
+		m.Quiet = &q
+	}
+	if e, ok := best(KindMaxDefer); ok {
+		m.MaxDefer = e.MaxDefer
+	}
+	if e, ok := best(KindRerun); ok {
+		m.Rerun = e.Rerun
+	}
+	return m
+}
+
+// Limit binds a rate entry to a notification: its recipient for recipient
+// rules, its sender (from) for sender rules. Sender and provider windows are
+// shared by every tenant: they live in their own limiter group.
+func (e Entry) Limit(recipient, from string) throttle.Limit {
+	l := throttle.Limit{Scope: e.LimitScope(), Rule: e.Rule, Drop: e.Drop}
+	switch e.Scope {
+	case ScopeRecipient:
+		l.Subject = recipient
+	case ScopeSender:
+		l.Subject, l.Group = from, SharedGroup
+	case ScopeProvider:
+		l.Group = SharedGroup
+	}
+	return l
+}
+
+// SharedGroup is the limiter group of the windows every tenant shares
+// (sender and provider rules).
+const SharedGroup = "~shared"

@@ -1,0 +1,216 @@
+package plans_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+func rates(m plans.Match) []string {
+	var out []string
+	for _, e := range m.Rates {
+		out = append(out, e.String())
+	}
+	return out
+}
+
+// The three setups the README shows read as written and apply as meant.
+func TestParseCommonSetups(t *testing.T) {
+	t.Parallel()
+	// (a) OTP is a priority lane: no marketing or channel cap delays it, but
+	// it has its own anti-abuse cap.
+	a, err := plans.Parse(`
+		sms:recipient=1/1m, sms:recipient=5/1d   # every category but the exempt ones
+		sms.marketing:recipient=3/1d
+		sms.otp:exempt
+		sms.otp:recipient=10/1h`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rates(a.Match("acme", tasks.SMS, "otp")), []string{"sms.otp:recipient=10/1h"}; !slices.Equal(got, want) {
+		t.Errorf("(a) otp: %v, want %v", got, want)
+	}
+	if got, want := rates(a.Match("acme", tasks.SMS, "marketing")), []string{"sms:recipient=1/1m", "sms:recipient=5/1d", "sms.marketing:recipient=3/1d"}; !slices.Equal(got, want) {
+		t.Errorf("(a) marketing: %v, want %v", got, want)
+	}
+	if !a.Match("acme", tasks.SMS, "otp").Exempt || a.Match("acme", tasks.SMS, "").Exempt {
+		t.Error("(a) exempt flags")
+	}
+	// (b) marketing 3/day and 1/min per number, dropped over the cap; tenant 1000/h.
+	b, err := plans.Parse("sms.marketing:recipient=3/1d drop,sms.marketing:recipient=1/1m,sms:tenant=1000/1h,sms.marketing:quiet=21:00-08:00,sms.marketing:max-defer=6h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := b.Match("acme", tasks.SMS, "marketing")
+	if got, want := rates(mb), []string{"sms.marketing:recipient=3/1d drop", "sms.marketing:recipient=1/1m", "sms:tenant=1000/1h"}; !slices.Equal(got, want) {
+		t.Errorf("(b) marketing: %v, want %v", got, want)
+	}
+	if mb.Quiet == nil || mb.Quiet.String() != "21:00-08:00" || mb.MaxDefer != 6*time.Hour || !mb.Rates[0].Drop {
+		t.Errorf("(b) quiet %v, max-defer %v, drop %v", mb.Quiet, mb.MaxDefer, mb.Rates[0].Drop)
+	}
+	if got, want := rates(b.Match("acme", tasks.SMS, "")), []string{"sms:tenant=1000/1h"}; !slices.Equal(got, want) || b.Match("acme", tasks.SMS, "").Quiet != nil {
+		t.Errorf("(b) default category: %v, want %v and no quiet hours", got, want)
+	}
+	// (c) transactional email has its own tenant bucket, outside the shared one.
+	c, err := plans.Parse("email:tenant=10000/1h,email.transactional:exempt,email.transactional:tenant=50000/1h,email.transactional:recipient=20/1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rates(c.Match("acme", tasks.Email, "transactional")), []string{"email.transactional:tenant=50000/1h", "email.transactional:recipient=20/1h"}; !slices.Equal(got, want) {
+		t.Errorf("(c) transactional: %v, want %v", got, want)
+	}
+	if got := c.Match("acme", tasks.Email, "transactional").Rates[0].LimitScope(); got != "email.transactional:tenant" {
+		t.Errorf("(c) its own windows: scope %q", got)
+	}
+}
+
+// A tenant's entries replace the defaults of the same target; the most
+// specific quiet hours, max-defer and rerun win; exempt categories skip the
+// channel's category-less entries of every kind.
+func TestMatchPrecedence(t *testing.T) {
+	t.Parallel()
+	p, err := plans.Parse(`sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h
+		acme/sms:tenant=5000/1h,acme/sms:recipient=2/1h
+		sms:quiet=21:00-08:00, sms.promo:quiet=20:00-09:00, acme/sms:quiet=22:00-07:00
+		sms:rerun=at-most-once, sms.otp:exempt, sms.otp:rerun=at-least-once
+		sms:sender=1/1s, sms:provider=75/1s
+		tz=Europe/London, acme/tz=America/New_York`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rates(p.Match("other", tasks.SMS, "")), []string{"sms:recipient=1/1m", "sms:recipient=5/1d", "sms:tenant=1000/1h", "sms:sender=1/1s", "sms:provider=75/1s"}; !slices.Equal(got, want) {
+		t.Errorf("other: %v, want %v", got, want)
+	}
+	if got, want := rates(p.Match("acme", tasks.SMS, "")), []string{"sms:recipient=1/1m", "sms:recipient=5/1d", "acme/sms:tenant=5000/1h", "acme/sms:recipient=2/1h", "sms:sender=1/1s", "sms:provider=75/1s"}; !slices.Equal(got, want) {
+		t.Errorf("acme: %v, want %v", got, want)
+	}
+	for _, tc := range []struct {
+		tenant, category, quiet, rerun, zone string
+	}{
+		{"other", "", "21:00-08:00", "at-most-once", "Europe/London"},
+		{"acme", "", "22:00-07:00", "at-most-once", "America/New_York"},
+		{"acme", "promo", "20:00-09:00", "at-most-once", "America/New_York"},
+		{"acme", "otp", "", "at-least-once", "America/New_York"},
+	} {
+		m := p.Match(tc.tenant, tasks.SMS, tc.category)
+		quiet := ""
+		if m.Quiet != nil {
+			quiet = m.Quiet.String()
+		}
+		if quiet != tc.quiet || m.Rerun != tc.rerun || m.Zone != tc.zone {
+			t.Errorf("%s/%s: quiet %q rerun %q zone %q; want %q %q %q", tc.tenant, tc.category, quiet, m.Rerun, m.Zone, tc.quiet, tc.rerun, tc.zone)
+		}
+	}
+	if n := len(p.Match("acme", tasks.SMS, "otp").Rates); n != 0 {
+		t.Errorf("otp (exempt, no own rates): %d rates", n)
+	}
+	// Sender and provider windows are shared by every tenant.
+	m := p.Match("acme", tasks.SMS, "")
+	for _, e := range m.Rates {
+		l := e.Limit("+14155550100", "+15005550006")
+		switch e.Scope {
+		case plans.ScopeSender:
+			if l.Group != plans.SharedGroup || l.Subject != "+15005550006" {
+				t.Errorf("sender limit %+v", l)
+			}
+		case plans.ScopeProvider:
+			if l.Group != plans.SharedGroup || l.Subject != "" {
+				t.Errorf("provider limit %+v", l)
+			}
+		case plans.ScopeRecipient:
+			if l.Group != "" || l.Subject != "+14155550100" {
+				t.Errorf("recipient limit %+v", l)
+			}
+		}
+	}
+	// A tenant's plan replaces its entries, keeps everyone else's.
+	acme, err := plans.Parse("sms:tenant=7/1h,sms.marketing:exempt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.With("acme", acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rates(q.Match("acme", tasks.SMS, "")); !slices.Contains(got, "acme/sms:tenant=7/1h") || slices.Contains(got, "acme/sms:tenant=5000/1h") {
+		t.Errorf("after With: %v", got)
+	}
+	if _, err := p.With("acme", mustParse(t, "beta/sms:tenant=1/1h")); !errors.Is(err, plans.ErrBadRules) {
+		t.Errorf("another tenant's entry in acme's plan: %v", err)
+	}
+	if _, err := p.With("acme", mustParse(t, "sms:provider=1/1s")); !errors.Is(err, plans.ErrBadRules) {
+		t.Errorf("a provider rule in a tenant's plan: %v", err)
+	}
+}
+
+func mustParse(t *testing.T, s string) plans.Policy {
+	t.Helper()
+	p, err := plans.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestParseErrorsNameTheEntry(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]string{
+		"sms:recipient":                          `entry 1 "sms:recipient": want recipient=LIMIT/WINDOW`,
+		"sms=1/1m":                               `entry 1 "sms=1/1m": want CHANNEL[.CATEGORY]:SCOPE`,
+		"fax:recipient=1/1m":                     `unknown channel "fax"`,
+		"sms:planet=1/1m":                        `"planet" after ':'`,
+		"sms:recipient=0/1m":                     `limit 0 must be between 1 and`,
+		"sms:recipient=1/1m,sms:recipient=2/1m":  `entry 2 "sms:recipient=2/1m": repeats "sms:recipient=1/1m"`,
+		"a b/sms:tenant=1/1m":                    `tenant "a b"`,
+		"sms:recipient=1/xyz":                    `window "xyz"`,
+		"sms.Bad:recipient=1/1m":                 `category "Bad"`,
+		"sms:exempt":                             "exempt needs a category",
+		"sms.otp:exempt=yes":                     "exempt takes no value",
+		"sms:quiet=25:00-08:00":                  `hour 25`,
+		"sms:max-defer=soon":                     `max-defer "soon"`,
+		"sms:rerun=twice":                        `rerun "twice"`,
+		"sms:recipient=1/1m later":               `action "later"`,
+		"acme/sms:provider=1/1s":                 "cannot belong to one tenant",
+		"tz=Mars/Olympus":                        "Mars/Olympus",
+		"email:tenant=1/1m,\n  sms:tenant=1/1q": `entry 2 "sms:tenant=1/1q"`,
+	} {
+		_, err := plans.Parse(s)
+		if !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want ErrBadRules mentioning %q", s, err, want)
+		}
+	}
+	var many []string
+	for i := 1; i <= 17; i++ {
+		many = append(many, "sms:recipient=1/"+(time.Duration(i)*time.Second).String())
+	}
+	if _, err := plans.Parse(strings.Join(many, ",")); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), "at most 16") {
+		t.Errorf("17 rules on one channel: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("sms:recipient=1/1m,sms:recipient=5/1d,acme/sms:tenant=5000/1h")
+	f.Add("sms.otp:exempt\nsms.otp:recipient=10/1h # anti-abuse\nsms.marketing:quiet=21-8")
+	f.Add("email:tenant=1/1ms,,")
+	f.Add("a/b/c:d=1/1m")
+	f.Add("sms:sender=1/1s drop,sms:max-defer=2d,tz=UTC,sms:rerun=at-most-once")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := plans.Parse(s)
+		if err != nil {
+			if !errors.Is(err, plans.ErrBadRules) {
+				t.Fatalf("error %v without ErrBadRules", err)
+			}
+			return
+		}
+		// What parses prints back to the same policy.
+		q, err := plans.Parse(p.String())
+		if err != nil || q.String() != p.String() {
+			t.Fatalf("reprint %q: %v (%q)", p.String(), err, q.String())
+		}
+	})
+}

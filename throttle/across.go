@@ -1,0 +1,180 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// agreeLead is how far ahead of now a check across groups aims its first
+// placement, and how far in the past the later groups still take that
+// instant (time moves on between the calls; a send that goes up to this
+// late is within the send slack of a deployment that sets one).
+const agreeLead = 20 * time.Millisecond
+
+// ErrNoAgreement reports a check across groups whose groups kept pushing
+// the slot past each other; nothing is left admitted. Retrying is safe.
+var ErrNoAgreement = errors.New("throttle: the groups of a check did not agree on a slot")
+
+// reserveAcross is Reserve on Redis Cluster for limits in several groups
+// (one script cannot touch keys of several slots). The other groups place
+// the send first, in a fixed order, each at the earliest slot it takes from
+// the latest slot so far (and at least agreeLead after its clock's now, so
+// that the last group can still admit that very instant), until they
+// agree; then the id's own group
+// reserves from that slot, with its record. If it answers later still, its
+// reservation is rolled back and the round repeats from there. A send is
+// admitted only when every group holds it at the same instant, so no window
+// is ever over its limit; placements of a round that failed are rolled back.
+func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy RerunPolicy, opts ReserveOptions, limits []Limit) (Decision, error) {
+	parts := l.byGroup(group, limits)
+	own, others := parts[0], parts[1:]
+	attempt, d, final, err := l.attemptOf(ctx, group, id, policy)
+	if err != nil || final {
+		return d, err
+	}
+	member := l.stored(id)
+	if attempt > 1 {
+		member += "#" + strconv.Itoa(attempt)
+	}
+	rollback := func() {
+		for _, p := range others {
+			_, _ = l.release(context.WithoutCancel(ctx), p, id, attempt)
+		}
+	}
+	t := opts.NotBefore
+	rule := -1
+	for round := 0; round < 8; round++ {
+		for moved := true; moved; {
+			moved = false
+			for _, p := range others {
+				x, r, err := l.place(ctx, p, member, t, opts)
+				if err != nil {
+					rollback()
+					return Decision{}, err
+				}
+				if x.After(t) {
+					t, rule, moved = x, p.index[r], true
+				}
+			}
+		}
+		o := opts
+		o.NotBefore, o.late = t, agreeLead
+		d, err := l.reserve(ctx, group, id, policy, o, own.limits)
+		if err != nil {
+			rollback()
+			return Decision{}, err
+		}
+		if d.DeniedBy >= 0 {
+			d.DeniedBy = own.index[d.DeniedBy]
+		} else if d.Wait > 0 && d.At.Equal(t) {
+			d.DeniedBy = rule
+		}
+		switch d.Status {
+		case StatusAdmitted, StatusBooked, StatusDenied:
+			if !d.At.After(t) || d.Status == StatusDenied {
+				if d.Status == StatusDenied {
+					rollback()
+				}
+				return d, nil
+			}
+			// The own group answered later than the others agreed: move them.
+			if _, err := l.release(ctx, own, id, d.Attempt); err != nil {
+				rollback()
+				return Decision{}, err
+			}
+			if d.At.Sub(t) < agreeLead {
+				// Only the clock moved on between the calls (or the nodes'
+				// clocks differ a little): aim every group at one instant just
+				// ahead, which the own group admits for that instant.
+				t = d.At.Add(agreeLead)
+			} else {
+				t = d.At
+			}
+		default:
+			rollback()
+			return d, nil
+		}
+	}
+	rollback()
+	return Decision{}, ErrNoAgreement
+}
+
+// attemptOf reads which attempt a reservation of id would be, and answers
+// for the ids that need no slot (done; an unknown outcome under
+// AtMostOnce or Idempotent).
+func (l *Limiter) attemptOf(ctx context.Context, group, id string, policy RerunPolicy) (int, Decision, bool, error) {
+	st, err := l.client.Get(ctx, l.StateKey(group, id)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, Decision{}, false, fmt.Errorf("throttle: check: %w", err)
+	}
+	if st == "" {
+		return 1, Decision{}, false, nil
+	}
+	var kind byte
+	var k int
+	var at int64
+	if _, err := fmt.Sscanf(st, "%c%d:%d", &kind, &k, &at); err != nil || k < 1 {
+		return 0, Decision{}, false, fmt.Errorf("throttle: check: state key holds %q", st)
+	}
+	now := time.Now()
+	switch {
+	case kind == 'd':
+		return k, Decision{Status: StatusDone, Done: true, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: time.UnixMilli(at)}, true, nil
+	case kind == 'a' && policy == AtMostOnce:
+		return k, Decision{Status: StatusUnknown, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: time.UnixMilli(at)}, true, nil
+	case kind == 'a' && policy == Idempotent:
+		return k, Decision{Status: StatusDuplicate, Allowed: true, Duplicate: true, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: time.UnixMilli(at)}, true, nil
+	case kind == 'a':
+		return k + 1, Decision{}, false, nil
+	}
+	return k, Decision{}, false, nil
+}
+
+// place puts member in one group's limits at the earliest slot from t on.
+func (l *Limiter) place(ctx context.Context, p part, member string, t time.Time, opts ReserveOptions) (time.Time, int, error) {
+	keys := make([]string, len(p.limits))
+	args := make([]any, 0, 4+2*len(p.limits)+2*len(opts.Closed))
+	args = append(args, member, opts.Slack.Milliseconds(), timeArg(t), agreeLead.Milliseconds())
+	for i, lim := range p.limits {
+		k, err := l.Key(p.group, lim)
+		if err != nil {
+			return time.Time{}, 0, err
+		}
+		keys[i] = k
+		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
+	}
+	args = append(args, len(opts.Closed))
+	for _, iv := range opts.Closed {
+		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
+	}
+	_, reply, err := l.batch.do(ctx, l.nowArg(), p.group, &op{code: "P", keys: keys, args: args})
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("throttle: check: %w", err)
+	}
+	if len(reply) != 2 || reply[1] < 0 || int(reply[1]) > len(p.limits) {
+		return time.Time{}, 0, fmt.Errorf("throttle: check: unexpected place reply %v", reply)
+	}
+	return time.UnixMilli(reply[0]), max(int(reply[1])-1, 0), nil
+}
+
+// release removes one attempt's entries from one group's limits (and, in
+// the id's own group, rolls its record back).
+func (l *Limiter) release(ctx context.Context, p part, id string, attempt int) (int, error) {
+	return l.Release(ctx, p.group, id, attempt, groupLimits(p)...)
+}
+
+// groupLimits returns a part's limits pinned to its group, so Release
+// routes them there.
+func groupLimits(p part) []Limit {
+	out := make([]Limit, len(p.limits))
+	for i, lim := range p.limits {
+		lim.Group = p.group
+		out[i] = lim
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// ErrNoRules reports a quota query that no rule applies to.
+var ErrNoRules = errors.New("no rules apply")
+
+// QuotaQuery selects the windows a quota report covers.
+type QuotaQuery struct {
+	Tenant string
+	// Channel is email or sms; empty: both.
+	Channel tasks.Channel
+	// Category selects category rules; empty: the default category.
+	Category string
+	// Recipient adds the recipient's windows (and quiet hours); empty:
+	// tenant-wide and shared windows only.
+	Recipient string
+	// From is the sender of sender rules; empty: the configured default.
+	From string
+}
+
+// QuotaRow is one window's state.
+type QuotaRow struct {
+	Channel  tasks.Channel
+	Category string
+	Rule     plans.Entry
+	throttle.Usage
+}
+
+// QuietRow is the quiet-hours state of the recipient on a channel.
+type QuietRow struct {
+	Channel  tasks.Channel
+	Category string
+	Hours    plans.QuietHours
+	Zones    []string
+	Quiet    bool      // quiet now in at least one candidate zone
+	Until    time.Time // when the current quiet span ends (Quiet), else when the next one starts
+}
+
+// QuotaReport is what `sluice quota show` and the API's quota endpoint print.
+type QuotaReport struct {
+	Rows  []QuotaRow
+	Quiet []QuietRow
+	Now   time.Time
+}
+
+// Quotas reads the windows and quiet hours that apply to q under policy.
+// It writes nothing.
+func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg Config, q QuotaQuery) (QuotaReport, error) {
+	if err := tasks.CheckTenant(q.Tenant); err != nil {
+		return QuotaReport{}, err
+	}
+	channels := []tasks.Channel{tasks.Email, tasks.SMS}
+	if q.Channel != "" {
+		if _, err := q.Channel.TaskType(); err != nil {
+			return QuotaReport{}, err
+		}
+		channels = []tasks.Channel{q.Channel}
+	}
+	if q.Category != "" {
+		if err := tasks.CheckCategory(q.Category); err != nil {
+			return QuotaReport{}, err
+		}
+	}
+	var rep QuotaReport
+	var limits []throttle.Limit
+	var rows []QuotaRow
+	for _, ch := range channels {
+		n := tasks.Notification{Tenant: q.Tenant, Channel: ch, To: q.Recipient, From: q.From, Category: q.Category}.Normalized()
+		from := n.From
+		if from == "" {
+			from = cfg.SMTPFrom
+			if ch == tasks.SMS {
+				from = cfg.SMSFrom
+			}
+		}
+		m := policy.Match(q.Tenant, ch, q.Category)
+		for _, e := range m.Rates {
+			if (e.Scope == plans.ScopeRecipient && n.To == "") || (e.Scope == plans.ScopeSender && from == "") {
+				continue
+			}
+			limits = append(limits, e.Limit(n.To, from))
+			rows = append(rows, QuotaRow{Channel: ch, Category: n.CategoryOrDefault(), Rule: e})
+		}
+		if m.Quiet != nil && n.To != "" {
+			rep.Quiet = append(rep.Quiet, quietRow(cfg, m, n))
+		}
+	}
+	if len(limits) == 0 && len(rep.Quiet) == 0 {
+		return QuotaReport{}, fmt.Errorf("%w: tenant-wide rules need SLUICE_RULES, recipient rules a recipient, sender rules a sender", ErrNoRules)
+	}
+	rep.Now = time.Now()
+	if len(limits) > 0 {
+		us, err := lim.Usage(ctx, q.Tenant, cfg.SendSlack, limits...)
+		if err != nil {
+			return QuotaReport{}, err
+		}
+		for i := range rows {
+			rows[i].Usage = us[i]
+		}
+		rep.Rows, rep.Now = rows, us[0].Now
+	}
+	return rep, nil
+}
+
+func quietRow(cfg Config, m plans.Match, n tasks.Notification) QuietRow {
+	fallbackName := cfg.DefaultTZ
+	if m.Zone != "" {
+		fallbackName = m.Zone
+	}
+	fallback := time.UTC
+	if zs, err := plans.Zones(fallbackName, "", nil); err == nil {
+		fallback = zs[0]
+	}
+	phone := ""
+	if n.Channel == tasks.SMS {
+		phone = n.To
+	}
+	zones, err := plans.Zones("", phone, fallback)
+	if err != nil {
+		zones = []*time.Location{fallback}
+	}
+	r := QuietRow{Channel: n.Channel, Category: n.CategoryOrDefault(), Hours: *m.Quiet}
+	for _, z := range zones {
+		r.Zones = append(r.Zones, z.String())
+	}
+	now := time.Now()
+	for _, s := range m.Quiet.Closed(now, 8*24*time.Hour, zones) {
+		if s.Contains(now) {
+			r.Quiet, r.Until = true, s.End
+			break
+		}
+		if s.Start.After(now) {
+			r.Until = s.Start
+			break
+		}
+	}
+	return r
+}
+
+// QuotaJSON is a QuotaReport as `sluice quota show --json` and the API print it.
+type QuotaJSON struct {
+	Now     time.Time         `json:"now"`
+	Windows []QuotaWindowJSON `json:"windows"`
+	Quiet   []QuietJSON       `json:"quiet,omitempty"`
+}
+
+// QuotaWindowJSON is one window.
+type QuotaWindowJSON struct {
+	Channel   string    `json:"channel"`
+	Category  string    `json:"category"`
+	Scope     string    `json:"scope"`
+	Rule      string    `json:"rule"`
+	Action    string    `json:"action"`
+	Limit     int       `json:"limit"`
+	Window    string    `json:"window"`
+	Used      int       `json:"used"`
+	Remaining int       `json:"remaining"`
+	Booked    int       `json:"booked"`
+	Oldest    time.Time `json:"oldest,omitzero"`
+	NextFree  time.Time `json:"next_free"`
+	ResetAt   time.Time `json:"reset_at"`
+}
+
+// QuietJSON is the quiet-hours state of the recipient on a channel.
+type QuietJSON struct {
+	Channel  string    `json:"channel"`
+	Category string    `json:"category"`
+	Hours    string    `json:"hours"`
+	Zones    []string  `json:"zones"`
+	Quiet    bool      `json:"quiet_now"`
+	Until    time.Time `json:"until,omitzero"`
+}
+
+// JSON returns the report in its JSON form.
+func (r QuotaReport) JSON() QuotaJSON {
+	out := QuotaJSON{Now: r.Now.UTC(), Windows: []QuotaWindowJSON{}}
+	for _, w := range r.Rows {
+		action := "defer"
+		if w.Rule.Drop {
+			action = "drop"
+		}
+		out.Windows = append(out.Windows, QuotaWindowJSON{Channel: string(w.Channel), Category: w.Category, Scope: w.Limit.Scope,
+			Rule: w.Limit.Rule.String(), Action: action, Limit: w.Limit.Rule.Limit, Window: throttle.FormatWindow(w.Limit.Rule.Window),
+			Used: w.Used, Remaining: w.Remaining, Booked: w.Booked, Oldest: w.Oldest.UTC(), NextFree: w.NextFree.UTC(), ResetAt: w.ResetAt.UTC()})
+	}
+	for _, q := range r.Quiet {
+		out.Quiet = append(out.Quiet, QuietJSON{Channel: string(q.Channel), Category: q.Category, Hours: q.Hours.String(), Zones: q.Zones, Quiet: q.Quiet, Until: q.Until.UTC()})
+	}
+	return out
+}
