@@ -36,6 +36,7 @@ type Config struct {
 	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Asynq queue the worker serves and 'sluice enqueue' writes to."`
 	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
 	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"The rules, comma- or newline-separated (see Rules below): [TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop] with SCOPE recipient, tenant, sender or provider; CHANNEL.CATEGORY:exempt; CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, :max-defer=DURATION, :rerun=at-least-once|at-most-once; [TENANT/]tz=ZONE. A TENANT/ entry replaces the default of the same target for that tenant."`
+	PlanCheckInterval time.Duration `env:"PLAN_CHECK_INTERVAL" envDefault:"1s" desc:"How often a worker checks the version of the tenant plans in Redis (sluice tenant set), besides the pub/sub message each change sends: a change applies within about this long even if the message is lost."`
 	DefaultTZ         string        `env:"DEFAULT_TZ" envDefault:"UTC" desc:"IANA time zone for quiet hours of recipients whose zone is unknown (no tz in the notification, no zone from the number, no tenant tz= rule)."`
 	SubjectSecret     string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
 	PayloadKeys       string        `env:"PAYLOAD_KEYS" desc:"Required. Keys that seal notification payloads at rest (AES-256-GCM): ID:BASE64KEY[,ID:BASE64KEY...], 32-byte keys (sluice keygen prints one). The first seals, all open: add a new key first to rotate, drop the old one when no task sealed with it is left. Producers (enqueue, the API) need the same keys." secret:"true"`
@@ -204,6 +205,7 @@ func (c Config) Validate() error {
 		"SMTP_TIMEOUT": c.SMTPTimeout, "SMS_TIMEOUT": c.SMSTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
 		"DELAYED_CHECK_INTERVAL": c.DelayedCheckInterval, "POLL_INTERVAL": c.PollInterval,
 		"RETRY_BASE": c.RetryBase, "RETRY_MAX": c.RetryMax, "UNAVAILABLE_RETRY": c.UnavailableRetry,
+		"PLAN_CHECK_INTERVAL": c.PlanCheckInterval,
 	} {
 		if d < 10*time.Millisecond {
 			bad(name, "must be at least 10ms, got %v", d)

@@ -94,66 +94,78 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
-		c := w.plan(w.currentPolicy(), n)
-		limits := c.limits
-		opts := c.opts
-		opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
-		// A slot within MaxInlineWait is waited for here, holding a waiter
-		// token; without a free token it is booked through Asynq instead.
-		waiter := w.tryWaiter()
-		if !waiter {
-			opts.Horizon = 0
-		}
 		var d throttle.Decision
-		err = w.withRedis(ctx, log, "quota check", func(ctx context.Context) error {
-			var err error
-			d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, limits...)
-			return err
-		})
-		if err != nil {
-			w.releaseWaiter(waiter)
-			w.metrics.LimiterError.Inc()
-			log.Error("quota check failed; nothing sent, will try again", "err", err)
-			return &UnavailableError{Err: err}
-		}
-		if w.onDecide != nil {
-			w.onDecide(n, d)
-		}
-		why := waitReason(d, limits)
-		w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
-		if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
-			w.releaseWaiter(waiter)
-		}
-		switch d.Status {
-		case throttle.StatusDone, throttle.StatusDuplicate:
-			log.Info("already sent; not sending again")
-			return nil
-		case throttle.StatusUnknown:
-			w.archived(n, ReasonUnknown)
-			log.Warn("an earlier attempt may have sent this notification (outcome unknown); at-most-once: archiving, not sending")
-			return fmt.Errorf("outcome of an earlier attempt unknown (at-most-once): %w", asynq.SkipRetry)
-		case throttle.StatusExpired:
-			w.archived(n, ReasonExpired)
-			log.Warn("expired: its earliest slot is past its deadline; archiving, not sending", "deadline", c.deadline, "set_by", c.reason, "slot", d.At, "waiting_for", why)
-			return fmt.Errorf("expired: the earliest slot (%s, %s) is past the %s deadline %s: %w",
-				d.At.UTC().Format(time.RFC3339), why, c.reason, c.deadline.UTC().Format(time.RFC3339), asynq.SkipRetry)
-		case throttle.StatusDropped:
-			w.archived(n, ReasonThrottled)
-			log.Warn("dropped: a rule whose action is drop is full", "rule", why)
-			return fmt.Errorf("throttled: %s is full and drops what exceeds it: %w", why, asynq.SkipRetry)
-		case throttle.StatusBooked, throttle.StatusDenied:
-			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
-			return w.reschedule(ctx, t, n, d, why, log)
-		case throttle.StatusAdmitted:
-			if d.Wait > 0 {
-				err := w.waitForSlot(ctx, n, d, limits, log)
-				w.releaseWaiter(waiter)
-				if err != nil {
-					return err
-				}
+		var limits []throttle.Limit
+		for round := 0; ; round++ {
+			policy, version := w.currentPlans()
+			c := w.plan(policy, n)
+			limits = c.limits
+			opts := c.opts
+			opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
+			// A slot within MaxInlineWait is waited for here, holding a waiter
+			// token; without a free token it is booked through Asynq instead.
+			waiter := w.tryWaiter()
+			if !waiter {
+				opts.Horizon = 0
 			}
-		default:
-			return fmt.Errorf("worker: unexpected limiter status %s", d.Status)
+			err = w.withRedis(ctx, log, "quota check", func(ctx context.Context) error {
+				var err error
+				d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, limits...)
+				return err
+			})
+			if err != nil {
+				w.releaseWaiter(waiter)
+				w.metrics.LimiterError.Inc()
+				log.Error("quota check failed; nothing sent, will try again", "err", err)
+				return &UnavailableError{Err: err}
+			}
+			if w.onDecide != nil {
+				w.onDecide(n, d)
+			}
+			why := waitReason(d, limits)
+			w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
+			if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
+				w.releaseWaiter(waiter)
+			}
+			switch d.Status {
+			case throttle.StatusDone, throttle.StatusDuplicate:
+				log.Info("already sent; not sending again")
+				return nil
+			case throttle.StatusUnknown:
+				w.archived(n, ReasonUnknown)
+				log.Warn("an earlier attempt may have sent this notification (outcome unknown); at-most-once: archiving, not sending")
+				return fmt.Errorf("outcome of an earlier attempt unknown (at-most-once): %w", asynq.SkipRetry)
+			case throttle.StatusExpired:
+				w.archived(n, ReasonExpired)
+				log.Warn("expired: its earliest slot is past its deadline; archiving, not sending", "deadline", c.deadline, "set_by", c.reason, "slot", d.At, "waiting_for", why)
+				return fmt.Errorf("expired: the earliest slot (%s, %s) is past the %s deadline %s: %w",
+					d.At.UTC().Format(time.RFC3339), why, c.reason, c.deadline.UTC().Format(time.RFC3339), asynq.SkipRetry)
+			case throttle.StatusDropped:
+				w.archived(n, ReasonThrottled)
+				log.Warn("dropped: a rule whose action is drop is full", "rule", why)
+				return fmt.Errorf("throttled: %s is full and drops what exceeds it: %w", why, asynq.SkipRetry)
+			case throttle.StatusBooked, throttle.StatusDenied:
+				w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
+				return w.reschedule(ctx, t, n, d, why, log)
+			case throttle.StatusAdmitted:
+				if d.Wait > 0 {
+					err := w.waitForSlot(ctx, n, d, limits, log)
+					w.releaseWaiter(waiter)
+					if err != nil {
+						return err
+					}
+					if _, now := w.currentPlans(); now != version && round < 3 {
+						// The plans changed while this send waited: a change holds
+						// from the moment it is applied, so place it again under it.
+						w.release(ctx, n, d.Attempt, limits, log)
+						log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
+						continue
+					}
+				}
+			default:
+				return fmt.Errorf("worker: unexpected limiter status %s", d.Status)
+			}
+			break
 		}
 		return w.send(ctx, t, n, d, limits, next, log)
 	})

@@ -41,6 +41,9 @@ type Options struct {
 	// OnDecision, if set, is called with every limiter decision (dev mode
 	// shows them live). It must not block.
 	OnDecision func(tasks.Notification, throttle.Decision)
+	// OnPlanChange, if set, is called after the worker applied a change of
+	// tenant plans (tests, tools). It must not block.
+	OnPlanChange func(version int64)
 }
 
 // Worker is a throttled Asynq server: it takes notification tasks from the
@@ -51,7 +54,9 @@ type Worker struct {
 	rdb         redis.UniversalClient
 	ownRedis    bool
 	limiter     *throttle.Limiter
-	policy      atomic.Pointer[plans.Policy]
+	defaults    plans.Policy                  // SLUICE_RULES
+	watcher     atomic.Pointer[plans.Watcher] // tenant plans in Redis, once running
+	onPlan      func(int64)
 	defaultZone *time.Location
 	client      *asynq.Client
 	server      *asynq.Server
@@ -97,7 +102,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.keys, err = tasks.ParseKeyring(cfg.PayloadKeys); err != nil {
 		return nil, fmt.Errorf("%w: %sPAYLOAD_KEYS: %w", ErrConfig, EnvPrefix, err)
 	}
-	w.policy.Store(&policy)
+	w.defaults, w.onPlan = policy, opts.OnPlanChange
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
 	w.stopping = make(chan struct{})
 	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
@@ -138,7 +143,43 @@ func (w *Worker) Limiter() *throttle.Limiter { return w.limiter }
 // Policy returns the rules in force.
 func (w *Worker) Policy() plans.Policy { return w.currentPolicy() }
 
-func (w *Worker) currentPolicy() plans.Policy { return *w.policy.Load() }
+// currentPolicy is the rules in force: SLUICE_RULES with the tenant plans
+// of the latest version the watcher loaded. A check reads it once.
+func (w *Worker) currentPolicy() plans.Policy {
+	p, _ := w.currentPlans()
+	return p
+}
+
+// currentPlans is the policy in force and its version (0 before the
+// watcher starts, and while no plan was ever set).
+func (w *Worker) currentPlans() (plans.Policy, int64) {
+	if pw := w.watcher.Load(); pw != nil {
+		snap := pw.Current()
+		return snap.Policy, snap.Version
+	}
+	return w.defaults, 0
+}
+
+// watchPlans starts following the tenant plans in Redis.
+func (w *Worker) watchPlans(ctx context.Context) error {
+	store := plans.NewStore(w.rdb, w.defaults)
+	pw, err := store.Watch(ctx, w.cfg.PlanCheckInterval, w.log, func(old, cur plans.Snapshot, changes []plans.Change) {
+		for _, c := range changes {
+			w.log.Info("tenant plan changed; applied", "tenant", c.Tenant, "action", c.Action, "version", c.Version, "by", c.By, "at", c.At, "rules", c.Rules)
+		}
+		w.log.Info("tenant plans in force", "version", cur.Version, "previous", old.Version, "tenants_with_plans", len(cur.Plans))
+		if w.onPlan != nil {
+			w.onPlan(cur.Version)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("start worker: tenant plans: %w", err)
+	}
+	w.watcher.Store(pw)
+	snap := pw.Current()
+	w.log.Info("tenant plans in force", "version", snap.Version, "tenants_with_plans", len(snap.Plans))
+	return nil
+}
 
 // categoryLabel bounds the category metric label to the categories the
 // rules name, the default one, and "other".
@@ -196,6 +237,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}()
 		w.log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	}
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	if err := w.watchPlans(watchCtx); err != nil {
+		if httpSrv != nil {
+			httpSrv.Close()
+		}
+		w.close()
+		return err
 	}
 	if err := w.server.Start(w.mux); err != nil {
 		if httpSrv != nil {

@@ -81,13 +81,13 @@ Configuration comes from SLUICE_* environment variables (see the README).`,
 	// The tools warn about unknown SLUICE_* variables; the worker refuses them.
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		for c := cmd; c != nil; c = c.Parent() {
-			if c.Name() == "enqueue" || c.Name() == "quota" {
+			if c.Name() == "enqueue" || c.Name() == "quota" || c.Name() == "tenant" {
 				warnUnknownVariables(cmd)
 				return
 			}
 		}
 	}
-	root.AddCommand(newWorkerCmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd())
+	root.AddCommand(newWorkerCmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd())
 	return root
 }
 

@@ -346,3 +346,42 @@ func atoi(s string) int {
 	}
 	return n
 }
+
+// sluice tenant: set (validated, versioned, who/when printed), show, list,
+// history, delete after confirmation; bad rules are a usage error naming
+// the entry.
+func TestTenantCommands(t *testing.T) {
+	env(t)
+	r := sluice(t, "", "tenant", "set", "acme", "--rules", "sms:tenant=10/1h,sms.otp:exempt", "--tz", "Europe/Berlin", "--by", "ann")
+	if r.code != 0 || !regexp.MustCompile(`tenant acme: plan version 1 set by ann at \d{4}-`).MatchString(r.stdout) {
+		t.Fatalf("set: %+v", r)
+	}
+	if r := sluice(t, "", "tenant", "set", "acme", "--rules", "sms:tenant=10/1h,sms:planet=1/1m"); r.code != 2 || !strings.Contains(r.stderr, `entry 2 "sms:planet=1/1m"`) {
+		t.Fatalf("bad rules: %+v", r)
+	}
+	r = sluice(t, "", "tenant", "show", "acme")
+	if r.code != 0 || !strings.Contains(r.stdout, "acme/sms:tenant=10/1h") || !strings.Contains(r.stdout, "sms:recipient=2/1m") {
+		t.Fatalf("show: %+v", r)
+	}
+	if r := sluice(t, "", "tenant", "show", "beta"); r.code != 0 || !strings.Contains(r.stdout, "has no plan") {
+		t.Fatalf("show without a plan: %+v", r)
+	}
+	r = sluice(t, "", "tenant", "list", "--json")
+	var list struct {
+		Version int64
+		Plans   []plans.Plan
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || list.Version != 1 || len(list.Plans) != 1 || list.Plans[0].Rules != "sms:tenant=10/1h,sms.otp:exempt,tz=Europe/Berlin" {
+		t.Fatalf("list: %+v %v (%s)", list, err, r.stdout)
+	}
+	if r := sluice(t, "n\n", "tenant", "delete", "acme"); r.code != 1 {
+		t.Fatalf("declined delete: %+v", r)
+	}
+	if r := sluice(t, "y\n", "tenant", "delete", "acme", "--by", "bob"); r.code != 0 || !strings.Contains(r.stdout, "plan deleted (version 2) by bob") {
+		t.Fatalf("delete: %+v", r)
+	}
+	r = sluice(t, "", "tenant", "history")
+	if r.code != 0 || !regexp.MustCompile(`(?s)2\s+acme\s+delete\s+bob.*1\s+acme\s+set\s+ann`).MatchString(r.stdout) {
+		t.Fatalf("history: %+v", r)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,7 +127,7 @@ func loadQuotaEnv(f quotaFlags) (*quotaEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy, err := plans.Parse(cfg.Rules)
+	defaults, err := plans.Parse(cfg.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("SLUICE_RULES: %w", err)
 	}
@@ -134,11 +135,16 @@ func loadQuotaEnv(f quotaFlags) (*quotaEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The rules in force: SLUICE_RULES with the tenant plans, as workers see them.
+	snap, err := plans.NewStore(rdb, defaults).Load(context.Background())
+	if err != nil && snap.Version == 0 && snap.Plans == nil {
+		return nil, err
+	}
 	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})
 	if err != nil {
 		return nil, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
 	}
-	return &quotaEnv{lim: lim, policy: policy, cfg: cfg}, nil
+	return &quotaEnv{lim: lim, policy: snap.Policy, cfg: cfg}, nil
 }
 
 func (f quotaFlags) query() worker.QuotaQuery {

@@ -1,0 +1,102 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// A tenant's plan changes while two workers send under load: both apply it
+// within 2 s, every window after that holds the new limit, and no window
+// ever holds more than the old one.
+func TestPlanChangeUnderLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:tenant=20/2s,sms:recipient=100/1m")
+	var mu sync.Mutex
+	applied := map[int]time.Time{}
+	for i := 0; i < 2; i++ {
+		b.startOpts(t, b.cfg, worker.Options{OnPlanChange: func(v int64) {
+			mu.Lock()
+			if _, ok := applied[i]; !ok && v >= 1 {
+				applied[i] = time.Now()
+			}
+			mu.Unlock()
+		}})
+	}
+	defaults, _ := plans.Parse(b.cfg.Rules)
+	st := plans.NewStore(b.rdb, defaults)
+	// 15 notifications a second for 8 s, to many recipients of one tenant.
+	stop := time.After(8 * time.Second)
+	changeAt := time.After(3 * time.Second)
+	tick := time.NewTicker(time.Second / 15)
+	defer tick.Stop()
+	var changed time.Time
+	n := 0
+loop:
+	for {
+		select {
+		case <-tick.C: // a steady arrival rate is the scenario
+			b.enqueue(t, tasks.NewSMS("acme", fmt.Sprintf("+1415555%04d", n%500), "load"))
+			n++
+		case <-changeAt:
+			changed = time.Now()
+			if _, err := st.Set(context.Background(), "acme", "sms:tenant=5/2s", "test"); err != nil {
+				t.Fatal(err)
+			}
+		case <-stop:
+			break loop
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(applied) != 2 {
+		t.Fatalf("%d of 2 workers applied the plan", len(applied))
+	}
+	var last time.Time
+	for _, at := range applied {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if lag := last.Sub(changed); lag > 2*time.Second {
+		t.Fatalf("the change applied %v after it was made; want ≤ 2 s", lag)
+	}
+	var all, after []time.Time
+	for _, d := range b.sms.Deliveries() {
+		all = append(all, d.At)
+		// A send admitted just before the change may arrive just after it.
+		if d.At.After(last.Add(100 * time.Millisecond)) {
+			after = append(after, d.At)
+		}
+	}
+	maxIn := func(times []time.Time, window time.Duration) int {
+		sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+		best := 0
+		for i := range times {
+			j := i
+			for j < len(times) && times[j].Sub(times[i]) <= window {
+				j++
+			}
+			best = max(best, j-i)
+		}
+		return best
+	}
+	t.Logf("%d enqueued; plan applied %v after the change; %d receipts, %d after it; busiest 2 s: %d overall, %d after the change",
+		n, last.Sub(changed).Round(time.Millisecond), len(all), len(after), maxIn(all, 2*time.Second), maxIn(after, 2*time.Second))
+	if got := maxIn(all, 2*time.Second); got > 20 {
+		t.Fatalf("%d receipts within 2 s: over the old limit of 20", got)
+	}
+	if got := maxIn(after, 2*time.Second); got > 5 {
+		t.Fatalf("%d receipts within 2 s after the change: over the new limit of 5", got)
+	}
+	if len(after) < 5 {
+		t.Fatalf("only %d receipts after the change: the test saw too little", len(after))
+	}
+}
