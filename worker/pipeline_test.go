@@ -3,17 +3,20 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
-
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // A burst of 50 to one recipient under 1 per 2 s (plus a tenant rule), two
@@ -368,3 +371,37 @@ func TestRerunSendsOnce(t *testing.T) {
 		t.Fatalf("done decisions = %v, want 2", v)
 	}
 }
+
+// A limit above Redis's zset-max-listpack-entries is named at start.
+func TestWarnsAboutSkiplistLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=5/1m,sms:tenant=1000/1h")
+	var logs syncLog
+	w, err := worker.New(b.cfg, worker.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	b.enqueue(t, tasks.NewSMS("acme", "+14155550180", "started"))
+	b.sms.WaitCount(t, 1, 10*time.Second) // the worker is past its start checks
+	cancel()
+	<-done
+	out := logs.String()
+	if !strings.Contains(out, `rule=sms:tenant=1000/1h limit=1000 zset_max_listpack_entries=128`) && !strings.Contains(out, `rule="sms:tenant=1000/1h" limit=1000 zset_max_listpack_entries=128`) {
+		t.Fatalf("no warning for the 1000-limit rule:\n%s", out)
+	}
+	if strings.Contains(out, "rule=sms:recipient=5/1m limit=") {
+		t.Fatalf("a warning for a limit below the setting:\n%s", out)
+	}
+}
+
+// syncLog is a log sink safe for concurrent writes.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,30 @@ func (w *Worker) currentPlans() (plans.Policy, int64) {
 	return w.defaults, 0
 }
 
+// checkListpack warns about rules whose limit is above Redis's
+// zset-max-listpack-entries: their full windows are skiplists, about 5× the
+// memory per entry (README, "Memory"). Managed Redis may refuse CONFIG GET;
+// then there is nothing to check.
+func (w *Worker) checkListpack(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	res, err := w.rdb.ConfigGet(cctx, "zset-max-listpack-entries").Result()
+	if err != nil || res["zset-max-listpack-entries"] == "" {
+		w.log.Debug("cannot read zset-max-listpack-entries; not checking rule limits against it", "err", err)
+		return
+	}
+	max, err := strconv.Atoi(res["zset-max-listpack-entries"])
+	if err != nil {
+		return
+	}
+	for _, e := range w.currentPolicy().Entries() {
+		if e.Kind == plans.KindRate && e.Rule.Limit > max {
+			w.log.Warn("a rule's limit is above Redis's zset-max-listpack-entries: its full windows are skiplists (~5x the memory per entry); raise the setting to at least the limit",
+				"rule", e.String(), "limit", e.Rule.Limit, "zset_max_listpack_entries", max)
+		}
+	}
+}
+
 // watchPlans starts following the tenant plans in Redis.
 func (w *Worker) watchPlans(ctx context.Context) error {
 	store := plans.NewStore(w.rdb, w.defaults)
@@ -221,6 +246,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, e := range w.currentPolicy().Entries() {
 		w.log.Info("rule", "rule", e.String())
 	}
+	w.checkListpack(ctx)
 	var httpSrv *http.Server
 	if w.listener != nil || (w.cfg.HTTPAddr != "" && w.cfg.HTTPAddr != "off") {
 		ln := w.listener
@@ -263,6 +289,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		_ = httpSrv.Shutdown(sctx)
 		cancel()
 	}
+	stopWatch()
+	<-w.watcher.Load().Done()
 	w.close()
 	w.log.Info("worker stopped")
 	return nil
