@@ -182,7 +182,8 @@ func TestParseListUnsubscribe(t *testing.T) {
 	}
 }
 
-// The email-only fields survive Encode and Decode unchanged.
+// The email-only fields survive Encode and Decode unchanged, and an HTML
+// body is not inflated by JSON's HTML escaping.
 func TestEmailRoundTrip(t *testing.T) {
 	t.Parallel()
 	n := richEmail().Normalized()
@@ -194,6 +195,9 @@ func TestEmailRoundTrip(t *testing.T) {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("payload lacks %s: %s", key, b)
 		}
+	}
+	if !strings.Contains(string(b), "<p>Thanks") {
+		t.Errorf("HTML was escaped in the payload: %s", b)
 	}
 	got, err := tasks.Decode(b)
 	if err != nil {
@@ -208,6 +212,27 @@ func TestEmailRoundTrip(t *testing.T) {
 		if strings.Contains(string(plain), key) {
 			t.Errorf("text-only payload carries %q: %s", key, plain)
 		}
+	}
+}
+
+// Bodies within MaxEmailBodyBytes whose JSON escaping pushes the payload over
+// MaxPayloadBytes are refused by Encode, as Decode would refuse them.
+func TestEncodeRefusesOversizePayload(t *testing.T) {
+	t.Parallel()
+	n := tasks.NewEmail("acme", "a@example.com", "S", strings.Repeat("\"", tasks.MaxEmailBodyBytes/2))
+	n.HTML = strings.Repeat("\"", tasks.MaxEmailBodyBytes/2) // valid, but each byte encodes as two
+	if err := n.Validate(); err != nil {
+		t.Fatalf("bodies within the limit rejected: %v", err)
+	}
+	_, err := n.Encode()
+	if !errors.Is(err, tasks.ErrInvalid) || !strings.Contains(err.Error(), "payload encodes to") {
+		t.Fatalf("Encode = %v, want the payload refused", err)
+	}
+	// Markup is not escaped, so an HTML body at the limit fits.
+	n.Body = "text"
+	n.HTML = strings.Repeat("<a>", (tasks.MaxEmailBodyBytes-4)/3)
+	if _, err := n.Encode(); err != nil {
+		t.Fatalf("HTML at the limit: %v", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -336,14 +337,23 @@ func Mask(s string) string {
 	return "***"
 }
 
-// Encode returns the JSON payload of a valid notification.
+// Encode returns the JSON payload of a valid notification. A payload over
+// MaxPayloadBytes (bodies near their limit, inflated by JSON escaping) is
+// refused here, as Decode would refuse it in the worker.
 func (n Notification) Encode() ([]byte, error) {
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(n)
-	if err != nil {
+	// No HTML escaping: an HTML body would grow by up to 6× (\u003c for <).
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(n); err != nil {
 		return nil, fmt.Errorf("tasks: encode: %w", err)
+	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(b) > MaxPayloadBytes {
+		return nil, invalid("payload", fmt.Sprintf("encodes to %d bytes, over %d (JSON escaping adds to the bodies)", len(b), MaxPayloadBytes))
 	}
 	return b, nil
 }
