@@ -25,7 +25,7 @@ fuzztime=${SLUICE_FUZZTIME:-5s}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
-                worker:FuzzParsePolicy \
+                worker:FuzzParsePolicy worker:FuzzEmailHeader \
                 plans:FuzzParseQuietHours plans:FuzzZones; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,23 +95,73 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 		pool: make(chan *smtp.Client, cfg.Conns), slots: make(chan struct{}, cfg.Conns)}, nil
 }
 
-// Send delivers one email.
-func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
+// Message returns the email Send sends for n: From (n.From, else the
+// configured one), To, Reply-To, Subject, Message-ID <id@from-domain>,
+// X-Sluice-Tenant, the custom headers (RFC 2047-encoded when not ASCII),
+// List-Unsubscribe with List-Unsubscribe-Post for an https URL, and the
+// text body, with the HTML body as its multipart/alternative sibling.
+// Errors are permanent: n does not validate.
+func (s *SMTPSender) Message(n tasks.Notification) (*mail.Msg, error) {
 	m := mail.NewMsg()
 	from := n.From
 	if from == "" {
 		from = s.from
 	}
 	if err := m.From(from); err != nil {
-		return &SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
+		return nil, &SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
 	}
 	if err := m.To(n.To); err != nil {
-		return &SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
+		return nil, &SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
+	}
+	if n.ReplyTo != "" {
+		if err := m.ReplyTo(n.ReplyTo); err != nil {
+			return nil, &SendError{Err: fmt.Errorf("reply-to: %w", err), Permanent: true, NotSent: true}
+		}
 	}
 	m.Subject(n.Subject)
 	m.SetMessageIDWithValue(n.ID + "@" + messageIDHost(from))
 	m.SetGenHeader("X-Sluice-Tenant", n.Tenant)
+	for _, name := range slices.Sorted(maps.Keys(n.Headers)) {
+		// SetGenHeader Q-encodes a value that is not ASCII (RFC 2047) and
+		// folds long ones at spaces; tasks.Validate bounded both.
+		m.SetGenHeader(goMailHeader(name), n.Headers[name])
+	}
+	if n.ListUnsubscribe != "" {
+		u, err := tasks.ParseListUnsubscribe(n.ListUnsubscribe)
+		if err != nil {
+			return nil, &SendError{Err: err, Permanent: true, NotSent: true}
+		}
+		m.SetListUnsubscribe(u.URIs()...)
+		if u.OneClick() {
+			m.SetListUnsubscribePost() // RFC 8058: List-Unsubscribe=One-Click
+		}
+	}
 	m.SetBodyString(mail.TypeTextPlain, n.Body)
+	if n.HTML != "" {
+		m.AddAlternativeString(mail.TypeTextHTML, n.HTML)
+	}
+	return m, nil
+}
+
+// goMailHeader names a custom header for go-mail. go-mail adds User-Agent
+// and X-Mailer unless its map holds them under its own spelling, so a
+// custom one in another case is given that spelling: it replaces go-mail's
+// instead of doubling it.
+func goMailHeader(name string) mail.Header {
+	for _, h := range []mail.Header{mail.HeaderUserAgent, mail.HeaderXMailer} {
+		if strings.EqualFold(name, string(h)) {
+			return h
+		}
+	}
+	return mail.Header(name)
+}
+
+// Send delivers one email.
+func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
+	m, err := s.Message(n)
+	if err != nil {
+		return err
+	}
 
 	select {
 	case s.slots <- struct{}{}:
@@ -134,17 +186,16 @@ func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
 			return classifySMTP(err, true)
 		}
 	}
-	err := s.client.SendWithSMTPClient(conn, m)
+	if err = s.client.SendWithSMTPClient(conn, m); err != nil {
+		err = classifySMTP(err, false)
+	}
 	if err != nil {
 		_ = s.client.CloseWithSMTPClient(conn)
 	} else {
 		s.pool <- conn
 	}
 	<-s.slots
-	if err != nil {
-		return classifySMTP(err, false)
-	}
-	return nil
+	return err
 }
 
 // Close closes idle connections.
