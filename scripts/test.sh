@@ -24,7 +24,8 @@ go test -race -count=1 -timeout 20m "$@" ./...
 fuzztime=${SLUICE_FUZZTIME:-5s}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
-                tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring plans:FuzzParse \
+                tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
+                plans:FuzzParse worker:FuzzEmailHeader \
                 plans:FuzzParseQuietHours plans:FuzzZones; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"

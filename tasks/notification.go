@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,13 @@ const (
 	MaxMetaKeyLen     = 64
 	MaxMetaValueLen   = 512
 	MaxPayloadBytes   = MaxEmailBodyBytes + 64<<10
+	// Custom email headers (Notification.Headers): a value of 900 bytes and
+	// a name of 64 keep even an unfoldable field within RFC 5322's 998-byte line.
+	MaxHeaders        = 16
+	MaxHeaderNameLen  = 64
+	MaxHeaderValueLen = 900
+	// MaxListUnsubscribeLen keeps List-Unsubscribe on one 998-byte line.
+	MaxListUnsubscribeLen = 900
 )
 
 var (
@@ -72,6 +80,33 @@ type Notification struct {
 	TemplateID string `json:"template_id,omitempty"`
 	// Metadata is free-form, kept with the task for tracing. Optional.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// HTML is an optional HTML body beside Body. With it the email is sent as
+	// multipart/alternative: Body is the text/plain part and stays required
+	// (Sluice does not derive text from HTML), HTML the text/html part, sent
+	// as given: Sluice neither sanitises nor rewrites it. Body and HTML
+	// together are at most MaxEmailBodyBytes. Email only.
+	HTML string `json:"html,omitempty"`
+	// ReplyTo is the bare RFC 5322 address replies go to (the Reply-To
+	// header). Optional; email only.
+	ReplyTo string `json:"reply_to,omitempty"`
+	// Headers are extra header fields of the email, name → value: at most
+	// MaxHeaders; names 1–MaxHeaderNameLen RFC 5322 field-name characters,
+	// limited to letters, digits and !#$%&'*+-.^_`|~ (what common parsers
+	// accept), no two differing only in case; values
+	// 1–MaxHeaderValueLen bytes of UTF-8 without control characters (tab
+	// aside), sent RFC 2047-encoded when not ASCII. Fields that Sluice sets,
+	// that name the sender, route or MIME structure, or that only a mail
+	// system may add are refused (see ReservedHeader). Optional; email only.
+	Headers map[string]string `json:"headers,omitempty"`
+	// ListUnsubscribe is how the recipient unsubscribes: an https URL, a
+	// mailto: URI, or one of each separated by a comma
+	// ("https://example.com/u/TOKEN, mailto:unsub@example.com?subject=TOKEN"),
+	// at most MaxListUnsubscribeLen bytes of URI characters (percent-encode
+	// a comma). It is sent as List-Unsubscribe: <https://…>, <mailto:…>, and
+	// with an https URL also List-Unsubscribe-Post: List-Unsubscribe=One-Click
+	// (RFC 8058 one-click: the URL must unsubscribe on a POST without further
+	// steps). Optional; email only.
+	ListUnsubscribe string `json:"list_unsubscribe,omitempty"`
 	// Category is what kind of message this is — "otp", "transactional",
 	// "marketing", …: 1–32 of [a-z0-9_-]. Rules and quiet hours can target a
 	// category; empty means DefaultCategory.
@@ -204,6 +239,9 @@ func (n Notification) Validate() error {
 		if len(n.Body) > MaxEmailBodyBytes {
 			return invalid("body", fmt.Sprintf("is %d bytes, over the %d-byte limit", len(n.Body), MaxEmailBodyBytes))
 		}
+		if err := n.validateEmailExtras(); err != nil {
+			return err
+		}
 	case SMS:
 		if !IsE164(n.To) {
 			return invalid("to", fmt.Sprintf("%q is not an E.164 number (+ and 7–15 digits)", Mask(n.To)))
@@ -218,6 +256,14 @@ func (n Notification) Validate() error {
 		}
 		if c := utf8.RuneCountInString(n.Body); c > MaxSMSRunes {
 			return invalid("body", fmt.Sprintf("is %d characters, over the %d-character SMS limit", c, MaxSMSRunes))
+		}
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"html", n.HTML != ""}, {"reply_to", n.ReplyTo != ""}, {"headers", len(n.Headers) > 0}, {"list_unsubscribe", n.ListUnsubscribe != ""}} {
+			if f.set {
+				return invalid(f.name, "is not used for sms (email only)")
+			}
 		}
 	}
 	if err := checkHeader("template_id", n.TemplateID, 128); err != nil {
@@ -291,14 +337,23 @@ func Mask(s string) string {
 	return "***"
 }
 
-// Encode returns the JSON payload of a valid notification.
+// Encode returns the JSON payload of a valid notification. A payload over
+// MaxPayloadBytes (bodies near their limit, inflated by JSON escaping) is
+// refused here, as Decode would refuse it in the worker.
 func (n Notification) Encode() ([]byte, error) {
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(n)
-	if err != nil {
+	// No HTML escaping: an HTML body would grow by up to 6× (\u003c for <).
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(n); err != nil {
 		return nil, fmt.Errorf("tasks: encode: %w", err)
+	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(b) > MaxPayloadBytes {
+		return nil, invalid("payload", fmt.Sprintf("encodes to %d bytes, over %d (JSON escaping adds to the bodies)", len(b), MaxPayloadBytes))
 	}
 	return b, nil
 }

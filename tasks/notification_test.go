@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -128,6 +129,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"email","to":"a@example.com","subject":"s\r\nBcc: x","body":"hi"}`))
 	f.Add([]byte(`{"id":"a","tenant":"a}b","channel":"email","to":"A <a@example.com>","subject":"s","body":"hi"}`))
 	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"sms","to":"+1 (415) 555-0100","body":"\xff"}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"email","to":"a@example.com","subject":"s","body":"hi","html":"<p>hi</p>","reply_to":"r@example.com","headers":{"X-A":"v","x-a":"w"},"list_unsubscribe":"https://example.com/u, mailto:u@example.com"}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"email","to":"a@example.com","subject":"s","body":"hi","headers":{"Bcc":"v@example.com","X-B":"v\r\nTo: x"}}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"sms","to":"+14155550100","body":"hi","html":"<p>hi</p>","list_unsubscribe":"mailto:u@example.com"}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, err := tasks.Decode(b)
@@ -144,8 +148,18 @@ func FuzzDecode(f *testing.F) {
 		if err := n.Validate(); err != nil {
 			t.Fatalf("decoded notification does not validate: %v", err)
 		}
-		if strings.ContainsAny(n.Subject+n.To+n.From, "\r\n") {
-			t.Fatalf("header with CR/LF passed: %+v", n)
+		headers := n.Subject + n.To + n.From + n.ReplyTo + n.ListUnsubscribe
+		for k, v := range n.Headers {
+			headers += k + v
+			if tasks.ReservedHeader(k) {
+				t.Fatalf("reserved header %q passed", k)
+			}
+		}
+		if strings.ContainsAny(headers, "\r\n\x00") {
+			t.Fatalf("header with CR/LF/NUL passed: %+v", n)
+		}
+		if n.Channel == tasks.SMS && (n.HTML != "" || n.ReplyTo != "" || len(n.Headers) > 0 || n.ListUnsubscribe != "") {
+			t.Fatalf("sms with email fields passed: %+v", n)
 		}
 		if n.Normalized().To != n.To {
 			t.Fatalf("decoded recipient %q not normalised", n.To)
@@ -155,7 +169,8 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		back, err := tasks.Decode(enc)
-		if err != nil || back.ID != n.ID || back.To != n.To || back.Body != n.Body {
+		if err != nil || back.ID != n.ID || back.To != n.To || back.Body != n.Body || back.HTML != n.HTML ||
+			back.ReplyTo != n.ReplyTo || back.ListUnsubscribe != n.ListUnsubscribe || !maps.Equal(back.Headers, n.Headers) {
 			t.Fatalf("round trip: %+v, %v", back, err)
 		}
 	})

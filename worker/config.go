@@ -56,6 +56,11 @@ type Config struct {
 	SMTPConns          int           `env:"SMTP_CONNECTIONS" envDefault:"4" desc:"SMTP connections kept open and reused per worker."`
 	SMTPTimeout        time.Duration `env:"SMTP_TIMEOUT" envDefault:"15s" desc:"Timeout of one SMTP dial or send."`
 
+	DKIMDomain   string   `env:"DKIM_DOMAIN" desc:"DKIM signing domain (d=); with DKIM_SELECTOR and DKIM_KEY_FILE (all three or none) the smtp sender signs every email. For DMARC it should be the From domain (SMTP_FROM's and any per-notification from) or a parent of it."`
+	DKIMSelector string   `env:"DKIM_SELECTOR" desc:"DKIM selector (s=): receivers fetch the public key from the TXT record SELECTOR._domainkey.DKIM_DOMAIN."`
+	DKIMKeyFile  string   `env:"DKIM_KEY_FILE" desc:"PEM file of the DKIM private key: RSA (PKCS #1 or #8, at least 1024 bits, 2048 recommended) or Ed25519 (PKCS #8), unencrypted."`
+	DKIMHeaders  []string `env:"DKIM_HEADERS" envSeparator:"," envDefault:"From,To,Subject,Date,Message-ID,MIME-Version,Content-Type,Reply-To,List-Unsubscribe,List-Unsubscribe-Post" desc:"Comma-separated header fields the DKIM signature covers (h=); must include From. A listed field a message lacks is signed as absent, so a relay cannot add it."`
+
 	SMSSender     string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log."`
 	SMSBaseURL    string        `env:"SMS_BASE_URL" envDefault:"https://api.twilio.com" desc:"Base URL of the Twilio-compatible API; messages are POSTed to BASE/2010-04-01/Accounts/SID/Messages.json."`
 	SMSAccountSID string        `env:"SMS_ACCOUNT_SID" desc:"Account SID (basic-auth user)."`
@@ -183,6 +188,7 @@ func (c Config) Validate() error {
 	default:
 		bad("EMAIL_SENDER", "must be smtp or log, got %q", c.EmailSender)
 	}
+	c.validateDKIM(bad)
 	switch c.SMSSender {
 	case "log":
 	case "http":
@@ -241,6 +247,69 @@ func (c Config) Validate() error {
 		bad("LOG_FORMAT", "must be text or json, got %q", c.LogFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// validateDKIM checks the DKIM_* variables: the three main ones are set
+// together or not at all, and the key file must hold a usable key.
+func (c Config) validateDKIM(bad func(name, format string, args ...any)) {
+	if err := checkDKIMHeaders(c.dkimHeaders()); err != nil {
+		bad("DKIM_HEADERS", "%v", err)
+	}
+	vars := []struct{ name, value string }{{"DKIM_DOMAIN", c.DKIMDomain}, {"DKIM_SELECTOR", c.DKIMSelector}, {"DKIM_KEY_FILE", c.DKIMKeyFile}}
+	var set []string
+	for _, v := range vars {
+		if v.value != "" {
+			set = append(set, EnvPrefix+v.name)
+		}
+	}
+	if len(set) == 0 {
+		return
+	}
+	for _, v := range vars {
+		if v.value == "" {
+			bad(v.name, "must be set too: DKIM needs %sDKIM_DOMAIN, %sDKIM_SELECTOR and %sDKIM_KEY_FILE together, or none (set: %s)",
+				EnvPrefix, EnvPrefix, EnvPrefix, strings.Join(set, ", "))
+		}
+	}
+	if c.DKIMDomain != "" {
+		if err := checkDKIMDomain(c.DKIMDomain); err != nil {
+			bad("DKIM_DOMAIN", "%v", err)
+		}
+	}
+	if c.DKIMSelector != "" {
+		if err := checkDKIMSelector(c.DKIMSelector); err != nil {
+			bad("DKIM_SELECTOR", "%v", err)
+		}
+	}
+	if c.DKIMKeyFile != "" {
+		if _, err := LoadDKIMKey(c.DKIMKeyFile); err != nil {
+			bad("DKIM_KEY_FILE", "%v", err)
+		}
+	}
+}
+
+// dkimHeaders is DKIMHeaders with spaces around the names trimmed and
+// empty entries dropped.
+func (c Config) dkimHeaders() []string {
+	var out []string
+	for _, h := range c.DKIMHeaders {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// dkimConfig returns the sender's DKIM configuration, nil when DKIM is off.
+func (c Config) dkimConfig() (*DKIMConfig, error) {
+	if c.DKIMDomain == "" && c.DKIMSelector == "" && c.DKIMKeyFile == "" {
+		return nil, nil
+	}
+	key, err := LoadDKIMKey(c.DKIMKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %sDKIM_KEY_FILE %w", ErrConfig, EnvPrefix, err)
+	}
+	return &DKIMConfig{Domain: c.DKIMDomain, Selector: c.DKIMSelector, Key: key, Headers: c.dkimHeaders()}, nil
 }
 
 // checkRedisURL says what is wrong with a Redis URL: the scheme, the port,

@@ -1,10 +1,14 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"net/textproto"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,16 +33,22 @@ type SMTPConfig struct {
 	From           string
 	Conns          int           // connections kept open; default 1
 	Timeout        time.Duration // per dial and send; default 15s
+	// DKIM, when set, signs every email.
+	DKIM *DKIMConfig
 }
 
 // SMTPSender sends email over SMTP with go-mail, reusing up to Conns
-// connections. The Message-ID is derived from the notification id.
+// connections. The Message-ID is derived from the notification id. With
+// DKIM, go-mail renders the message into a buffer, go-msgauth signs those
+// bytes, and the signed bytes go out over the same pooled connection.
 type SMTPSender struct {
-	client *mail.Client
-	from   string
-	host   string
-	pool   chan *smtp.Client // idle connections
-	slots  chan struct{}     // bounds open connections
+	client  *mail.Client
+	from    string
+	host    string
+	timeout time.Duration
+	dkim    *DKIMConfig
+	pool    chan *smtp.Client // idle connections
+	slots   chan struct{}     // bounds open connections
 }
 
 // NewSMTPSender returns a sender; it dials lazily.
@@ -89,27 +99,98 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("smtp client: %w", err)
 	}
-	return &SMTPSender{client: c, from: cfg.From, host: cfg.Host,
+	if cfg.DKIM != nil {
+		if cfg.DKIM.Key == nil || checkDKIMDomain(cfg.DKIM.Domain) != nil || checkDKIMSelector(cfg.DKIM.Selector) != nil {
+			return nil, fmt.Errorf("%w: DKIM needs a domain, a selector and a key", ErrConfig)
+		}
+		if len(cfg.DKIM.Headers) > 0 {
+			if err := checkDKIMHeaders(cfg.DKIM.Headers); err != nil {
+				return nil, fmt.Errorf("%w: DKIM headers %w", ErrConfig, err)
+			}
+		}
+	}
+	return &SMTPSender{client: c, from: cfg.From, host: cfg.Host, timeout: cfg.Timeout, dkim: cfg.DKIM,
 		pool: make(chan *smtp.Client, cfg.Conns), slots: make(chan struct{}, cfg.Conns)}, nil
 }
 
-// Send delivers one email.
-func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
+// Message returns the email Send sends for n, before any DKIM signature:
+// From (n.From, else the configured one), To, Reply-To, Subject,
+// Message-ID <id@from-domain>, X-Sluice-Tenant, the custom headers (RFC
+// 2047-encoded when not ASCII), List-Unsubscribe with List-Unsubscribe-Post
+// for an https URL, and the text body, with the HTML body as its
+// multipart/alternative sibling. Errors are permanent: n does not validate.
+func (s *SMTPSender) Message(n tasks.Notification) (*mail.Msg, error) {
 	m := mail.NewMsg()
 	from := n.From
 	if from == "" {
 		from = s.from
 	}
 	if err := m.From(from); err != nil {
-		return &SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
+		return nil, &SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
 	}
 	if err := m.To(n.To); err != nil {
-		return &SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
+		return nil, &SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
+	}
+	if n.ReplyTo != "" {
+		if err := m.ReplyTo(n.ReplyTo); err != nil {
+			return nil, &SendError{Err: fmt.Errorf("reply-to: %w", err), Permanent: true, NotSent: true}
+		}
 	}
 	m.Subject(n.Subject)
 	m.SetMessageIDWithValue(n.ID + "@" + messageIDHost(from))
 	m.SetGenHeader("X-Sluice-Tenant", n.Tenant)
+	for _, name := range slices.Sorted(maps.Keys(n.Headers)) {
+		// SetGenHeader Q-encodes a value that is not ASCII (RFC 2047) and
+		// folds long ones at spaces; tasks.Validate bounded both.
+		m.SetGenHeader(goMailHeader(name), n.Headers[name])
+	}
+	if n.ListUnsubscribe != "" {
+		u, err := tasks.ParseListUnsubscribe(n.ListUnsubscribe)
+		if err != nil {
+			return nil, &SendError{Err: err, Permanent: true, NotSent: true}
+		}
+		m.SetListUnsubscribe(u.URIs()...)
+		if u.OneClick() {
+			m.SetListUnsubscribePost() // RFC 8058: List-Unsubscribe=One-Click
+		}
+	}
 	m.SetBodyString(mail.TypeTextPlain, n.Body)
+	if n.HTML != "" {
+		m.AddAlternativeString(mail.TypeTextHTML, n.HTML)
+	}
+	return m, nil
+}
+
+// goMailHeader names a custom header for go-mail. go-mail adds User-Agent
+// and X-Mailer unless its map holds them under its own spelling, so a
+// custom one in another case is given that spelling: it replaces go-mail's
+// instead of doubling it.
+func goMailHeader(name string) mail.Header {
+	for _, h := range []mail.Header{mail.HeaderUserAgent, mail.HeaderXMailer} {
+		if strings.EqualFold(name, string(h)) {
+			return h
+		}
+	}
+	return mail.Header(name)
+}
+
+// Send delivers one email.
+func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
+	m, err := s.Message(n)
+	if err != nil {
+		return err
+	}
+	var signed []byte
+	if s.dkim != nil {
+		var raw bytes.Buffer
+		if _, err := m.WriteTo(&raw); err != nil {
+			return &SendError{Err: fmt.Errorf("render: %w", err), Permanent: true, NotSent: true}
+		}
+		// Not permanent: a signing failure is the worker's, not the email's.
+		if signed, err = s.dkim.sign(raw.Bytes()); err != nil {
+			return &SendError{Err: fmt.Errorf("dkim sign: %w", err), NotSent: true}
+		}
+	}
 
 	select {
 	case s.slots <- struct{}{}:
@@ -134,17 +215,73 @@ func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
 			return classifySMTP(err, true)
 		}
 	}
-	err := s.client.SendWithSMTPClient(conn, m)
+	if signed != nil {
+		err = s.sendRaw(conn, m, signed)
+	} else if err = s.client.SendWithSMTPClient(conn, m); err != nil {
+		err = classifySMTP(err, false)
+	}
 	if err != nil {
 		_ = s.client.CloseWithSMTPClient(conn)
 	} else {
 		s.pool <- conn
 	}
 	<-s.slots
+	return err
+}
+
+// sendRaw sends a rendered message as it is (MAIL, RCPT, DATA): go-mail
+// would render it again, and a DKIM signature covers these exact bytes.
+// Failing before the end of DATA, the message is surely not sent; without
+// a reply to the end of DATA, the outcome is unknown.
+func (s *SMTPSender) sendRaw(conn *smtp.Client, m *mail.Msg, msg []byte) error {
+	// The envelope as go-mail would give it: "<address>" of From and To.
+	from, err := m.GetSender(false)
 	if err != nil {
-		return classifySMTP(err, false)
+		return &SendError{Err: err, Permanent: true, NotSent: true}
+	}
+	rcpts, err := m.GetRecipients()
+	if err != nil {
+		return &SendError{Err: err, Permanent: true, NotSent: true}
+	}
+	if err := conn.UpdateDeadline(s.timeout); err != nil {
+		return &SendError{Err: err, NotSent: true}
+	}
+	if err := conn.Mail(from); err != nil {
+		return classifyReply(fmt.Errorf("MAIL FROM: %w", err), true)
+	}
+	for _, to := range rcpts {
+		if err := conn.Rcpt(to); err != nil {
+			return classifyReply(fmt.Errorf("RCPT TO: %w", err), true)
+		}
+	}
+	w, err := conn.Data()
+	if err != nil {
+		return classifyReply(fmt.Errorf("DATA: %w", err), true)
+	}
+	if _, err := w.Write(msg); err != nil {
+		// The closing "." was not written: the server cannot have taken it.
+		return &SendError{Err: fmt.Errorf("DATA: %w", err), NotSent: true}
+	}
+	if err := w.Close(); err != nil {
+		return classifyReply(fmt.Errorf("end of DATA: %w", err), false)
 	}
 	return nil
+}
+
+// classifyReply classifies an error of the raw SMTP client: a 5xx reply is
+// permanent, a 4xx transient, and both mean the message was not taken;
+// without a reply the message is not sent only if notSent says so.
+func classifyReply(err error, notSent bool) error {
+	var te *textproto.Error
+	if errors.As(err, &te) {
+		switch {
+		case te.Code >= 500:
+			return &SendError{Err: err, Permanent: true, NotSent: true}
+		case te.Code >= 400:
+			return &SendError{Err: err, NotSent: true}
+		}
+	}
+	return &SendError{Err: err, NotSent: notSent}
 }
 
 // Close closes idle connections.

@@ -354,9 +354,20 @@ func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error
 	out := map[tasks.Channel]Sender{}
 	switch cfg.EmailSender {
 	case "smtp":
+		dkimCfg, err := cfg.dkimConfig()
+		if err != nil {
+			return nil, err
+		}
+		if dkimCfg != nil {
+			log.Info("signing email with DKIM", "domain", dkimCfg.Domain, "selector", dkimCfg.Selector, "headers", strings.Join(dkimCfg.Headers, ":"))
+			if !dkimAligned(cfg.SMTPFrom, dkimCfg.Domain) {
+				log.Warn("the DKIM domain is not SMTP_FROM's domain nor a parent or subdomain of it: DMARC will not count the signature for mail from it",
+					"dkim_domain", dkimCfg.Domain, "smtp_from", cfg.SMTPFrom)
+			}
+		}
 		s, err := NewSMTPSender(SMTPConfig{Host: cfg.SMTPHost, Port: cfg.SMTPPort, TLS: cfg.SMTPTLS, CAFile: cfg.SMTPCAFile,
 			Username: cfg.SMTPUser, Password: cfg.SMTPPass, AllowPlainAuth: cfg.SMTPAllowPlainAuth,
-			From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout})
+			From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout, DKIM: dkimCfg})
 		if err != nil {
 			return nil, err
 		}

@@ -35,6 +35,12 @@ type Delivery struct {
 	// and the user it authenticated as ("" without AUTH).
 	TLS      bool
 	AuthUser string
+	// Email only: the message exactly as received after DATA (headers and
+	// body, CRLF line ends, dot-stuffing undone), and its parsed header
+	// (fields as sent: not RFC 2047-decoded). Body is the part after the
+	// header.
+	Raw    []byte
+	Header mail.Header
 }
 
 // Reply decides a fake's answer to one request: 0 accepts; for SMS an HTTP
@@ -323,6 +329,7 @@ func (s *session) Data(r io.Reader) error {
 		id = id[:at]
 	}
 	_, overTLS := s.conn.TLSConnectionState()
-	s.f.record(Delivery{At: time.Now(), ID: id, To: to, Body: string(body), TLS: overTLS, AuthUser: s.user})
+	s.f.record(Delivery{At: time.Now(), ID: id, To: to, Body: string(body), TLS: overTLS, AuthUser: s.user,
+		Raw: raw, Header: msg.Header})
 	return nil
 }
