@@ -33,6 +33,8 @@ const (
 	KindMaxDefer             // CHANNEL[.CATEGORY]:max-defer=DURATION
 	KindRerun                // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
 	KindZone                 // [TENANT/]tz=ZONE — the default zone for quiet hours
+	KindBulk                 // email[.CATEGORY]:bulk — needs a List-Unsubscribe (RFC 8058)
+	KindUnsubscribe          // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
 )
 
 // Rerun policies (KindRerun).
@@ -54,6 +56,7 @@ type Entry struct {
 	MaxDefer time.Duration // KindMaxDefer
 	Rerun    string        // KindRerun
 	Zone     string        // KindZone: an IANA zone name
+	Target   string        // KindUnsubscribe: https URL and/or mailto, {id} replaced by the notification id
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -85,6 +88,10 @@ func (e Entry) String() string {
 		b.WriteString("max-defer=" + throttle.FormatWindow(e.MaxDefer))
 	case KindRerun:
 		b.WriteString("rerun=" + e.Rerun)
+	case KindBulk:
+		b.WriteString("bulk")
+	case KindUnsubscribe:
+		b.WriteString("unsubscribe=" + e.Target)
 	}
 	return b.String()
 }
@@ -113,6 +120,8 @@ type Policy struct {
 //	[TENANT/]CHANNEL[.CATEGORY]:max-defer=DURATION          defer at most this long, then expire
 //	[TENANT/]CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
 //	[TENANT/]tz=ZONE                                        default zone for quiet hours
+//	[TENANT/]email[.CATEGORY]:bulk                          bulk mail: needs a List-Unsubscribe
+//	[TENANT/]email[.CATEGORY]:unsubscribe=TARGET            default List-Unsubscribe ({id} = id)
 //
 // SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
 // whole days ("1d"). Errors wrap ErrBadRules and name the entry.
@@ -238,6 +247,21 @@ func parseEntry(s string) (Entry, error) {
 			return e, fmt.Errorf("max-defer %q: want a duration from 1s to %s (e.g. 6h, 2d)", value, throttle.FormatWindow(throttle.MaxWindow))
 		}
 		e.Kind, e.MaxDefer = KindMaxDefer, d
+	case "bulk", "unsubscribe":
+		if e.Channel != tasks.Email {
+			return e, fmt.Errorf("%s is for email (List-Unsubscribe)", kind)
+		}
+		if kind == "bulk" {
+			if hasValue {
+				return e, errors.New("bulk takes no value")
+			}
+			e.Kind = KindBulk
+			break
+		}
+		if _, err := tasks.ParseListUnsubscribe(strings.ReplaceAll(value, "{id}", "x")); err != nil {
+			return e, err
+		}
+		e.Kind, e.Target = KindUnsubscribe, value
 	case "rerun":
 		if value != AtLeastOnce && value != AtMostOnce {
 			return e, fmt.Errorf("rerun %q: want %s or %s", value, AtLeastOnce, AtMostOnce)
@@ -265,7 +289,7 @@ func parseEntry(s string) (Entry, error) {
 			return e, fmt.Errorf("action %q: want defer (the default) or drop", strings.TrimSpace(action))
 		}
 	default:
-		return e, fmt.Errorf("%q after ':': want recipient, tenant, sender, provider, exempt, quiet, max-defer or rerun", kind)
+		return e, fmt.Errorf("%q after ':': want recipient, tenant, sender, provider, exempt, quiet, max-defer, rerun, bulk or unsubscribe", kind)
 	}
 	return e, nil
 }
@@ -333,6 +357,11 @@ type Match struct {
 	Rerun string
 	// Zone is the tenant's default zone for quiet hours; "" means the deployment's.
 	Zone string
+	// Bulk: the category is bulk mail, which must carry a List-Unsubscribe.
+	Bulk bool
+	// Unsubscribe is the default List-Unsubscribe target ({id}: the
+	// notification id) for emails that name none; "" when none.
+	Unsubscribe string
 }
 
 // Match returns what applies to a tenant's notifications on ch of category
@@ -400,6 +429,12 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 	}
 	if e, ok := best(KindRerun); ok {
 		m.Rerun = e.Rerun
+	}
+	if _, ok := best(KindBulk); ok {
+		m.Bulk = true
+	}
+	if e, ok := best(KindUnsubscribe); ok {
+		m.Unsubscribe = e.Target
 	}
 	return m
 }

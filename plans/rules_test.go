@@ -214,3 +214,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Bulk mail needs a List-Unsubscribe; a tenant can give a default one.
+func TestBulkAndUnsubscribe(t *testing.T) {
+	t.Parallel()
+	p := mustParse(t, "email.marketing:bulk,acme/email.marketing:unsubscribe=https://acme.example/u/{id}")
+	if m := p.Match("acme", tasks.Email, "marketing"); !m.Bulk || m.Unsubscribe != "https://acme.example/u/{id}" {
+		t.Fatalf("acme marketing: %+v", m)
+	}
+	if m := p.Match("beta", tasks.Email, "marketing"); !m.Bulk || m.Unsubscribe != "" {
+		t.Fatalf("beta marketing: %+v", m)
+	}
+	if m := p.Match("acme", tasks.Email, ""); m.Bulk {
+		t.Fatal("the default category is not bulk")
+	}
+	for s, want := range map[string]string{
+		"sms.marketing:bulk":                   "bulk is for email",
+		"email:unsubscribe=http://x.example/u": "https",
+		"email.marketing:bulk=yes":             "bulk takes no value",
+	} {
+		if _, err := plans.Parse(s); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want %q", s, err, want)
+		}
+	}
+}

@@ -238,15 +238,22 @@ type Watcher struct {
 // changes in between (oldest first).
 func (s *Store) Watch(ctx context.Context, interval time.Duration, log *slog.Logger, onChange func(old, new Snapshot, changes []Change)) (*Watcher, error) {
 	w := &Watcher{store: s, interval: interval, log: log, onChange: onChange, done: make(chan struct{})}
+	// Subscribe before the first load, so no change falls between the two.
+	sub := s.rdb.Subscribe(ctx, channel)
+	if _, err := sub.Receive(ctx); err != nil {
+		sub.Close()
+		return nil, fmt.Errorf("plans: subscribe: %w", err)
+	}
 	snap, err := s.Load(ctx)
 	if err != nil {
 		log.Error("a tenant plan does not apply; that tenant gets the defaults", "err", err)
-	}
-	if snap.Policy.entries == nil && snap.Version == 0 && err != nil {
-		return nil, err
+		if snap.Version == 0 && snap.Plans == nil {
+			sub.Close()
+			return nil, err
+		}
 	}
 	w.cur.Store(&snap)
-	go w.run(ctx)
+	go w.run(ctx, sub)
 	return w, nil
 }
 
@@ -256,9 +263,8 @@ func (w *Watcher) Current() Snapshot { return *w.cur.Load() }
 // Done is closed when the watcher stops.
 func (w *Watcher) Done() <-chan struct{} { return w.done }
 
-func (w *Watcher) run(ctx context.Context) {
+func (w *Watcher) run(ctx context.Context, sub *redis.PubSub) {
 	defer close(w.done)
-	sub := w.store.rdb.Subscribe(ctx, channel)
 	defer sub.Close()
 	msgs := sub.Channel()
 	tick := time.NewTicker(w.interval)

@@ -157,3 +157,28 @@ func TestQuietHoursBookTheOpening(t *testing.T) {
 		t.Fatalf("deliveries %+v; only the default-category send may go", ds)
 	}
 }
+
+// Bulk mail needs a List-Unsubscribe: without one it is archived unsent; a
+// tenant's default unsubscribe target fills it in, with the one-click header.
+func TestBulkMailNeedsUnsubscribe(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "email:recipient=10/1m,email.news:bulk,acme/email.news:unsubscribe=https://acme.example/u/{id}")
+	b.start(t, b.cfg)
+	bare := tasks.NewEmail("beta", "ann@example.com", "News", "text")
+	bare.Category = "news"
+	b.enqueue(t, bare)
+	ti := b.waitTask(t, bare.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+	if !strings.Contains(ti.LastErr, "bulk mail: list_unsubscribe is required") {
+		t.Fatalf("archived with %q", ti.LastErr)
+	}
+	n := tasks.NewEmail("acme", "ann@example.com", "News", "text")
+	n.Category = "news"
+	b.enqueue(t, n)
+	ds := b.smtp.WaitCount(t, 1, 10*time.Second)
+	if got := ds[0].Header.Get("List-Unsubscribe"); got != "<https://acme.example/u/"+n.ID+">" {
+		t.Fatalf("List-Unsubscribe %q", got)
+	}
+	if got := ds[0].Header.Get("List-Unsubscribe-Post"); got != "List-Unsubscribe=One-Click" {
+		t.Fatalf("List-Unsubscribe-Post %q", got)
+	}
+}

@@ -94,6 +94,18 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
+		if n.Channel == tasks.Email {
+			m := w.currentPolicy().Match(n.Tenant, n.Channel, n.Category)
+			if n.ListUnsubscribe == "" && m.Unsubscribe != "" {
+				n.ListUnsubscribe = strings.ReplaceAll(m.Unsubscribe, "{id}", n.ID)
+			}
+			if m.Bulk && n.ListUnsubscribe == "" {
+				w.archived(n, ReasonInvalid)
+				log.Warn("archiving bulk mail without a List-Unsubscribe")
+				return fmt.Errorf("%w: category %s is bulk mail: list_unsubscribe is required (RFC 8058), or an unsubscribe= rule for it: %w",
+					tasks.ErrInvalid, n.CategoryOrDefault(), asynq.SkipRetry)
+			}
+		}
 		var d throttle.Decision
 		var limits []throttle.Limit
 		for round := 0; ; round++ {
