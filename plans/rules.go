@@ -27,14 +27,14 @@ type Kind int
 
 // The kinds of entries.
 const (
-	KindRate     Kind = iota // CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]
-	KindExempt               // CHANNEL.CATEGORY:exempt — a priority lane
-	KindQuiet                // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM
-	KindMaxDefer             // CHANNEL[.CATEGORY]:max-defer=DURATION
-	KindRerun                // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
-	KindZone                 // [TENANT/]tz=ZONE — the default zone for quiet hours
-	KindBulk                 // email[.CATEGORY]:bulk — needs a List-Unsubscribe (RFC 8058)
-	KindUnsubscribe          // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
+	KindRate        Kind = iota // CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]
+	KindExempt                  // CHANNEL.CATEGORY:exempt — a priority lane
+	KindQuiet                   // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM
+	KindMaxDefer                // CHANNEL[.CATEGORY]:max-defer=DURATION
+	KindRerun                   // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
+	KindZone                    // [TENANT/]tz=ZONE — the default zone for quiet hours
+	KindBulk                    // email[.CATEGORY]:bulk — needs a List-Unsubscribe (RFC 8058)
+	KindUnsubscribe             // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
 )
 
 // Rerun policies (KindRerun).
