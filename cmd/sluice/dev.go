@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,11 +68,17 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	rule := throttle.Rule{Limit: f.limit, Window: f.window}
+	// Act 2's rules: a capped category, a priority lane, and quiet hours
+	// around now for a recipient in Kolkata.
+	kolkata, _ := time.LoadLocation("Asia/Kolkata")
+	local := time.Now().In(kolkata)
+	quietHours := local.Add(-time.Hour).Format("15:04") + "-" + local.Add(2*time.Hour).Format("15:04")
+	act2 := ",sms.marketing:recipient=1/1m,sms.otp:exempt,sms.otp:recipient=5/1h,sms.promo:quiet=" + quietHours
 	cfg, err := worker.ParseConfig(map[string]string{
 		"SLUICE_REDIS_URL":      "redis://" + mr.Addr(),
 		"SLUICE_SUBJECT_SECRET": hex.EncodeToString(secret),
 		"SLUICE_PAYLOAD_KEYS":   tasks.NewKeySpec("dev"),
-		"SLUICE_RULES":          "sms:recipient=" + rule.String() + ",sms:tenant=1000/1h,email:recipient=" + rule.String(),
+		"SLUICE_RULES":          "sms:recipient=" + rule.String() + ",sms:tenant=1000/1h,email:recipient=" + rule.String() + act2,
 		"SLUICE_HTTP_ADDR":      "off",
 		"SLUICE_LOG_LEVEL":      "warn",
 		"SLUICE_POLL_INTERVAL":  "100ms",
@@ -85,7 +92,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 			return err
 		}
 	}
-	p := &devPrinter{out: out, start: time.Now(), num: map[string]int{}, sent: make(chan int, f.sends)}
+	p := &devPrinter{out: out, start: time.Now(), num: map[string]string{}, sent: make(chan string, f.sends+8)}
 	w, err := worker.New(cfg, worker.Options{
 		Redis:      rdb,
 		Listener:   ln,
@@ -111,7 +118,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	p.printf("enqueueing %d SMS to %s, 100 ms apart\n", f.sends, tasks.Mask("+14155550100"))
 	for i := 1; i <= f.sends; i++ {
 		n := tasks.NewSMS("demo", "+14155550100", "demo message "+strconv.Itoa(i))
-		p.number(n.ID, i)
+		p.number(n.ID, "#"+strconv.Itoa(i))
 		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(cfg.Queue)); err != nil {
 			stop()
 			<-done
@@ -127,13 +134,20 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	sent := 0
 	for sent < f.sends {
 		select {
-		case <-p.sent:
-			sent++
+		case l := <-p.sent:
+			if strings.HasPrefix(l, "#") {
+				sent++
+			}
 		case err := <-done:
 			return err
 		}
 	}
 	p.printf("\nall %d sent: %d at once, %d after the window freed, none failed or dropped.\n", f.sends, min(f.limit, f.sends), max(0, f.sends-f.limit))
+	if err := act2Demo(ctx, p, producer, w, cfg.Queue, quietHours, done); err != nil {
+		stop()
+		<-done
+		return err
+	}
 	if f.exitWhenDone {
 		stop()
 		return <-done
@@ -142,14 +156,81 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	return <-done
 }
 
+// act2Demo shows the compliance rules: an OTP goes at once while
+// marketing to the same number waits for its cap, and a promo waits for the
+// end of the recipient's quiet hours.
+func act2Demo(ctx context.Context, p *devPrinter, producer *asynq.Client, w *worker.Worker, queue, quietHours string, done <-chan error) error {
+	p.printf("\nact 2: compliance rules — sms.marketing:recipient=1/1m, sms.otp:exempt (a priority lane) with its own cap 5/1h,\n")
+	p.printf("       and sms.promo:quiet=%s in the recipient's local time\n", quietHours)
+	p.printf("enqueueing 3 marketing SMS, then an OTP, to %s\n", tasks.Mask("+14155550200"))
+	enqueue := func(n tasks.Notification, label string) error {
+		p.number(n.ID, label)
+		_, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(queue))
+		return err
+	}
+	for i := 1; i <= 3; i++ {
+		n := tasks.NewSMS("demo", "+14155550200", "sale "+strconv.Itoa(i))
+		n.Category = "marketing"
+		if err := enqueue(n, "M"+strconv.Itoa(i)); err != nil {
+			return err
+		}
+	}
+	otp := tasks.NewSMS("demo", "+14155550200", "your code is 424242")
+	otp.Category = "otp"
+	if err := enqueue(otp, "OTP"); err != nil {
+		return err
+	}
+	promo := tasks.NewSMS("demo", "+919820000000", "weekend offer")
+	promo.Category, promo.TZ = "promo", "Asia/Kolkata"
+	p.printf("enqueueing a promo to %s (Asia/Kolkata, quiet now)\n", tasks.Mask(promo.To))
+	if err := enqueue(promo, "P1"); err != nil {
+		return err
+	}
+	want := map[string]bool{"M1": true, "OTP": true}
+	for len(want) > 0 {
+		select {
+		case l := <-p.sent:
+			delete(want, l)
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	p.waitBooked(ctx, "M2", "M3", "P1")
+	p.printf("\nact 2 done: the OTP went at once while marketing waits for its 1/1m cap; the promo is booked for the\n")
+	p.printf("end of the recipient's quiet hours, and goes then at the rules' pace.\n")
+	return nil
+}
+
 // devPrinter prints the demo's timeline and is its sender.
 type devPrinter struct {
-	mu    sync.Mutex
-	out   io.Writer
-	start time.Time
-	num   map[string]int
-	sent  chan int
-	w     *worker.Worker
+	mu     sync.Mutex
+	out    io.Writer
+	start  time.Time
+	num    map[string]string
+	booked map[string]bool
+	sent   chan string
+	w      *worker.Worker
+}
+
+// waitBooked waits until each label's notification has been booked.
+func (p *devPrinter) waitBooked(ctx context.Context, labels ...string) {
+	for {
+		p.mu.Lock()
+		all := true
+		for _, l := range labels {
+			all = all && p.booked[l]
+		}
+		p.mu.Unlock()
+		if all || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond): // decisions arrive on the worker's goroutines
+		}
+	}
 }
 
 func (p *devPrinter) printf(format string, args ...any) {
@@ -158,13 +239,13 @@ func (p *devPrinter) printf(format string, args ...any) {
 	fmt.Fprintf(p.out, format, args...)
 }
 
-func (p *devPrinter) number(id string, i int) { p.mu.Lock(); p.num[id] = i; p.mu.Unlock() }
+func (p *devPrinter) number(id, label string) { p.mu.Lock(); p.num[id] = label; p.mu.Unlock() }
 
 func (p *devPrinter) label(id string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i, ok := p.num[id]; ok {
-		return "#" + strconv.Itoa(i)
+	if l, ok := p.num[id]; ok {
+		return l
 	}
 	return id
 }
@@ -183,14 +264,27 @@ func (p *devPrinter) decision(n tasks.Notification, d throttle.Decision) {
 		if d.Booked {
 			what = "slot booked"
 		}
-		p.printf("  %s  %-3s DENIED   %s in %.2fs → back in the queue until %s (+%.2fs), not a failure\n",
-			p.at(), p.label(n.ID), what, d.RetryAfter.Seconds(), wake.Format("15:04:05"), wake.Sub(p.start).Seconds())
+		why := "quiet hours"
+		if rates := p.w.Policy().Match(n.Tenant, n.Channel, n.Category).Rates; d.DeniedBy >= 0 && d.DeniedBy < len(rates) {
+			why = rates[d.DeniedBy].String()
+		}
+		p.printf("  %s  %-3s DENIED   %s in %s (%s) → back in the queue until %s, not a failure\n",
+			p.at(), p.label(n.ID), what, d.RetryAfter.Round(10*time.Millisecond), why, wake.Format("15:04:05"))
+		p.mu.Lock()
+		if p.booked == nil {
+			p.booked = map[string]bool{}
+		}
+		p.booked[p.num[n.ID]] = true
+		p.mu.Unlock()
 	}
 }
 
 // Send is the demo's log sender.
 func (p *devPrinter) Send(_ context.Context, n tasks.Notification) error {
 	p.printf("  %s  %-3s SENT     %s to %s\n", p.at(), p.label(n.ID), n.Channel, tasks.Mask(n.To))
-	p.sent <- 1
+	select {
+	case p.sent <- p.label(n.ID):
+	default:
+	}
 	return nil
 }
