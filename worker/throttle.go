@@ -93,6 +93,7 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			w.log.Warn("archiving a notification that cannot be sent", "task_id", taskID, "task_type", t.Type(), "reason", err)
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
+		traceNotification(ctx, n)
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
 		c := w.plan(w.currentPolicy(), n)
 		limits := c.limits
@@ -105,12 +106,14 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			opts.Horizon = 0
 		}
 		var d throttle.Decision
-		err = w.withRedis(ctx, log, "quota check", func(ctx context.Context) error {
+		checkCtx, check := w.startCheck(ctx, limits)
+		err = w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 			var err error
 			d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, limits...)
 			return err
 		})
 		if err != nil {
+			endCheck(check, d, "", err)
 			w.releaseWaiter(waiter)
 			w.metrics.LimiterError.Inc()
 			log.Error("quota check failed; nothing sent, will try again", "err", err)
@@ -120,6 +123,7 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			w.onDecide(n, d)
 		}
 		why := waitReason(d, limits)
+		endCheck(check, d, why, nil)
 		w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
 		if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
 			w.releaseWaiter(waiter)
@@ -155,7 +159,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		default:
 			return fmt.Errorf("worker: unexpected limiter status %s", d.Status)
 		}
-		return w.send(ctx, t, n, d, limits, next, log)
+		sendCtx, span := w.startSend(ctx, n, d)
+		err = w.send(sendCtx, t, n, d, limits, next, log)
+		endSend(span, err)
+		return err
 	})
 }
 
