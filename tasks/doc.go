@@ -28,6 +28,14 @@
 // List-Unsubscribe-Post: List-Unsubscribe=One-Click. These fields are errors
 // on an SMS.
 //
+// # Tracing
+//
+// Enqueue (and NewTaskContext) put the span context of ctx into the task's
+// headers as a W3C traceparent (and tracestate), with whatever else the
+// global propagator carries; the worker continues the trace from there.
+// Without a span in ctx nothing is added. This package uses only the
+// OpenTelemetry API: it starts no spans and exports nothing itself.
+//
 // # Validation
 //
 // Addresses must be bare RFC 5322 addresses, numbers E.164; header fields

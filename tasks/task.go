@@ -36,7 +36,16 @@ var ErrDuplicate = errors.New("duplicate notification id")
 // the error is not a failure. So NewTask stores the real budget (MaxRetry,
 // DefaultMaxRetry unless given) in the task header HeaderRetryBudget and
 // gives Asynq one more; the worker archives on real failures by that header.
+//
+// NewTask carries no trace context; NewTaskContext does.
 func NewTask(n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, error) {
+	return NewTaskContext(context.Background(), n, keys, opts...)
+}
+
+// NewTaskContext is NewTask with the span context of ctx in the task's
+// headers (see InjectTrace): the worker's spans for the task join the
+// caller's trace.
+func NewTaskContext(ctx context.Context, n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, error) {
 	n = n.Normalized()
 	if n.ID == "" {
 		n.ID = NewID()
@@ -72,6 +81,7 @@ func NewTask(n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, 
 	}
 	all = append(all, asynq.MaxRetry(budget+1), asynq.TaskID(n.ID))
 	headers := map[string]string{HeaderRetryBudget: strconv.Itoa(budget)}
+	InjectTrace(ctx, headers)
 	return asynq.NewTaskWithHeaders(typ, payload, headers, all...), nil
 }
 
@@ -121,12 +131,13 @@ func RetryBudget(t *asynq.Task, maxRetry int) int {
 // Enqueue validates, seals (with non-nil keys) and enqueues n. It returns
 // Asynq's task info; an id still enqueued gives ErrDuplicate. An id already
 // sent is accepted here and skipped by the worker (it remembers sent ids for
-// SLUICE_DEDUPE_TTL).
+// SLUICE_DEDUPE_TTL). The span context of ctx, if any, travels with the
+// task (W3C traceparent header): the worker's spans join the caller's trace.
 func Enqueue(ctx context.Context, c *asynq.Client, keys *Keyring, n Notification, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	if n.ID == "" {
 		n.ID = NewID()
 	}
-	t, err := NewTask(n, keys, opts...)
+	t, err := NewTaskContext(ctx, n, keys, opts...)
 	if err != nil {
 		return nil, err
 	}

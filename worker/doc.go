@@ -28,4 +28,16 @@
 // header and gives Asynq one more; the middleware archives on real failures
 // by the header. A task built without tasks.NewTask whose Asynq retries are
 // used up is rescheduled as a copy (same payload, the remaining budget).
+//
+// # Tracing
+//
+// Each run of a task is a span (SpanTask, kind consumer) whose parent is the
+// producer's span from the task's traceparent header (see
+// tasks.Enqueue), with a child for the quota check (SpanQuotaCheck: the
+// decision, the slot, the rule or quiet hours waited for) and one for the
+// send (SpanSend). A task that waits for its slot runs again under the same
+// parent, so every run of a notification is in its producer's trace. Spans
+// come from Options.TracerProvider (default: the global one, a no-op until
+// the process installs an SDK). They name channel, category, tenant and ids,
+// never a recipient, subject or body; errors are recorded redacted.
 package worker

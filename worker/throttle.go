@@ -93,6 +93,7 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			w.log.Warn("archiving a notification that cannot be sent", "task_id", taskID, "task_type", t.Type(), "reason", err)
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
+		traceNotification(ctx, n)
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
 		if n.Channel == tasks.Email {
 			m := w.currentPolicy().Match(n.Tenant, n.Channel, n.Category)
@@ -120,12 +121,14 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			if !waiter {
 				opts.Horizon = 0
 			}
-			err = w.withRedis(ctx, log, "quota check", func(ctx context.Context) error {
+			checkCtx, check := w.startCheck(ctx, limits)
+			err = w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 				var err error
 				d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, limits...)
 				return err
 			})
 			if err != nil {
+				endCheck(check, d, "", err)
 				w.releaseWaiter(waiter)
 				w.metrics.LimiterError.Inc()
 				log.Error("quota check failed; nothing sent, will try again", "err", err)
@@ -135,6 +138,7 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				w.onDecide(n, d)
 			}
 			why := waitReason(d, limits)
+			endCheck(check, d, why, nil)
 			w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
 			if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
 				w.releaseWaiter(waiter)
@@ -179,7 +183,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			}
 			break
 		}
-		return w.send(ctx, t, n, d, limits, next, log)
+		sendCtx, span := w.startSend(ctx, n, d)
+		err = w.send(sendCtx, t, n, d, limits, next, log)
+		endSend(span, err)
+		return err
 	})
 }
 

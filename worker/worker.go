@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
@@ -45,6 +47,10 @@ type Options struct {
 	// OnPlanChange, if set, is called after the worker applied a change of
 	// tenant plans (tests, tools). It must not block.
 	OnPlanChange func(version int64)
+	// TracerProvider makes the spans of every task run (see SpanTask);
+	// default: the global provider, which records nothing unless the
+	// process installed one (cmd/sluice does when OTEL_TRACES_EXPORTER asks).
+	TracerProvider trace.TracerProvider
 }
 
 // Worker is a throttled Asynq server: it takes notification tasks from the
@@ -67,6 +73,7 @@ type Worker struct {
 	senders     map[tasks.Channel]Sender
 	listener    net.Listener
 	onDecide    func(tasks.Notification, throttle.Decision)
+	tracer      trace.Tracer
 	keys        *tasks.Keyring
 	waiters     chan struct{} // tokens of tasks waiting in process for their slot
 	stopping    chan struct{} // closed when shutdown starts
@@ -89,6 +96,11 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.log == nil {
 		w.log = NewLogger(os.Stderr, cfg)
 	}
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	w.tracer = tp.Tracer(TracerName)
 	if w.rdb == nil {
 		if w.rdb, err = NewRedisClient(cfg); err != nil {
 			return nil, err
@@ -129,7 +141,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		TaskCheckInterval:        cfg.PollInterval,
 	})
 	w.mux = asynq.NewServeMux()
-	w.mux.Use(w.throttleMiddleware)
+	w.mux.Use(w.traceMiddleware, w.throttleMiddleware)
 	w.mux.Handle(tasks.TypeEmail, w.sendHandler(tasks.Email))
 	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
 	return w, nil
