@@ -96,9 +96,18 @@ func main() {
 		fmt.Println("\n== multi-rule, multi-recipient backlogs vs the exact scheduler (two workers)")
 		multiBacklogs(ctx, srv.Addr)
 	}
+	if want("memory") {
+		fmt.Println("\n== memory (INFO used_memory deltas)")
+		memory(ctx, srv.Addr, rdb)
+	}
 	if want("issue15") {
 		fmt.Println("\n== issue 15: the real binary, one worker, 150 SMS to 15 numbers")
 		issue15(ctx)
+	}
+	capacity()
+	if want("figures") {
+		fmt.Println("\n== figures")
+		figures(ctx, rdb)
 	}
 	fmt.Printf("\nbench: done in %v\n", time.Since(began).Round(time.Second))
 	fmt.Println("\n| section | scenario | value | ratio | target | met |")
@@ -141,4 +150,25 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 	u, _ := strconv.ParseFloat(field(info, "used_cpu_user"), 64)
 	s, _ := strconv.ParseFloat(field(info, "used_cpu_sys"), 64)
 	return time.Duration((u + s) * 1e9)
+}
+
+// capacity projects sends/s per Redis core from the Redis CPU per task of
+// the saturated worker runs (admit + done + Asynq's own scripts) and of the
+// multi-rule backlogs (book + admit + done + Asynq, idle polls included).
+func capacity() {
+	s, a := workerCPU["sluice/10"], workerCPU["asynq/10"]
+	if s == 0 || a == 0 {
+		return
+	}
+	lim := s - a
+	add(row{"capacity", "Redis CPU per send, saturated worker (concurrency 10): Sluice / of which Asynq", fmt.Sprintf("%.0f µs / %.0f µs", us(s), us(a)), "", "(report)", ""})
+	add(row{"capacity", "→ sends/s per Redis core (admitted at once)", thousands(1 / s.Seconds()), "", "(report)", ""})
+	book := lim / 2 // a booking costs about what an admission does; done is a SET
+	for _, r := range backlogResults {
+		_ = r
+	}
+	add(row{"capacity", "→ sends/s per 3-master Cluster, one queue (its master runs every Asynq script and a third of the limiter)",
+		thousands(1 / (a + (lim+book)/3).Seconds()), "", "(report; throttled sends, + one booking each)", ""})
+	add(row{"capacity", "→ sends/s per 3-master Cluster, queues spread over the masters",
+		thousands(3 / (a + lim + book).Seconds()), "", "(report; throttled sends, + one booking each)", ""})
 }

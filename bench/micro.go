@@ -187,6 +187,9 @@ func micro(ctx context.Context, rdb *redis.Client) {
 			add(row{"check", "three-rule vs redis_rate single-rule, 32 callers: coalesced", vs("sluice 3 rules coalesced"), f2(ratio("sluice 3 rules coalesced")), "≥ 1.0×", verdict(ratio("sluice 3 rules coalesced") >= 1)})
 			add(row{"check", "three-rule vs redis_rate single-rule, 32 callers: plain", vs("sluice 3 rules plain"), f2(ratio("sluice 3 rules plain")), "(peer)", ""})
 			add(row{"check", "floor (EVALSHA return 1) vs redis_rate, 32 callers", vs("floor"), f2(f / r), "(the floor)", ""})
+			add(row{"check", "Redis CPU per check, 32 callers: coalesced / plain / 3 rules coalesced / redis_rate / floor",
+				fmt.Sprintf("%.1f / %.1f / %.1f / %.1f / %.1f µs", us(serverCPU["sluice coalesced"]), us(serverCPU["sluice plain"]), us(serverCPU["sluice 3 rules coalesced"]), us(serverCPU["redis_rate"]), us(serverCPU["floor"])),
+				"", "(INFO cpu delta / checks)", ""})
 			add(row{"check", "sluice coalesced vs the floor, 32 callers", fmt.Sprintf("%.0f vs %.0f", m["sluice coalesced"], f), f2(m["sluice coalesced"] / f), "(reference)", ""})
 		case 1:
 			best := "sluice coalesced"
@@ -220,5 +223,7 @@ func tune(ctx context.Context, rdb *redis.Client) {
 		}
 	}
 }
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 func f2(x float64) string { return fmt.Sprintf("%.2f", x) }
