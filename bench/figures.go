@@ -144,7 +144,8 @@ func checkFigure() {
 		p.Legend.Add(name, l, sc)
 	}
 	p.Legend.Top, p.Legend.Left = true, true
-	if err := p.Save(8*vg.Inch, 4*vg.Inch, docPath("check-callers.png")); err != nil {
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.45 // room for the legend
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, docPath("check-callers.png")); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("  wrote %s\n", docPath("check-callers.png"))
@@ -186,7 +187,8 @@ func backlogFigure() {
 		p.Legend.Add(s.name, l, sc)
 	}
 	p.Legend.Top, p.Legend.Left = true, true
-	if err := p.Save(8*vg.Inch, 4*vg.Inch, docPath("backlog-drain.png")); err != nil {
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3 // room for the legend
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, docPath("backlog-drain.png")); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("  wrote %s\n", docPath("backlog-drain.png"))

@@ -154,21 +154,30 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 
 // capacity projects sends/s per Redis core from the Redis CPU per task of
 // the saturated worker runs (admit + done + Asynq's own scripts) and of the
-// multi-rule backlogs (book + admit + done + Asynq, idle polls included).
+// multi-rule backlogs (book + admit + done + Asynq, the idle workers' polls
+// taken out).
 func capacity() {
 	s, a := workerCPU["sluice/10"], workerCPU["asynq/10"]
 	if s == 0 || a == 0 {
 		return
 	}
-	lim := s - a
-	add(row{"capacity", "Redis CPU per send, saturated worker (concurrency 10): Sluice / of which Asynq", fmt.Sprintf("%.0f µs / %.0f µs", us(s), us(a)), "", "(report)", ""})
-	add(row{"capacity", "→ sends/s per Redis core (admitted at once)", thousands(1 / s.Seconds()), "", "(report)", ""})
-	book := lim / 2 // a booking costs about what an admission does; done is a SET
-	for _, r := range backlogResults {
-		_ = r
+	add(row{"capacity", "Redis CPU per send, saturated worker (concurrency 10): Sluice / of which Asynq's own", fmt.Sprintf("%.0f µs / %.0f µs", us(s), us(a)), "", "(report)", ""})
+	add(row{"capacity", "→ sends/s per Redis core, every send admitted at once", thousands(1 / s.Seconds()), "", "(report)", ""})
+	if len(multiCPU) == 0 {
+		return
 	}
+	t := time.Duration(median(durations(multiCPU)))
+	lim := max(t-a, 0) // the limiter's share: book + admit + done
+	add(row{"capacity", "→ sends/s per Redis core, throttled backlog (book + admit + done + Asynq)", thousands(1 / t.Seconds()), "", fmt.Sprintf("(report: %.0f µs per send)", us(t)), ""})
 	add(row{"capacity", "→ sends/s per 3-master Cluster, one queue (its master runs every Asynq script and a third of the limiter)",
-		thousands(1 / (a + (lim+book)/3).Seconds()), "", "(report; throttled sends, + one booking each)", ""})
-	add(row{"capacity", "→ sends/s per 3-master Cluster, queues spread over the masters",
-		thousands(3 / (a + lim + book).Seconds()), "", "(report; throttled sends, + one booking each)", ""})
+		thousands(1 / (a + lim/3).Seconds()), "", "(report; throttled backlog)", ""})
+	add(row{"capacity", "→ sends/s per 3-master Cluster, queues spread over the masters", thousands(3 / t.Seconds()), "", "(report; throttled backlog)", ""})
+}
+
+func durations(ds []time.Duration) []float64 {
+	var out []float64
+	for _, d := range ds {
+		out = append(out, float64(d))
+	}
+	return out
 }
