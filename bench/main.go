@@ -109,7 +109,8 @@ func main() {
 		fmt.Println("\n== figures")
 		figures(ctx, rdb)
 	}
-	fmt.Printf("\nbench: done in %v\n", time.Since(began).Round(time.Second))
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\nbench: done in %v; load average now %s\n", time.Since(began).Round(time.Second), strings.Join(strings.Fields(string(load))[:3], " "))
 	fmt.Println("\n| section | scenario | value | ratio | target | met |")
 	fmt.Println("|---|---|---:|---:|---|---|")
 	for _, r := range table {
