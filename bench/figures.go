@@ -56,10 +56,11 @@ func figures(ctx context.Context, rdb *redis.Client) {
 	start := time.Now().Truncate(time.Hour).Add(time.Hour) // whole-second aligned
 	rule := throttle.Rule{Limit: 10, Window: time.Second}
 	var now time.Time
-	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("bench-secret-0123456789"), Now: func() time.Time { return now }})
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(secret), Now: func() time.Time { return now }})
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer lim.Close()
 	var fixed, sliding []time.Time
 	for i, t := range boundaryTraffic(start) {
 		now = t
@@ -104,33 +105,91 @@ func figures(ctx context.Context, rdb *redis.Client) {
 	}
 	fmt.Printf("  wrote %s: fixed window admitted %d, sliding log %d of %d attempts\n", docPath("boundary.png"), len(fixed), len(sliding), len(boundaryTraffic(start)))
 
-	if len(backlogResults) == 0 {
+	checkFigure()
+	backlogFigure()
+}
+
+var palette = []color.Color{color.RGBA{B: 200, A: 255}, color.RGBA{G: 150, A: 255}, color.RGBA{R: 200, A: 255}, color.RGBA{A: 255}}
+
+// checkFigure: single-rule checks/s by callers, per peer (the check section).
+func checkFigure() {
+	if len(checkCurve) == 0 {
 		return
 	}
-	q := plot.New()
-	q.Title.Text = "Limiter calls per delivered message (10 per 2 s, two workers)"
-	q.X.Label.Text = "backlog (notifications to one recipient)"
-	q.Y.Label.Text = "limiter calls per delivered message"
-	for i, policy := range []string{"naive", "booked"} {
+	p := plot.New()
+	p.Title.Text = "Single-rule checks per second by concurrent callers (10,000 recipients, same run)"
+	p.X.Label.Text = "concurrent callers"
+	p.Y.Label.Text = "checks / s (median of interleaved rounds)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 1, Label: "1"}, {Value: 4, Label: "4"}, {Value: 16, Label: "16"}, {Value: 32, Label: "32"}, {Value: 64, Label: "64"}})
+	for i, name := range curvePeers {
 		var pts plotter.XYs
-		for _, r := range backlogResults {
-			if r.policy == policy && r.limit == 10 {
-				pts = append(pts, plotter.XY{X: float64(r.n), Y: r.callsPerMsg})
+		for _, c := range []int{1, 4, 16, 32, 64} {
+			if v, ok := checkCurve[name][c]; ok {
+				pts = append(pts, plotter.XY{X: float64(c), Y: v})
 			}
 		}
 		if len(pts) == 0 {
 			continue
 		}
-		l, s, _ := plotter.NewLinePoints(pts)
-		c := []color.Color{color.RGBA{R: 200, A: 255}, color.RGBA{B: 200, A: 255}}[i]
-		l.Color, s.Color = c, c
-		q.Add(l, s)
-		q.Legend.Add(policy, l, s)
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Color, sc.Color = palette[i], palette[i]
+		if name == "floor" {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+		}
+		p.Add(l, sc)
+		p.Legend.Add(name, l, sc)
 	}
-	q.Legend.Top = true
-	q.Legend.Left = true
-	if err := q.Save(8*vg.Inch, 4*vg.Inch, docPath("backlog-calls.png")); err != nil {
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.45 // room for the legend
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, docPath("check-callers.png")); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("  wrote %s\n", docPath("backlog-calls.png"))
+	fmt.Printf("  wrote %s\n", docPath("check-callers.png"))
+}
+
+// backlogFigure: drain time of the one-recipient backlogs by window, against
+// the exact scheduler's (with and without the slack).
+func backlogFigure() {
+	var got, ideal, idealS plotter.XYs
+	for _, r := range backlogResults {
+		if r.policy != "booked" || r.window == 0 {
+			continue
+		}
+		x := r.window.Seconds()
+		got = append(got, plotter.XY{X: x, Y: r.drain.Seconds()})
+		ideal = append(ideal, plotter.XY{X: x, Y: r.ideal.Seconds()})
+		idealS = append(idealS, plotter.XY{X: x, Y: r.idealS.Seconds()})
+	}
+	if len(got) == 0 {
+		return
+	}
+	p := plot.New()
+	p.Title.Text = "Backlog of 60 SMS to one recipient, limit 10 per window, two workers"
+	p.X.Label.Text = "window (s)"
+	p.Y.Label.Text = "drain: first enqueue to last send (s)"
+	for i, s := range []struct {
+		name string
+		pts  plotter.XYs
+	}{{"Sluice (measured)", got}, {"exact scheduler, window + 100 ms slack", idealS}, {"exact scheduler (ideal)", ideal}} {
+		l, sc, err := plotter.NewLinePoints(s.pts)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Color, sc.Color = palette[i], palette[i]
+		if i > 0 {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+		}
+		p.Add(l, sc)
+		p.Legend.Add(s.name, l, sc)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3 // room for the legend
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, docPath("backlog-drain.png")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("  wrote %s\n", docPath("backlog-drain.png"))
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,12 +23,11 @@ import (
 )
 
 var (
-	quick   = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
-	rounds  = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
-	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
-	callers = flag.Int("callers", 32, "concurrent callers in micro runs")
-	docs    = flag.String("docs", "../docs", "where figures are written")
-	only    = flag.String("only", "", "comma-separated sections to run: micro,worker,backlog,memory,figures")
+	quick  = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur    = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	docs   = flag.String("docs", "../docs", "where figures are written")
+	only   = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,memory,figures")
 )
 
 type row struct {
@@ -73,28 +73,43 @@ func main() {
 	defer rdb.Close()
 	ctx := context.Background()
 	ver, _ := rdb.Info(ctx, "server").Result()
-	fmt.Printf("bench: redis %s, %d callers, %d rounds of %v, quick=%v\n", field(ver, "redis_version"), *callers, *rounds, *dur, *quick)
+	fmt.Printf("bench: redis %s, %d rounds of %v, quick=%v\n", field(ver, "redis_version"), *rounds, *dur, *quick)
+	began := time.Now()
 
-	if want("micro") {
-		fmt.Println("\n== limiter checks (ops/s, median of interleaved rounds)")
+	if want("check") {
+		fmt.Println("\n== limiter checks (calls/s, median of interleaved rounds, 10,000 recipients, every call admitted)")
 		micro(ctx, rdb)
 	}
+	if want("tune") {
+		fmt.Println("\n== coalescing settings (single-rule check, calls/s)")
+		tune(ctx, rdb)
+	}
 	if want("worker") {
-		fmt.Println("\n== worker overhead (tasks/s, in-process Asynq server, no-op sender)")
+		fmt.Println("\n== worker throughput (tasks/s, in-process Asynq servers, no-op sender, every task admitted)")
 		workerOverhead(ctx, srv.Addr)
 	}
 	if want("backlog") {
-		fmt.Println("\n== backlog: naive vs booked rescheduling (two workers, one recipient)")
+		fmt.Println("\n== backlog to one recipient vs the exact scheduler (two workers)")
 		backlogs(ctx, srv.Addr)
 	}
-	if want("memory") {
-		fmt.Println("\n== memory per admitted entry (INFO used_memory delta)")
-		memory(ctx, rdb)
+	if want("multi") {
+		fmt.Println("\n== multi-rule, multi-recipient backlogs vs the exact scheduler (two workers)")
+		multiBacklogs(ctx, srv.Addr)
 	}
+	if want("memory") {
+		fmt.Println("\n== memory (INFO used_memory deltas)")
+		memory(ctx, srv.Addr, rdb)
+	}
+	if want("issue15") {
+		fmt.Println("\n== issue 15: the real binary, one worker, 150 SMS to 15 numbers")
+		issue15(ctx)
+	}
+	capacity()
 	if want("figures") {
 		fmt.Println("\n== figures")
 		figures(ctx, rdb)
 	}
+	fmt.Printf("\nbench: done in %v; load average now %s\n", time.Since(began).Round(time.Second), loadAverage())
 	fmt.Println("\n| section | scenario | value | ratio | target | met |")
 	fmt.Println("|---|---|---:|---:|---|---|")
 	for _, r := range table {
@@ -125,3 +140,53 @@ func verdict(ok bool) string {
 }
 
 func docPath(name string) string { return filepath.Join(*docs, name) }
+
+// redisCPU is the Redis server's CPU time so far (INFO cpu: user + sys, all threads).
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	u, _ := strconv.ParseFloat(field(info, "used_cpu_user"), 64)
+	s, _ := strconv.ParseFloat(field(info, "used_cpu_sys"), 64)
+	return time.Duration((u + s) * 1e9)
+}
+
+// capacity projects sends/s per Redis core from the Redis CPU per task of
+// the saturated worker runs (admit + done + Asynq's own scripts) and of the
+// multi-rule backlogs (book + admit + done + Asynq, the idle workers' polls
+// taken out).
+func capacity() {
+	s, a := workerCPU["sluice/10"], workerCPU["asynq/10"]
+	if s == 0 || a == 0 {
+		return
+	}
+	add(row{"capacity", "Redis CPU per send, saturated worker (concurrency 10): Sluice / of which Asynq's own", fmt.Sprintf("%.0f µs / %.0f µs", us(s), us(a)), "", "(report)", ""})
+	add(row{"capacity", "→ sends/s per Redis core, every send admitted at once", thousands(1 / s.Seconds()), "", "(report)", ""})
+	if len(multiCPU) == 0 {
+		return
+	}
+	t := time.Duration(median(durations(multiCPU)))
+	lim := max(t-a, 0) // the limiter's share: book + admit + done
+	add(row{"capacity", "→ sends/s per Redis core, throttled backlog (book + admit + done + Asynq)", thousands(1 / t.Seconds()), "", fmt.Sprintf("(report: %.0f µs per send)", us(t)), ""})
+	add(row{"capacity", "→ sends/s per 3-master Cluster, one queue (its master runs every Asynq script and a third of the limiter)",
+		thousands(1 / (a + lim/3).Seconds()), "", "(report; throttled backlog)", ""})
+	add(row{"capacity", "→ sends/s per 3-master Cluster, queues spread over the masters", thousands(3 / t.Seconds()), "", "(report; throttled backlog)", ""})
+}
+
+func durations(ds []time.Duration) []float64 {
+	var out []float64
+	for _, d := range ds {
+		out = append(out, float64(d))
+	}
+	return out
+}
+
+// loadAverage is the 1, 5 and 15 minute load average, where Linux says it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}

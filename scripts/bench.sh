@@ -12,6 +12,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v redis-server >/dev/null || { echo "bench.sh: redis-server not found (sudo apt-get install redis-server)" >&2; exit 1; }
-echo "bench.sh: $(nproc) cores, $(go version | cut -d' ' -f3), $(redis-server --version | cut -d' ' -f3)"
+echo "bench.sh: $(nproc) cores, $(go version | cut -d' ' -f3), $(redis-server --version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 cd bench
 exec go run . -docs ../docs "$@"
