@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -338,7 +339,7 @@ func backlog(ctx context.Context, addr, name, rules, policy string, ns []tasks.N
 // with limit others of its key less than window − 20 ms before it (the
 // sender runs just after admission, so send times jitter by a few ms).
 func violations(rules string, s []sent) int {
-	policy, err := worker.ParsePolicy(rules)
+	policy, err := plans.Parse(rules)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -346,7 +347,8 @@ func violations(rules string, s []sent) int {
 	lims := map[string]int{}
 	wins := map[string]time.Duration{}
 	for _, x := range s {
-		for _, l := range policy.Limits(x.n) {
+		for _, e := range policy.Match(x.n.Tenant, x.n.Channel, x.n.Category).Rates {
+			l := e.Limit(x.n.To, x.n.From)
 			k := l.Scope + "|" + l.Subject + "|" + l.Rule.Window.String()
 			byKey[k] = append(byKey[k], x.at)
 			lims[k], wins[k] = l.Rule.Limit, l.Rule.Window

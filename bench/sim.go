@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // The ideal of a backlog is what an exact scheduler would do with the same
@@ -36,7 +36,7 @@ type simRule struct {
 // simulate returns the slot of every arrival (in order) under rules with
 // windows widened by slack.
 func simulate(rules string, arrivals []arrival, slack time.Duration) []time.Time {
-	policy, err := worker.ParsePolicy(rules)
+	policy, err := plans.Parse(rules)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,7 +44,8 @@ func simulate(rules string, arrivals []arrival, slack time.Duration) []time.Time
 	out := make([]time.Time, len(arrivals))
 	for i, a := range arrivals {
 		var rs []simRule
-		for _, l := range policy.Limits(a.n) {
+		for _, e := range policy.Match(a.n.Tenant, a.n.Channel, a.n.Category).Rates {
+			l := e.Limit(a.n.To, a.n.From)
 			rs = append(rs, simRule{key: l.Scope + "|" + l.Subject + "|" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10),
 				limit: l.Rule.Limit, window: (l.Rule.Window + slack).Milliseconds()})
 		}
