@@ -53,13 +53,14 @@ type batcher struct {
 	stop      sync.Once
 	wg        sync.WaitGroup
 	closed    atomic.Bool
+	inflight  atomic.Int32 // script calls on the wire
 }
 
 func newBatcher(client redis.UniversalClient, opts Options) *batcher {
 	b := &batcher{client: client, direct: opts.Direct, pipelines: opts.Pipelines, maxBatch: opts.MaxBatch, quit: make(chan struct{})}
 	_, b.cluster = client.(*redis.ClusterClient)
 	if b.pipelines <= 0 {
-		b.pipelines = 4
+		b.pipelines = 2
 	}
 	if b.maxBatch <= 0 {
 		b.maxBatch = 32
@@ -81,6 +82,14 @@ func (b *batcher) do(ctx context.Context, nowA, group string, o *op) (int64, []i
 	}
 	if b.direct {
 		b.exec(ctx, []*call{c})
+		return c.now, c.reply, c.err
+	}
+	// Nothing on the wire and nobody waiting: go now, on this goroutine,
+	// without a hand-off; callers that come meanwhile queue for the loops.
+	if b.inflight.Load() == 0 && len(b.reqs) == 0 {
+		b.inflight.Add(1)
+		b.exec(ctx, []*call{c})
+		b.inflight.Add(-1)
 		return c.now, c.reply, c.err
 	}
 	b.start.Do(b.run)
@@ -136,7 +145,9 @@ func (b *batcher) loop() {
 			}
 		}
 		if len(batch) > 0 {
+			b.inflight.Add(1)
 			b.exec(context.Background(), batch)
+			b.inflight.Add(-1)
 		}
 	}
 }

@@ -83,7 +83,7 @@ type Options struct {
 	// idle).
 	Direct bool
 	// Pipelines is how many coalesced batches may be in flight at once.
-	// Default 4.
+	// Default 2.
 	Pipelines int
 	// MaxBatch bounds the calls of one batch. Default 32.
 	MaxBatch int

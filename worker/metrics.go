@@ -15,6 +15,7 @@ type Metrics struct {
 	InlineWaits  *prometheus.CounterVec
 	Archived     *prometheus.CounterVec
 	DoneLost     prometheus.Counter
+	LateWakes    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -59,6 +60,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sluice_done_record_lost_total",
 		Help: "Sends whose completion could not be recorded in Redis before the task's deadline (a re-run counts as a fresh send).",
 	})
+	m.LateWakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_late_wakes_total",
+		Help: "Sends whose in-process wait ended later than half the send slack after their slot: the slot was given back and asked again.",
+	}, []string{"channel"})
+	reg.MustRegister(m.LateWakes)
 	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError, m.InlineWaits, m.Archived, m.DoneLost)
 	return m
 }

@@ -52,6 +52,9 @@ func (e *UnavailableError) Error() string {
 }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
+// errLate: a send woke too late for its slot, which it gave back.
+var errLate = errors.New("woke too late for the slot")
+
 type ctxKey struct{}
 
 // notificationFrom returns the notification the throttle middleware decoded.
@@ -167,6 +170,13 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				if d.Wait > 0 {
 					err := w.waitForSlot(ctx, n, d, limits, log)
 					w.releaseWaiter(waiter)
+					if errors.Is(err, errLate) && round < 3 {
+						continue
+					}
+					if errors.Is(err, errLate) {
+						retryAt := time.Now().Add(time.Second)
+						return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
+					}
 					if err != nil {
 						return err
 					}
@@ -194,10 +204,20 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 // shutdown it gives the slot back and hands the task to Asynq for it.
 func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) error {
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
+	start := time.Now()
 	timer := time.NewTimer(d.Wait)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
+		// A timer that fires late (a starved CPU, a GC pause) would send
+		// after the slot by more than the slack allows for: give the slot
+		// back and ask again rather than crowd the next window.
+		if late := time.Since(start) - d.Wait; w.cfg.SendSlack > 0 && late > w.cfg.SendSlack/2 {
+			w.metrics.LateWakes.WithLabelValues(string(n.Channel)).Inc()
+			w.release(ctx, n, d.Attempt, limits, log)
+			log.Warn("woke late for its slot; asking again instead of sending late", "late", late.Round(time.Millisecond))
+			return errLate
+		}
 		return nil
 	case <-ctx.Done():
 	case <-w.stopping:
