@@ -19,3 +19,6 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 func invalid(field, why string) error {
 	return &FieldError{Field: field, Reason: strings.TrimSpace(why)}
 }
+
+// CheckID reports whether id is a valid notification id.
+func CheckID(id string) error { return checkToken("id", id, MaxIDLen) }
