@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -43,7 +44,7 @@ at start.`,
 }
 
 // knownVariables are the SLUICE_* names any sluice command reads.
-func knownVariables() []string { return worker.KnownVariables() }
+func knownVariables() []string { return append(worker.KnownVariables(), api.KnownVariables()...) }
 
 // warnUnknownVariables prints, for the tools, what the services refuse to start with.
 func warnUnknownVariables(cmd *cobra.Command) {
