@@ -13,7 +13,7 @@ const (
 	tableBegin = "<!-- config-table:begin (generated from worker.Config and api.Config by `SLUICE_UPDATE_README=1 go test ./cmd/sluice -run TestReadmeConfigTable`) -->"
 	// oldBegin is the marker before api.Config joined the table.
 	oldBegin = "<!-- config-table:begin (generated from worker.Config by `SLUICE_UPDATE_README=1 go test ./cmd/sluice -run TestReadmeConfigTable`) -->"
-	tableEnd   = "<!-- config-table:end -->"
+	tableEnd = "<!-- config-table:end -->"
 )
 
 func configTable() string {
