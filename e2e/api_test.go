@@ -353,6 +353,11 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 	if r.violations != 0 || r.duplicates != 0 {
 		t.Fatalf("receipts: %+v", r)
 	}
+	// SIGTERM: the API drains and exits 0.
+	a.proc.term(t, 15*time.Second)
+	if !strings.Contains(a.proc.logText(), "api stopped") {
+		t.Fatalf("no clean stop in the API's log:\n%s", a.proc.logText())
+	}
 }
 
 // A tenant's plan changes under load through `sluice tenant set` while
