@@ -113,6 +113,21 @@ func TestBatchAllOrNothing(t *testing.T) {
 	}
 }
 
+func TestUnknownRoutesAndMethods(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rules, nil)
+	tok := b.tokens["acme"]
+	if r := b.do(t, "DELETE", "/v1/notifications/abc", tok, nil); r.status != 405 || r.header.Get("Allow") != "GET, HEAD" {
+		t.Fatalf("DELETE a notification: %d %v %s", r.status, r.header, r.body)
+	}
+	if r := b.do(t, "GET", "/v1/notifications", tok, nil); r.status != 405 || r.header.Get("Allow") != "POST" {
+		t.Fatalf("GET the collection: %d %v %s", r.status, r.header, r.body)
+	}
+	if r := b.do(t, "GET", "/v1/tenants", tok, nil); r.status != 404 || r.problem(t).Type != api.ProblemBase+"not-found" {
+		t.Fatalf("unknown endpoint: %d %s", r.status, r.body)
+	}
+}
+
 func TestRequestChecks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, map[string]string{"SLUICE_API_MAX_BODY_BYTES": "65536"})
@@ -467,5 +482,10 @@ func TestQuotasMatchTheCLIAndFollowPlans(t *testing.T) {
 	t.Logf("plan change visible in /v1/quotas after %v", time.Since(changed).Round(time.Millisecond))
 	if r := b.do(t, "GET", "/v1/quotas?channel=pigeon&bogus=1", b.tokens["acme"], nil); r.status != 400 || len(r.problem(t).InvalidParams) != 2 {
 		t.Fatalf("bad query: %d %s", r.status, r.body)
+	}
+	// A bare '+' in the query arrives as a space: refused, not read as another number.
+	if r := b.do(t, "GET", "/v1/quotas?channel=sms&recipient=+14155550100", b.tokens["acme"], nil); r.status != 400 ||
+		r.problem(t).InvalidParams[0].Name != "recipient" || strings.Contains(string(r.body), "5550100") {
+		t.Fatalf("unencoded +: %d %s", r.status, r.body)
 	}
 }

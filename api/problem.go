@@ -44,6 +44,7 @@ var problemTitles = map[string]string{
 	"unauthorized":          "Missing or unknown bearer token",
 	"forbidden":             "Not allowed for this token",
 	"not-found":             "Not found",
+	"method-not-allowed":    "Method not allowed",
 	"invalid-request":       "The request is malformed",
 	"invalid-notification":  "The request holds invalid notifications",
 	"unsupported-media":     "Unsupported Content-Type",

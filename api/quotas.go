@@ -40,8 +40,13 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 			bad = append(bad, InvalidParam{Name: "category", Reason: fieldReason(err)})
 		}
 	}
-	if len(query.Recipient) > tasks.MaxEmailLen || len(query.From) > tasks.MaxEmailLen {
-		bad = append(bad, InvalidParam{Name: "recipient", Reason: "is too long"})
+	if len(query.From) > tasks.MaxEmailLen {
+		bad = append(bad, InvalidParam{Name: "from", Reason: "is too long"})
+	}
+	if r := query.Recipient; r != "" && (len(r) > tasks.MaxEmailLen || !strings.Contains(r, "@") && !tasks.IsE164(tasks.NormalizePhone(r))) {
+		// A '+' sent bare in a query string arrives as a space: the number
+		// would be looked up without it and every window read as empty.
+		bad = append(bad, InvalidParam{Name: "recipient", Reason: "is neither an address nor an E.164 number (send '+' as %2B in a query string)"})
 	}
 	if len(bad) > 0 {
 		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad query parameters", bad...)

@@ -140,6 +140,18 @@ func (s *Server) Handler() http.Handler {
 	api("GET /v1/notifications/{id}", s.getNotification)
 	api("GET /v1/quotas", s.getQuotas)
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allow := ""
+		switch p := r.URL.Path; {
+		case p == "/v1/notifications":
+			allow = "POST"
+		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
+			allow = "GET, HEAD"
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not served here; see /openapi.yaml")
+			return
+		}
 		writeProblem(w, http.StatusNotFound, "not-found", "no such endpoint; see /openapi.yaml")
 	})))
 	mux.Handle("GET /openapi.yaml", s.instrument(http.HandlerFunc(serveOpenAPI)))
