@@ -279,15 +279,23 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 		a.call("POST", "/v1/notifications", acme, smsJSON("+14155558888", fmt.Sprintf("status %d", i))).decode(t, &acc)
 		ids = append(ids, acc.ID)
 	}
+	// The two go to different workers at once: either may be the one that waits.
 	var st api.Status
+	held := ""
 	deadline = time.Now().Add(10 * time.Second)
-	for st.State != api.StateWaiting {
+	for held == "" {
 		if time.Now().After(deadline) {
-			t.Fatalf("the second notification never read as waiting: %+v", st)
+			t.Fatalf("neither notification read as waiting: %+v", st)
 		}
 		time.Sleep(20 * time.Millisecond) // polling the status endpoint is the scenario
-		a.call("GET", "/v1/notifications/"+ids[1], acme, nil).decode(t, &st)
+		for _, id := range ids {
+			if a.call("GET", "/v1/notifications/"+id, acme, nil).decode(t, &st); st.State == api.StateWaiting {
+				held = id
+				break
+			}
+		}
 	}
+	ids[1] = held
 	waiting := st
 	if waiting.Reason != "throttled" || waiting.Rule != "sms:recipient 1/3s" || waiting.Slot.IsZero() {
 		t.Fatalf("waiting: %+v", waiting)
@@ -309,7 +317,7 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 	deadline = time.Now().Add(5 * time.Second)
 	for st.State != api.StateSent {
 		if time.Now().After(deadline) {
-			t.Fatalf("the second notification never read as sent: %+v", st)
+			t.Fatalf("the throttled notification never read as sent: %+v", st)
 		}
 		time.Sleep(20 * time.Millisecond)
 		a.call("GET", "/v1/notifications/"+ids[1], acme, nil).decode(t, &st)
@@ -420,6 +428,17 @@ loop:
 	if lag := applied.Sub(changed); lag > 2*time.Second {
 		t.Fatalf("the workers applied the change %v after it was made; want ≤ 2 s", lag)
 	}
+	// The backlog drains at the new pace after the load stops: audit at
+	// least 8 receipts after the change, every one counted.
+	e.sms.WaitFor(t, 20*time.Second, "8 receipts after the change", func(ds []fakes.Delivery) bool {
+		k := 0
+		for _, d := range ds {
+			if d.At.After(applied.Add(100 * time.Millisecond)) {
+				k++
+			}
+		}
+		return k >= 8
+	})
 	var all, after []time.Time
 	for _, d := range e.sms.Deliveries() {
 		all = append(all, d.At)
@@ -446,9 +465,6 @@ loop:
 	}
 	if got := busiest(after, 2*time.Second); got > 5 {
 		t.Fatalf("%d receipts within 2 s after the change: over the new limit of 5", got)
-	}
-	if len(after) < 5 {
-		t.Fatalf("only %d receipts after the change: the test saw too little", len(after))
 	}
 	if seenByAPI.Sub(changed) > 2*time.Second {
 		t.Fatalf("the API showed the new rule %v after the change", seenByAPI.Sub(changed))
