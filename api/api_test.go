@@ -489,3 +489,28 @@ func TestQuotasMatchTheCLIAndFollowPlans(t *testing.T) {
 		t.Fatalf("unencoded +: %d %s", r.status, r.body)
 	}
 }
+
+// Wrong JSON types are named per field; fields the API sets cannot be
+// slipped in under another case (encoding/json matches names ignoring case).
+func TestFieldTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rules, nil)
+	r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"],
+		`{"channel":"sms","to":14155550100,"body":"x","metadata":{"a":1},"Enqueued_At":"2020-01-01T00:00:00Z","ID":"mine"}`)
+	if r.status != 422 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	got := map[string]string{}
+	for _, ip := range r.problem(t).InvalidParams {
+		got[ip.Name] = ip.Reason
+	}
+	want := map[string]string{"to": "must be a string", "metadata": "must be an object of string values", "Enqueued_At": "is set by the API"}
+	for name, reason := range want {
+		if got[name] != reason {
+			t.Errorf("%s: got %q, want %q (all: %v)", name, got[name], reason, got)
+		}
+	}
+	if !strings.HasPrefix(got["ID"], "is set by the API") {
+		t.Errorf("ID: %q", got["ID"])
+	}
+}

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/tasks"
@@ -36,36 +39,7 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 	hasTTL, hasExpiry := false, false
 	for _, k := range keys {
 		v := m[k]
-		str := func(dst *string) {
-			if err := json.Unmarshal(v, dst); err != nil {
-				add(k, "must be a string")
-			}
-		}
-		switch k {
-		case "tenant":
-			str(&n.Tenant)
-		case "channel":
-			var c string
-			str(&c)
-			n.Channel = tasks.Channel(c)
-		case "to":
-			str(&n.To)
-		case "from":
-			str(&n.From)
-		case "subject":
-			str(&n.Subject)
-		case "body":
-			str(&n.Body)
-		case "template_id":
-			str(&n.TemplateID)
-		case "category":
-			str(&n.Category)
-		case "tz":
-			str(&n.TZ)
-		case "metadata":
-			if err := json.Unmarshal(v, &n.Metadata); err != nil {
-				add(k, "must be an object of string values")
-			}
+		switch strings.ToLower(k) { // encoding/json matches names case-insensitively
 		case "expires_at":
 			var s string
 			if err := json.Unmarshal(v, &s); err != nil {
@@ -99,7 +73,11 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 		case "enqueued_at":
 			add(k, "is set by the API")
 		default:
-			add(k, "is not a field of a notification")
+			// Every other field of the payload, by its JSON name: fields
+			// added to tasks.Notification are taken without a change here.
+			if reason := decodeField(&n, k, v); reason != "" {
+				add(k, reason)
+			}
 		}
 	}
 	if hasTTL && hasExpiry {
@@ -110,6 +88,49 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 	n = n.Normalized()
 	bad = append(bad, fieldErrors(n, bad)...)
 	return n, bad
+}
+
+// decodeField sets the field of n whose JSON name is name; it returns why
+// it cannot, or "".
+func decodeField(n *tasks.Notification, name string, v json.RawMessage) string {
+	one, _ := json.Marshal(map[string]json.RawMessage{name: v})
+	dec := json.NewDecoder(bytes.NewReader(one))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(n)
+	var ute *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &ute):
+		if f, ok := fieldByName(name); ok {
+			return "must be " + jsonKind(f.Type)
+		}
+		return "must be " + jsonKind(ute.Type)
+	case strings.Contains(err.Error(), "unknown field"):
+		return "is not a field of a notification"
+	}
+	return "does not read: " + err.Error()
+}
+
+// jsonKind names the JSON a Go type is read from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64:
+		return "a number"
+	case reflect.Map:
+		return "an object of " + strings.TrimPrefix(jsonKind(t.Elem()), "a ") + " values"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Struct:
+		if t == reflect.TypeFor[time.Time]() {
+			return "an RFC 3339 date-time string"
+		}
+	}
+	return "an object"
 }
 
 // fieldErrors validates n field by field: after each bad field it puts a
@@ -166,29 +187,40 @@ func standIn(n *tasks.Notification, field string) bool {
 		if n.Channel == tasks.Email {
 			n.To = "x@example.com"
 		}
-	case "from":
-		n.From = ""
 	case "subject":
 		n.Subject = ""
 		if n.Channel == tasks.Email {
 			n.Subject = "x"
 		}
-	case "template_id":
-		n.TemplateID = ""
-	case "category":
-		n.Category = ""
-	case "tz":
-		n.TZ = ""
-	case "expires_at":
-		n.ExpiresAt = time.Time{}
-	case "metadata":
-		n.Metadata = nil
 	case "tenant":
 		n.Tenant = "x"
 	default:
-		return false
+		// An optional field: leave it out.
+		return zeroField(n, field)
 	}
 	return true
+}
+
+// zeroField zeroes the field of n whose JSON name is name.
+func zeroField(n *tasks.Notification, name string) bool {
+	f, ok := fieldByName(name)
+	if ok {
+		reflect.ValueOf(n).Elem().FieldByIndex(f.Index).SetZero()
+	}
+	return ok
+}
+
+// fieldByName finds the field of tasks.Notification with this JSON name
+// (case-insensitively, as encoding/json matches).
+func fieldByName(name string) (reflect.StructField, bool) {
+	t := reflect.TypeFor[tasks.Notification]()
+	for i := 0; i < t.NumField(); i++ {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if strings.EqualFold(tag, name) {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // fieldReason is the reason of a validation error, without its field name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/tasks"
 )
 
 // The OpenAPI document is valid OpenAPI 3.1, and the handlers do what it
@@ -144,6 +146,39 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 			if !seen[method+" "+path] {
 				t.Errorf("%s %s is documented but not exercised", method, path)
 			}
+		}
+	}
+}
+
+// The document's NotificationInput lists exactly the payload's fields
+// (tasks.Notification's JSON names) less id and enqueued_at, plus ttl: a
+// field added to the payload must be documented, and is then accepted.
+func TestOpenAPINotificationFields(t *testing.T) {
+	t.Parallel()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for name := range doc.Components.Schemas["NotificationInput"].Value.Properties {
+		documented[name] = true
+	}
+	want := map[string]bool{"ttl": true}
+	ty := reflect.TypeFor[tasks.Notification]()
+	for i := 0; i < ty.NumField(); i++ {
+		name, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
+		if name != "id" && name != "enqueued_at" && name != "" && name != "-" {
+			want[name] = true
+		}
+	}
+	for name := range want {
+		if !documented[name] {
+			t.Errorf("tasks.Notification field %q is not in openapi.yaml's NotificationInput", name)
+		}
+	}
+	for name := range documented {
+		if !want[name] {
+			t.Errorf("openapi.yaml's NotificationInput documents %q, which is no field of tasks.Notification", name)
 		}
 	}
 }
