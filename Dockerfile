@@ -10,6 +10,6 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/sluice ./cmd/sluic
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sluice /usr/local/bin/sluice
 USER nonroot:nonroot
-EXPOSE 9090
+EXPOSE 9090 8081
 ENTRYPOINT ["/usr/local/bin/sluice"]
 CMD ["worker"]

@@ -25,8 +25,8 @@ fuzztime=${SLUICE_FUZZTIME:-5s}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
-                plans:FuzzParse worker:FuzzEmailHeader \
-                plans:FuzzParseQuietHours plans:FuzzZones; do
+                plans:FuzzParse worker:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
+                api:FuzzParseIdempotencyKey api:FuzzParseStateRecord api:FuzzParseLastErr api:FuzzDecodeNotification; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then

@@ -380,10 +380,6 @@ func Decode(payload []byte) (Notification, error) {
 	return n, nil
 }
 
-func invalid(field, why string) error {
-	return fmt.Errorf("%w: %s %s", ErrInvalid, field, why)
-}
-
 func checkToken(field, s string, max int) error {
 	if s == "" || len(s) > max {
 		return invalid(field, fmt.Sprintf("must be 1–%d characters", max))

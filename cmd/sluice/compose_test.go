@@ -10,6 +10,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -25,7 +26,7 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docker-compose.yml does not load: %v", err)
 	}
-	for _, name := range []string{"redis", "worker", "mailpit", "asynqmon", "sms-sink"} {
+	for _, name := range []string{"redis", "worker", "api", "mailpit", "asynqmon", "sms-sink"} {
 		if _, err := p.GetService(name); err != nil {
 			t.Errorf("service %s: %v", name, err)
 		}
@@ -72,8 +73,59 @@ func TestComposeFile(t *testing.T) {
 	if _, err := worker.ParseConfig(env); err != nil {
 		t.Errorf("the worker's compose environment does not validate: %v", err)
 	}
+	checkAPIService(t, p, env)
 	mp, _ := p.GetService("mailpit")
 	if env["SLUICE_SMTP_HOST"] != mp.Name || env["SLUICE_SMTP_PORT"] != "1025" {
 		t.Errorf("email must go to mailpit:1025, got %s:%s", env["SLUICE_SMTP_HOST"], env["SLUICE_SMTP_PORT"])
+	}
+}
+
+// The api service runs `sluice api` on the shared environment plus its
+// own variables, all known and valid, waits for a healthy Redis, checks
+// its own readiness and publishes its port.
+func checkAPIService(t *testing.T, p *types.Project, workerEnv map[string]string) {
+	t.Helper()
+	a, err := p.GetService("api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Command) != 1 || a.Command[0] != "api" || a.Build == nil {
+		t.Errorf("api must run the built image's `sluice api`: %v", a.Command)
+	}
+	if dep, ok := a.DependsOn["redis"]; !ok || dep.Condition != types.ServiceConditionHealthy {
+		t.Errorf("api must wait for a healthy redis: %+v", a.DependsOn)
+	}
+	if a.HealthCheck == nil || !slices.Contains(a.HealthCheck.Test, "http://127.0.0.1:8081/readyz") {
+		t.Errorf("api healthcheck: %+v", a.HealthCheck)
+	}
+	if len(a.Ports) != 1 || a.Ports[0].Target != 8081 {
+		t.Errorf("api ports: %+v", a.Ports)
+	}
+	known := map[string]bool{}
+	for _, n := range append(worker.KnownVariables(), api.KnownVariables()...) {
+		known[n] = true
+	}
+	env := map[string]string{}
+	for k, v := range a.Environment {
+		if !strings.HasPrefix(k, worker.EnvPrefix) {
+			continue
+		}
+		if !known[k] {
+			t.Errorf("compose sets %s for the api, which no config reads", k)
+		}
+		if v != nil {
+			env[k] = *v
+		}
+	}
+	for k, v := range workerEnv {
+		if env[k] != v {
+			t.Errorf("api and workers disagree on %s: %q vs %q", k, env[k], v)
+		}
+	}
+	if _, err := worker.ParseConfig(env); err != nil {
+		t.Errorf("the api's shared variables do not validate: %v", err)
+	}
+	if _, err := api.ParseConfig(env); err != nil {
+		t.Errorf("the api's own variables do not validate: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Command sluice runs Sluice's throttled notification worker and its tools.
 //
 //	sluice worker                 run the worker (config from SLUICE_* env)
+//	sluice api                    serve the HTTP ingest API
 //	sluice enqueue sms|email ...  enqueue one notification
 //	sluice enqueue --file F       enqueue a JSON Lines file
 //	sluice quota show|reset ...   inspect or reset a tenant's quotas
@@ -87,7 +88,7 @@ Configuration comes from SLUICE_* environment variables (see the README).`,
 			}
 		}
 	}
-	root.AddCommand(newWorkerCmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd())
+	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd())
 	return root
 }
 

@@ -196,7 +196,7 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(set, show, list, del, hist)
+	cmd.AddCommand(set, show, list, del, hist, newTenantTokenCmd())
 	return cmd
 }
 

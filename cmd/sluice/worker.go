@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -65,7 +66,7 @@ func flushTraces(shutdown func(context.Context) error, log *slog.Logger) {
 }
 
 // knownVariables are the SLUICE_* names any sluice command reads.
-func knownVariables() []string { return worker.KnownVariables() }
+func knownVariables() []string { return append(worker.KnownVariables(), api.KnownVariables()...) }
 
 // warnUnknownVariables prints, for the tools, what the services refuse to start with.
 func warnUnknownVariables(cmd *cobra.Command) {

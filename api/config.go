@@ -1,0 +1,151 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// ErrConfig reports an API configuration that cannot run; the message names
+// the variable. It wraps worker.ErrConfig, so one check covers both.
+var ErrConfig = fmt.Errorf("api %w", worker.ErrConfig)
+
+// Config is the API's own configuration, read from SLUICE_API_* environment
+// variables with the tag conventions of worker.Config (env, envDefault,
+// desc, secret). Redis, the queue, the rules, the subject secret and the
+// payload keys come from worker.Config: the API reads them from the same
+// variables as the workers, so the two agree.
+type Config struct {
+	Addr            string        `env:"API_ADDR" envDefault:":8081" desc:"Listen address of sluice api: /v1/notifications, /v1/quotas, /openapi.yaml, /metrics, /healthz, /readyz."`
+	TokenKey        string        `env:"API_TOKEN_KEY" desc:"Required by sluice api and sluice tenant token. Key (≥ 32 bytes) of the HMAC-SHA256 that API tokens are stored under in Redis: Redis never holds a token, and a copy of Redis cannot be used to check guesses. Changing it revokes every token." secret:"true"`
+	AdminToken      string        `env:"API_ADMIN_TOKEN" desc:"Bearer token (≥ 32 characters) that may read every tenant's notifications and quotas and enqueue for the tenant a request names (?tenant=); empty: no admin access. Compared in constant time." secret:"true"`
+	Rate            string        `env:"API_RATE" envDefault:"50/1s" desc:"Requests per token, LIMIT/WINDOW, counted by Sluice's own limiter in Redis (exact across API replicas); past it: 429 with Retry-After."`
+	MaxBodyBytes    int64         `env:"API_MAX_BODY_BYTES" envDefault:"4194304" desc:"Largest request body in bytes (a batch holds at most 500 notifications); larger: 413."`
+	IdempotencyTTL  time.Duration `env:"API_IDEMPOTENCY_TTL" envDefault:"24h" desc:"How long the response to a request with an Idempotency-Key is kept and replayed to a retry with the same key and body (at least 24h)."`
+	ReadTimeout     time.Duration `env:"API_READ_TIMEOUT" envDefault:"30s" desc:"How long a client may take to send a whole request; an Idempotency-Key is held as in flight at most this long plus 30s."`
+	ShutdownTimeout time.Duration `env:"API_SHUTDOWN_TIMEOUT" envDefault:"10s" desc:"On SIGTERM, how long requests in flight may take to finish; new connections are refused and /readyz answers 503 meanwhile."`
+}
+
+// ReadConfig reads the API's variables from environ (nil: the process
+// environment) without validating them.
+func ReadConfig(environ map[string]string) (Config, error) {
+	opts := env.Options{Prefix: worker.EnvPrefix}
+	if environ != nil {
+		opts.Environment = environ
+	}
+	cfg, err := env.ParseAsWithOptions[Config](opts)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig reads and validates the API's variables.
+func ParseConfig(environ map[string]string) (Config, error) {
+	cfg, err := ReadConfig(environ)
+	if err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// MinTokenKey is the shortest SLUICE_API_TOKEN_KEY accepted.
+const MinTokenKey = 32
+
+// Validate checks every field; each error names the variable and the bound.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %sAPI_%s %s", ErrConfig, worker.EnvPrefix, name, fmt.Sprintf(format, args...)))
+	}
+	if c.Addr == "" {
+		bad("ADDR", "must not be empty")
+	} else if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		bad("ADDR", "must be host:port or :port, got %q", c.Addr)
+	}
+	if err := CheckTokenKey(c.TokenKey); err != nil {
+		bad("TOKEN_KEY", "%v", err)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 32 {
+		bad("ADMIN_TOKEN", "must be empty (no admin) or at least 32 characters (e.g. `openssl rand -hex 32`), got %d", len(c.AdminToken))
+	}
+	if _, err := c.RateRule(); err != nil {
+		bad("RATE", "%v", err)
+	}
+	if c.MaxBodyBytes < 64<<10 || c.MaxBodyBytes > 256<<20 {
+		bad("MAX_BODY_BYTES", "must be between 65536 and 268435456, got %d", c.MaxBodyBytes)
+	}
+	if c.IdempotencyTTL < 24*time.Hour {
+		bad("IDEMPOTENCY_TTL", "must be at least 24h (the Idempotency-Key draft's minimum), got %v", c.IdempotencyTTL)
+	}
+	if c.ReadTimeout < time.Second || c.ReadTimeout > 10*time.Minute {
+		bad("READ_TIMEOUT", "must be between 1s and 10m, got %v", c.ReadTimeout)
+	}
+	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > 10*time.Minute {
+		bad("SHUTDOWN_TIMEOUT", "must be between 0 and 10m, got %v", c.ShutdownTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckTokenKey reports whether key can key the token HMAC.
+func CheckTokenKey(key string) error {
+	if len(key) < MinTokenKey {
+		return fmt.Errorf("must be set to at least %d bytes (e.g. `openssl rand -hex 32`)", MinTokenKey)
+	}
+	return nil
+}
+
+// RateRule is the per-token request rule of SLUICE_API_RATE.
+func (c Config) RateRule() (throttle.Rule, error) { return throttle.ParseRule(c.Rate) }
+
+// lockTTL bounds how long an Idempotency-Key stays in flight after its
+// holder vanished: the time to send the body plus the time to enqueue.
+func (c Config) lockTTL() time.Duration { return c.ReadTimeout + 30*time.Second }
+
+// ConfigVars lists every variable Config reads, in declaration order.
+func ConfigVars() []worker.ConfigVar {
+	t := reflect.TypeFor[Config]()
+	out := make([]worker.ConfigVar, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		out = append(out, worker.ConfigVar{
+			Name:        worker.EnvPrefix + f.Tag.Get("env"),
+			Default:     f.Tag.Get("envDefault"),
+			Description: f.Tag.Get("desc"),
+			Secret:      f.Tag.Get("secret") == "true",
+		})
+	}
+	return out
+}
+
+// KnownVariables are the names Config reads.
+func KnownVariables() []string {
+	var out []string
+	for _, v := range ConfigVars() {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+// Redacted returns the configuration as NAME=value pairs, secrets masked.
+func (c Config) Redacted() []string {
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	out := make([]string, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		val := fmt.Sprint(v.Field(i).Interface())
+		if f.Tag.Get("secret") == "true" && val != "" {
+			val = "*****"
+		}
+		out = append(out, worker.EnvPrefix+f.Tag.Get("env")+"="+val)
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+// Package api is Sluice's HTTP ingest API, run by `sluice api`: producers
+// enqueue notifications over HTTP, read their state and their tenant's
+// quotas. It writes the same Asynq tasks (sealed with SLUICE_PAYLOAD_KEYS)
+// as tasks.Enqueue, which the workers send.
+//
+// # Endpoints
+//
+//	POST /v1/notifications         one notification, or {"notifications": [...]} (1–500), all or nothing → 202
+//	GET  /v1/notifications/{id}    queued, waiting (reason, rule, slot), sending, sent, archived (reason), unknown
+//	GET  /v1/quotas                the windows of `sluice quota show --json`, under the plans in force
+//	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
+//	GET  /metrics, /healthz, /readyz
+//
+// Routing is the standard library's method-and-path patterns; handlers are
+// methods of Server; middleware is func(http.Handler) http.Handler
+// (instrument → authenticate → rateLimit). Every error is an RFC 9457
+// problem (application/problem+json) written by one helper, with
+// invalid-params naming each bad field and, in a batch, its index.
+//
+// # Tokens
+//
+// A tenant token ("sluice_<id>_<secret>", from `sluice tenant token
+// create`) is shown once; Redis keeps only its HMAC-SHA256 under
+// SLUICE_API_TOKEN_KEY, a key of the API's own, so a copy of Redis neither
+// holds a token nor lets anyone test guesses, and rotating
+// SLUICE_SUBJECT_SECRET does not revoke tokens. A tenant token acts for its
+// own tenant only: enqueueing for another is 403; another tenant's
+// notification is 404, the same answer as for one that does not exist. The
+// admin token (SLUICE_API_ADMIN_TOKEN, compared in constant time) reads
+// every tenant and names the tenant it acts for with ?tenant=.
+//
+// # Idempotency
+//
+// Idempotency-Key follows the IETF httpapi draft. The first request with a
+// key takes the key (a record in Redis keyed by the tenant and a SHA-256 of
+// the key) before it reads the body; a retry with the same body gets the
+// stored 202 (Idempotent-Replayed: true) for SLUICE_API_IDEMPOTENCY_TTL
+// (≥ 24 h), with another body 422, and while the first is in flight 409.
+// Requests answered with an error keep nothing, so a corrected retry may
+// reuse the key. The notification ids are derived from the tenant, the key
+// and the index (NotificationID): a retry whose record was lost still
+// cannot enqueue twice — its ids are refused as still enqueued, or known
+// to the workers as sent.
+//
+// # Rate limit
+//
+// Each token may make SLUICE_API_RATE requests (default 50/1s), counted by
+// throttle.Limiter.Allow in Redis, so the limit is exact across replicas of
+// the API; past it the answer is 429 with Retry-After.
+package api

@@ -1,0 +1,97 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Idempotency-Key parser never panics, takes what it accepts to a key
+// of 1–255 printable characters, and reads a key it quoted back the same.
+func FuzzParseIdempotencyKey(f *testing.F) {
+	for _, s := range []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `order-42`, `"a\"b\\c"`, `""`, `"x"; p=1`, `  "pad"  `, "\"\x00\"", `"unterminated`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{}
+		h.Set(HeaderIdempotencyKey, v)
+		key, ok, err := ParseIdempotencyKey(h)
+		if err != nil {
+			return
+		}
+		if !ok || key == "" || len(key) > MaxIdempotencyKey {
+			t.Fatalf("%q → %q, %v", v, key, ok)
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x20 || key[i] > 0x7e {
+				t.Fatalf("%q → key with byte %#x", v, key[i])
+			}
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+		h.Set(HeaderIdempotencyKey, quoted)
+		if again, _, err := ParseIdempotencyKey(h); err != nil || again != key {
+			t.Fatalf("%q → %q; quoted %q → %q, %v", v, key, quoted, again, err)
+		}
+	})
+}
+
+func FuzzParseStateRecord(f *testing.F) {
+	for _, s := range []string{"b1:1767225600000:nonce", "a2:1767225600000:", "d1:1767225600000", "a0:0", "x1:2", "b:1", "b1:-5", "b99999999999:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := parseStateRecord(s)
+		if err != nil {
+			return
+		}
+		if r.Kind != s[0] || r.Attempt < 0 || (!r.At.IsZero() && r.At.Before(time.Unix(0, 0))) {
+			t.Fatalf("%q → %+v", s, r)
+		}
+	})
+}
+
+func FuzzParseLastErr(f *testing.F) {
+	for _, s := range []string{"throttled by sms:recipient 1/1m until 2026-01-02T03:04:05.678Z", "throttled by quiet hours until 2026-01-02T03:04:05Z",
+		"expired: the earliest slot", "quota check unavailable, nothing sent: EOF", "throttled by x until y", "smtp 451"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, waiting := range []bool{true, false} {
+			le := parseLastErr(s, waiting)
+			if le.Reason == "" {
+				t.Fatalf("%q: no reason", s)
+			}
+			if le.Rule != "" && !strings.Contains(s, le.Rule) {
+				t.Fatalf("%q: rule %q is not in the message", s, le.Rule)
+			}
+		}
+	})
+}
+
+// Any body decodes without panicking; what decodes without errors is a
+// notification that validates.
+func FuzzDecodeNotification(f *testing.F) {
+	for _, s := range []string{`{"channel":"sms","to":"+14155550100","body":"hi"}`, `{"channel":"email","to":"a@b.co","subject":"s","body":"b","ttl":"1h"}`,
+		`{"channel":"sms","to":"x","body":"","tz":"Nowhere/City","metadata":{"a":1}}`, `[]`, `{"id":"x"}`, `{"notifications":[{}]}`, `null`} {
+		f.Add([]byte(s))
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		items, _, problem := splitBatch(body)
+		if problem != nil {
+			return
+		}
+		for _, raw := range items {
+			n, bad := decodeNotification(json.RawMessage(raw), now)
+			if len(bad) > 0 {
+				continue
+			}
+			n.ID, n.Tenant = "fuzz", "fuzz"
+			if err := n.Validate(); err != nil {
+				t.Fatalf("%s decoded without complaint but does not validate: %v", raw, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,201 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+var testKeys = tasks.NewKeySpec("apitest")
+
+const (
+	adminToken = "admin-token-0123456789abcdef0123456789"
+	tokenKey   = "token-key-0123456789abcdef0123456789"
+)
+
+type bundle struct {
+	redis  *redistest.Server
+	rdb    *redis.Client
+	sms    *fakes.SMSAPI
+	srv    *api.Server
+	http   *httptest.Server
+	insp   *asynq.Inspector
+	keys   *tasks.Keyring
+	cfg    api.Config
+	wcfg   worker.Config
+	tokens map[string]string // tenant → token
+}
+
+// setup starts a redis-server, a fake SMS API, the API with tokens for
+// acme and globex, and an admin token. env adds or overrides variables.
+func setup(t *testing.T, rules string, env map[string]string) *bundle {
+	t.Helper()
+	srv, rdb := redistest.New(t)
+	b := &bundle{redis: srv, rdb: rdb, sms: fakes.NewSMSAPI(t), tokens: map[string]string{}}
+	vars := map[string]string{
+		"SLUICE_REDIS_URL":           srv.URL(),
+		"SLUICE_RULES":               rules,
+		"SLUICE_SUBJECT_SECRET":      "test-secret-0123456789",
+		"SLUICE_PAYLOAD_KEYS":        testKeys,
+		"SLUICE_HTTP_ADDR":           "off",
+		"SLUICE_SMS_SENDER":          "http",
+		"SLUICE_SMS_BASE_URL":        b.sms.URL,
+		"SLUICE_SMS_ACCOUNT_SID":     b.sms.AccountSID,
+		"SLUICE_SMS_AUTH_TOKEN":      b.sms.AuthToken,
+		"SLUICE_SMS_FROM":            "+15005550006",
+		"SLUICE_PLAN_CHECK_INTERVAL": "200ms",
+		"SLUICE_API_TOKEN_KEY":       tokenKey,
+		"SLUICE_API_ADMIN_TOKEN":     adminToken,
+		"SLUICE_API_RATE":            "1000/1s",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	var err error
+	if b.wcfg, err = worker.ParseConfig(vars); err != nil {
+		t.Fatal(err)
+	}
+	if b.cfg, err = api.ParseConfig(vars); err != nil {
+		t.Fatal(err)
+	}
+	b.keys, _ = tasks.ParseKeyring(testKeys)
+	b.srv, err = api.New(b.cfg, b.wcfg, api.Options{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := b.srv.WatchPlans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.http = httptest.NewServer(b.srv.Handler())
+	t.Cleanup(b.http.Close)
+	b.insp = asynq.NewInspectorFromRedisClient(rdb)
+	for _, tenant := range []string{"acme", "globex"} {
+		tok, _, err := b.srv.Tokens().Create(context.Background(), tenant, "test", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.tokens[tenant] = tok
+	}
+	return b
+}
+
+// reply is an answer of the API.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("answer %d is not JSON: %v: %s", r.status, err, r.body)
+	}
+}
+
+func (r reply) problem(t *testing.T) api.Problem {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("answer %d has Content-Type %q, want application/problem+json: %s", r.status, ct, r.body)
+	}
+	var p api.Problem
+	r.json(t, &p)
+	if p.Status != r.status || !strings.HasPrefix(p.Type, api.ProblemBase) || p.Title == "" {
+		t.Fatalf("problem does not match its answer %d: %+v", r.status, p)
+	}
+	return p
+}
+
+// do sends a request with token (none if empty) and extra headers.
+func (b *bundle) do(t *testing.T, method, path, token string, body any, headers ...string) reply {
+	t.Helper()
+	var rd io.Reader
+	switch v := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(v)
+	case []byte:
+		rd = bytes.NewReader(v)
+	default:
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, b.http.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{resp.StatusCode, resp.Header, raw}
+}
+
+func (b *bundle) queued(t *testing.T) []*asynq.TaskInfo {
+	t.Helper()
+	var all []*asynq.TaskInfo
+	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+		b.insp.ListPendingTasks, b.insp.ListScheduledTasks, b.insp.ListRetryTasks, b.insp.ListActiveTasks, b.insp.ListArchivedTasks,
+	} {
+		ts, err := list(tasks.DefaultQueue, asynq.PageSize(1000))
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			t.Fatal(err)
+		}
+		all = append(all, ts...)
+	}
+	return all
+}
+
+func sms(to, body string) map[string]any {
+	return map[string]any{"channel": "sms", "to": to, "body": body}
+}
+
+// eventually polls cond every 20 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}

@@ -1,0 +1,348 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// MaxBatch is the most notifications one request may carry.
+const MaxBatch = 500
+
+// Accepted is one notification the API took.
+type Accepted struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	// State is the notification's state when answered: queued for a new
+	// one; for a retry of an Idempotency-Key whose notification exists
+	// already, its state then.
+	State string `json:"state"`
+}
+
+// BatchAccepted answers a batch, in the order of the request.
+type BatchAccepted struct {
+	Notifications []Accepted `json:"notifications"`
+}
+
+// createNotifications is POST /v1/notifications: one notification (a JSON
+// object) or a batch ({"notifications": [...]}), all or nothing.
+func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
+	id := identityOf(r)
+	tenant, ok := s.tenantOf(w, r, id)
+	if !ok {
+		return
+	}
+	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
+		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
+		w.Header().Set("Accept-Post", "application/json")
+		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported-media", "send the notifications as Content-Type: application/json (UTF-8)")
+		return
+	}
+	key, hasKey, err := ParseIdempotencyKey(r.Header)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", err.Error(), InvalidParam{Name: HeaderIdempotencyKey, Reason: err.Error()})
+		return
+	}
+	var rkey, owner, fp string
+	if hasKey {
+		rkey = IdempotencyRedisKey(tenant, key)
+		rec, mine, err := s.idem.begin(r.Context(), rkey)
+		if err != nil {
+			s.unavailable(w, r, err)
+			return
+		}
+		if rec != nil {
+			s.answerRetry(w, r, rec)
+			return
+		}
+		owner = mine
+		done := false
+		defer func() {
+			if !done { // nothing to replay: a retry may go ahead
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+				defer cancel()
+				_ = s.idem.update(ctx, rkey, owner, nil, 0)
+			}
+		}()
+		w = &keeper{ResponseWriter: w, onAccepted: func(status int, h http.Header, body []byte) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+			defer cancel()
+			rec := &idemRecord{State: stateDone, Status: status, ContentType: h.Get("Content-Type"), Location: h.Get("Location"),
+				Body: body, At: time.Now().UTC(), Fingerprint: fp}
+			if err := s.idem.update(ctx, rkey, owner, rec, s.cfg.IdempotencyTTL); err != nil {
+				s.log.Error("could not keep the response of an Idempotency-Key; a retry will map to the same notification ids", "err", err)
+			}
+			done = true
+		}}
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if hasKey {
+		fp = fingerprint(r, body)
+		rec := &idemRecord{State: stateProcessing, Owner: owner, Fingerprint: fp, At: time.Now().UTC()}
+		if err := s.idem.update(r.Context(), rkey, owner, rec, 0); err != nil {
+			s.unavailable(w, r, err)
+			return
+		}
+	}
+	items, batch, problem := splitBatch(body)
+	if problem != nil {
+		writeProblem(w, problem.Status, "invalid-request", problem.Detail, problem.InvalidParams...)
+		return
+	}
+	ns := make([]tasks.Notification, len(items))
+	var invalid, forbidden []InvalidParam
+	now := time.Now()
+	for i, raw := range items {
+		prefix, idx := "", (*int)(nil)
+		if batch {
+			prefix, idx = "/notifications/"+strconv.Itoa(i), &i
+		}
+		n, bad := decodeNotification(raw, now)
+		if n.Tenant != "" && n.Tenant != tenant {
+			forbidden = append(forbidden, InvalidParam{Name: "tenant", Reason: fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, tenant), Index: idx, Pointer: prefix + "/tenant"})
+		}
+		n.Tenant = tenant
+		for _, b := range bad {
+			b.Index, b.Pointer = idx, prefix+b.Pointer
+			invalid = append(invalid, b)
+		}
+		if hasKey {
+			n.ID = NotificationID(tenant, key, i)
+		} else {
+			n.ID = tasks.NewID()
+		}
+		ns[i] = n
+	}
+	if len(forbidden) > 0 {
+		writeProblem(w, http.StatusForbidden, "forbidden", "a token acts for its own tenant only (an admin token for the tenant named by ?tenant=); nothing was enqueued", forbidden...)
+		return
+	}
+	if len(invalid) > 0 {
+		detail := fmt.Sprintf("%d invalid fields; nothing was enqueued", len(invalid))
+		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", detail, invalid...)
+		return
+	}
+	// The request is whole: enqueue it even if the client goes away meanwhile.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
+	defer cancel()
+	out, err := s.enqueue(ctx, ns, hasKey)
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
+	if !batch {
+		w.Header().Set("Location", "/v1/notifications/"+out[0].ID)
+		writeJSON(w, http.StatusAccepted, out[0])
+		return
+	}
+	writeJSON(w, http.StatusAccepted, BatchAccepted{Notifications: out})
+}
+
+// enqueue enqueues every notification, or (without idempotency keys) as
+// few as it can: on a failure part-way it deletes those it enqueued that no
+// worker has taken yet. With keys the ids are the request's own, so a
+// retry completes the batch instead.
+func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed bool) ([]Accepted, error) {
+	out := make([]Accepted, len(ns))
+	for i, n := range ns {
+		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
+		if keyed {
+			// A retry whose first attempt was sent already: the id is not in
+			// the queue any more, but the workers' done record holds it.
+			if rec, err := s.stateRecord(ctx, n.Tenant, n.ID); err != nil {
+				return nil, err
+			} else if rec != nil && rec.Kind == 'd' {
+				out[i].State = StateSent
+				continue
+			}
+		}
+		_, err := tasks.Enqueue(ctx, s.client, s.keys, n, asynq.Queue(s.wcfg.Queue))
+		if keyed && errors.Is(err, tasks.ErrDuplicate) {
+			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)
+			if serr != nil {
+				return nil, serr
+			}
+			if found {
+				out[i].State = st.State
+			}
+			continue
+		}
+		if err != nil {
+			if !keyed {
+				for _, a := range out[:i] {
+					_ = s.insp.DeleteTask(s.wcfg.Queue, a.ID)
+				}
+			}
+			return nil, err
+		}
+		s.metrics.enqueued.WithLabelValues(string(n.Channel)).Inc()
+	}
+	return out, nil
+}
+
+// answerRetry answers a request whose Idempotency-Key has a record: the
+// stored response, or 409 while the first request is in flight, or 422
+// when the request differs from the one the key was first used for.
+func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRecord) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if rec.Fingerprint != "" && rec.Fingerprint != fingerprint(r, body) {
+		writeProblem(w, http.StatusUnprocessableEntity, "idempotency-mismatch",
+			"this Idempotency-Key was used for a request with another body; use a new key for a new request")
+		return
+	}
+	if rec.State != stateDone {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusConflict, "idempotency-in-flight",
+			"a request with this Idempotency-Key is still being processed; retry it when that one has been answered")
+		return
+	}
+	s.metrics.replays.Inc()
+	w.Header().Set(HeaderReplayed, "true")
+	if rec.Location != "" {
+		w.Header().Set("Location", rec.Location)
+	}
+	w.Header().Set("Content-Type", rec.ContentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(rec.Status)
+	_, _ = w.Write(rec.Body)
+}
+
+// readBody reads the whole body, up to Config.MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("the body is over %d bytes (SLUICE_API_MAX_BODY_BYTES); split the batch", s.cfg.MaxBodyBytes))
+		return nil, false
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "the body could not be read: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// tenantOf is the tenant a request acts for: the token's, or for the admin
+// the one named by ?tenant=.
+func (s *Server) tenantOf(w http.ResponseWriter, r *http.Request, id identity) (string, bool) {
+	named := r.URL.Query().Get("tenant")
+	if id.Admin {
+		if err := tasks.CheckTenant(named); err != nil {
+			writeProblem(w, http.StatusBadRequest, "invalid-request", "an admin token must name the tenant: ?tenant=ID",
+				InvalidParam{Name: "tenant", Reason: fieldReason(err)})
+			return "", false
+		}
+		return named, true
+	}
+	if named != "" && named != id.Tenant {
+		writeProblem(w, http.StatusForbidden, "forbidden", "a tenant token acts for its own tenant only", InvalidParam{Name: "tenant", Reason: "is not this token's tenant"})
+		return "", false
+	}
+	return id.Tenant, true
+}
+
+// keeper passes a 202 through and hands it to onAccepted (to keep it for replay).
+type keeper struct {
+	http.ResponseWriter
+	status     int
+	body       []byte
+	onAccepted func(status int, h http.Header, body []byte)
+}
+
+func (k *keeper) WriteHeader(code int) {
+	if k.status == 0 {
+		k.status = code
+	}
+	k.ResponseWriter.WriteHeader(code)
+}
+
+func (k *keeper) Write(b []byte) (int, error) {
+	if k.status == 0 {
+		k.WriteHeader(http.StatusOK)
+	}
+	if k.status == http.StatusAccepted && k.onAccepted != nil {
+		k.body = append(k.body, b...)
+		// Kept before the client sees it: a retry racing the answer finds it.
+		k.onAccepted(k.status, k.Header(), k.body)
+		k.onAccepted = nil
+	}
+	return k.ResponseWriter.Write(b)
+}
+
+// splitBatch tells a single notification from a batch.
+func splitBatch(body []byte) ([]json.RawMessage, bool, *Problem) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		why := "is not a JSON object"
+		if err != nil {
+			why += ": " + err.Error()
+		}
+		return nil, false, &Problem{Status: http.StatusBadRequest, Detail: "the body " + why + "; send a notification or {\"notifications\": [...]}"}
+	}
+	raw, isBatch := top["notifications"]
+	if !isBatch {
+		return []json.RawMessage{body}, false, nil
+	}
+	var params []InvalidParam
+	for k := range top {
+		if k != "notifications" {
+			params = append(params, InvalidParam{Name: k, Reason: "a batch holds only \"notifications\"", Pointer: "/" + k})
+		}
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		params = append(params, InvalidParam{Name: "notifications", Reason: "must be an array of notifications", Pointer: "/notifications"})
+	} else if len(items) == 0 || len(items) > MaxBatch {
+		params = append(params, InvalidParam{Name: "notifications", Reason: fmt.Sprintf("holds %d notifications; a batch holds 1 to %d", len(items), MaxBatch), Pointer: "/notifications"})
+	}
+	if len(params) > 0 {
+		slices.SortFunc(params, func(a, b InvalidParam) int { return cmpString(a.Name, b.Name) })
+		return nil, true, &Problem{Status: http.StatusBadRequest, Detail: "the batch is malformed; nothing was enqueued", InvalidParams: params}
+	}
+	return items, true, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// stateRecord reads the limiter's record of a notification; nil when none.
+func (s *Server) stateRecord(ctx context.Context, tenant, id string) (*stateRecord, error) {
+	raw, err := s.rdb.Get(ctx, s.lim.StateKey(tenant, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("api: state record: %w", err)
+	}
+	rec, err := parseStateRecord(raw)
+	if err != nil {
+		return nil, nil // not one the API can read: say nothing rather than guess
+	}
+	return &rec, nil
+}

@@ -1,0 +1,184 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// The OpenAPI document is valid OpenAPI 3.1, and the handlers do what it
+// says: real requests (the valid ones pass its request validation, the
+// invalid ones fail it) and every real response, status and headers
+// included, checked with openapi3filter. Every documented operation is
+// exercised.
+func TestOpenAPIMatchesHandlers(t *testing.T) {
+	t.Parallel()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !doc.IsOpenAPI31OrLater() || doc.IsOpenAPI32OrLater() {
+		t.Fatalf("openapi %q, want 3.1", doc.OpenAPI)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("openapi.yaml is not valid: %v", err)
+	}
+	doc.Servers = nil // match the test server's address
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, "sms:recipient=1/1m,sms:tenant=1000/1h,email:recipient=10/1m", nil)
+	acme, globex := b.tokens["acme"], b.tokens["globex"]
+	var queuedID string
+	type step struct {
+		name         string
+		method, path string
+		token        string
+		body         string
+		headers      []string
+		status       int
+		validRequest bool
+	}
+	steps := []step{
+		{"EnqueueOne", "POST", "/v1/notifications", acme, `{"channel":"sms","to":"+14155550100","body":"hi","category":"otp","ttl":"10m"}`, nil, 202, true},
+		{"EnqueueBatch", "POST", "/v1/notifications", acme, `{"notifications":[{"channel":"sms","to":"+14155550101","body":"a"},{"channel":"email","to":"ann@example.com","subject":"s","body":"b","metadata":{"k":"v"},"expires_at":"2099-01-01T00:00:00Z"}]}`, nil, 202, true},
+		{"EnqueueWithKey", "POST", "/v1/notifications", acme, `{"channel":"sms","to":"+14155550102","body":"k"}`, []string{"Idempotency-Key", `"k-1"`}, 202, true},
+		{"Replay", "POST", "/v1/notifications", acme, `{"channel":"sms","to":"+14155550102","body":"k"}`, []string{"Idempotency-Key", `"k-1"`}, 202, true},
+		{"KeyMismatch", "POST", "/v1/notifications", acme, `{"channel":"sms","to":"+14155550102","body":"other"}`, []string{"Idempotency-Key", `"k-1"`}, 422, true},
+		{"InvalidFields", "POST", "/v1/notifications", acme, `{"channel":"sms","to":"nope","body":"","colour":"red"}`, nil, 422, false},
+		{"InvalidBatch", "POST", "/v1/notifications", acme, `{"notifications":[{"channel":"sms","to":"+14155550100","body":"ok"},{"channel":"fax","to":"x","body":"y"}]}`, nil, 422, false},
+		{"Malformed", "POST", "/v1/notifications", acme, `{"notifications":`, nil, 400, false},
+		{"WrongMediaType", "POST", "/v1/notifications", acme, `hi`, []string{"Content-Type", "text/plain"}, 415, false},
+		{"NoToken", "POST", "/v1/notifications", "", `{"channel":"sms","to":"+14155550100","body":"hi"}`, nil, 401, false},
+		{"OtherTenant", "POST", "/v1/notifications", globex, `{"tenant":"acme","channel":"sms","to":"+14155550100","body":"hi"}`, nil, 403, true},
+		{"Status", "GET", "/v1/notifications/{queued}", acme, "", nil, 200, true},
+		{"StatusOtherTenant", "GET", "/v1/notifications/{queued}", globex, "", nil, 404, true},
+		{"StatusMissing", "GET", "/v1/notifications/nope", acme, "", nil, 404, true},
+		{"Quotas", "GET", "/v1/quotas?channel=sms&recipient=%2B14155550100", acme, "", nil, 200, true},
+		{"QuotasAdmin", "GET", "/v1/quotas?tenant=acme", adminToken, "", nil, 200, true},
+		{"QuotasOtherTenant", "GET", "/v1/quotas?tenant=acme", globex, "", nil, 403, true},
+		{"QuotasNoRules", "GET", "/v1/quotas?channel=email", acme, "", nil, 422, true},
+		{"QuotasBadChannel", "GET", "/v1/quotas?channel=fax", acme, "", nil, 400, false},
+		{"OpenAPI", "GET", "/openapi.yaml", "", "", nil, 200, true},
+		{"Healthz", "GET", "/healthz", "", "", nil, 200, true},
+		{"Readyz", "GET", "/readyz", "", "", nil, 200, true},
+		{"Metrics", "GET", "/metrics", "", "", nil, 200, true},
+	}
+	seen := map[string]bool{}
+	ctx := context.Background()
+	opts := &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true,
+		AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+			if !strings.HasPrefix(in.RequestValidationInput.Request.Header.Get("Authorization"), "Bearer ") {
+				return in.NewError(nil)
+			}
+			return nil
+		}}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			path := strings.ReplaceAll(s.path, "{queued}", queuedID)
+			newReq := func(base string) *http.Request {
+				var body io.Reader
+				if s.body != "" {
+					body = strings.NewReader(s.body)
+				}
+				req, err := http.NewRequest(s.method, base+path, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				if s.token != "" {
+					req.Header.Set("Authorization", "Bearer "+s.token)
+				}
+				for i := 0; i+1 < len(s.headers); i += 2 {
+					req.Header.Set(s.headers[i], s.headers[i+1])
+				}
+				return req
+			}
+			vreq := newReq("http://sluice.test")
+			route, params, err := router.FindRoute(vreq)
+			if err != nil {
+				t.Fatalf("%s %s is not in openapi.yaml: %v", s.method, path, err)
+			}
+			seen[route.Method+" "+route.Path] = true
+			in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: opts}
+			reqErr := openapi3filter.ValidateRequest(ctx, in)
+			if s.validRequest && reqErr != nil {
+				t.Fatalf("a request the API takes fails openapi.yaml: %v", reqErr)
+			}
+			if !s.validRequest && reqErr == nil {
+				t.Fatalf("a request the API refuses passes openapi.yaml")
+			}
+			resp, err := http.DefaultClient.Do(newReq(b.http.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != s.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, s.status, raw)
+			}
+			if s.name == "EnqueueOne" {
+				queuedID = strings.TrimPrefix(resp.Header.Get("Location"), "/v1/notifications/")
+			}
+			out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: opts}
+			out.SetBodyBytes(raw)
+			if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+				t.Fatalf("the answer does not match openapi.yaml: %v\n%s", err, raw)
+			}
+		})
+	}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !seen[method+" "+path] {
+				t.Errorf("%s %s is documented but not exercised", method, path)
+			}
+		}
+	}
+}
+
+// The document's NotificationInput lists exactly the payload's fields
+// (tasks.Notification's JSON names) less id and enqueued_at, plus ttl: a
+// field added to the payload must be documented, and is then accepted.
+func TestOpenAPINotificationFields(t *testing.T) {
+	t.Parallel()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for name := range doc.Components.Schemas["NotificationInput"].Value.Properties {
+		documented[name] = true
+	}
+	want := map[string]bool{"ttl": true}
+	ty := reflect.TypeFor[tasks.Notification]()
+	for i := 0; i < ty.NumField(); i++ {
+		name, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
+		if name != "id" && name != "enqueued_at" && name != "" && name != "-" {
+			want[name] = true
+		}
+	}
+	for name := range want {
+		if !documented[name] {
+			t.Errorf("tasks.Notification field %q is not in openapi.yaml's NotificationInput", name)
+		}
+	}
+	for name := range documented {
+		if !want[name] {
+			t.Errorf("openapi.yaml's NotificationInput documents %q, which is no field of tasks.Notification", name)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem is an RFC 9457 problem detail: every error the API answers is one,
+// as application/problem+json.
+type Problem struct {
+	// Type is a URI naming the kind of problem; see ProblemBase.
+	Type string `json:"type"`
+	// Title is the short, fixed summary of the type.
+	Title string `json:"title"`
+	// Status repeats the HTTP status code.
+	Status int `json:"status"`
+	// Detail explains this occurrence.
+	Detail string `json:"detail,omitempty"`
+	// InvalidParams names each bad field (and, in a batch, its index).
+	InvalidParams []InvalidParam `json:"invalid-params,omitempty"`
+	// RetryAfter is set on 429: seconds until a request will be taken.
+	RetryAfter int `json:"retry_after,omitempty"`
+}
+
+// InvalidParam is one bad field of a request.
+type InvalidParam struct {
+	// Name is the field ("to", "expires_at"), query parameter or header.
+	Name string `json:"name"`
+	// Reason says what is wrong with it.
+	Reason string `json:"reason"`
+	// Index is the notification's position in a batch (absent for a single one).
+	Index *int `json:"index,omitempty"`
+	// Pointer is the JSON Pointer (RFC 6901) of the field in the request body.
+	Pointer string `json:"pointer,omitempty"`
+}
+
+// ProblemBase prefixes every problem type: a URN, since no page is served
+// for them; the OpenAPI document lists them.
+const ProblemBase = "urn:sluice:problem:"
+
+// The kinds of problems, by the last segment of their type URI.
+var problemTitles = map[string]string{
+	"unauthorized":          "Missing or unknown bearer token",
+	"forbidden":             "Not allowed for this token",
+	"not-found":             "Not found",
+	"method-not-allowed":    "Method not allowed",
+	"invalid-request":       "The request is malformed",
+	"invalid-notification":  "The request holds invalid notifications",
+	"unsupported-media":     "Unsupported Content-Type",
+	"too-large":             "Request body too large",
+	"idempotency-mismatch":  "Idempotency-Key reused with another request",
+	"idempotency-in-flight": "A request with this Idempotency-Key is still being processed",
+	"rate-limited":          "Too many requests for this token",
+	"no-rules":              "No quota rules apply",
+	"unavailable":           "Redis cannot be reached; nothing was done",
+	"internal":              "Internal error",
+}
+
+// writeProblem is the one place that writes an error response.
+func writeProblem(w http.ResponseWriter, status int, kind, detail string, params ...InvalidParam) {
+	p := Problem{Type: ProblemBase + kind, Title: problemTitles[kind], Status: status, Detail: detail, InvalidParams: params}
+	if status == http.StatusTooManyRequests {
+		p.RetryAfter, _ = strconv.Atoi(w.Header().Get("Retry-After"))
+	}
+	body, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// writeJSON writes a successful response.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,68 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// getQuotas is GET /v1/quotas: the tenant's windows — and, with recipient,
+// the recipient's — under the rules in force, exactly as `sluice quota show
+// --json` prints them. The recipient is only hashed (as the limiter keys
+// it) and masked in errors; it is never logged or stored.
+func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := s.tenantOf(w, r, identityOf(r))
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	query := worker.QuotaQuery{Tenant: tenant, Channel: tasks.Channel(strings.ToLower(q.Get("channel"))),
+		Category: q.Get("category"), Recipient: q.Get("recipient"), From: q.Get("from")}
+	var bad []InvalidParam
+	for name := range q {
+		switch name {
+		case "tenant", "channel", "category", "recipient", "from":
+			if len(q[name]) > 1 {
+				bad = append(bad, InvalidParam{Name: name, Reason: "is given more than once"})
+			}
+		default:
+			bad = append(bad, InvalidParam{Name: name, Reason: "is not a parameter of /v1/quotas (tenant, channel, category, recipient, from)"})
+		}
+	}
+	if query.Channel != "" && query.Channel != tasks.Email && query.Channel != tasks.SMS {
+		bad = append(bad, InvalidParam{Name: "channel", Reason: "must be email or sms (or absent: both)"})
+	}
+	if query.Category != "" {
+		if err := tasks.CheckCategory(query.Category); err != nil {
+			bad = append(bad, InvalidParam{Name: "category", Reason: fieldReason(err)})
+		}
+	}
+	if len(query.From) > tasks.MaxEmailLen {
+		bad = append(bad, InvalidParam{Name: "from", Reason: "is too long"})
+	}
+	if r := query.Recipient; r != "" && (len(r) > tasks.MaxEmailLen || !strings.Contains(r, "@") && !tasks.IsE164(tasks.NormalizePhone(r))) {
+		// A '+' sent bare in a query string arrives as a space: the number
+		// would be looked up without it and every window read as empty.
+		bad = append(bad, InvalidParam{Name: "recipient", Reason: "is neither an address nor an E.164 number (send '+' as %2B in a query string)"})
+	}
+	if len(bad) > 0 {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad query parameters", bad...)
+		return
+	}
+	rep, err := worker.Quotas(r.Context(), s.lim, s.policy(), s.wcfg, query)
+	switch {
+	case errors.Is(err, worker.ErrNoRules):
+		writeProblem(w, http.StatusUnprocessableEntity, "no-rules", "no rule applies: tenant-wide rules need SLUICE_RULES or a plan, recipient rules a recipient, sender rules a sender")
+		return
+	case errors.Is(err, tasks.ErrInvalid):
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad query parameters", InvalidParam{Name: "tenant", Reason: fieldReason(err)})
+		return
+	case err != nil:
+		s.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep.JSON())
+}

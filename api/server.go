@@ -1,0 +1,390 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// Options are what a Server takes besides its configuration. All optional.
+type Options struct {
+	// Logger; default: built from the worker config's LOG_LEVEL and LOG_FORMAT on stderr.
+	Logger *slog.Logger
+	// Redis replaces the client built from SLUICE_REDIS_URL; the caller closes it.
+	Redis redis.UniversalClient
+	// Registry for the metrics; default a new one with Go and process collectors.
+	Registry *prometheus.Registry
+	// Listener serves the API instead of listening on Config.Addr.
+	Listener net.Listener
+}
+
+// Server is the HTTP ingest API: handlers are its methods.
+type Server struct {
+	cfg      Config
+	wcfg     worker.Config
+	log      *slog.Logger
+	rdb      redis.UniversalClient
+	ownRedis bool
+	client   *asynq.Client
+	insp     *asynq.Inspector
+	keys     *tasks.Keyring
+	lim      *throttle.Limiter
+	tokens   *Tokens
+	idem     *idemStore
+	rate     throttle.Rule
+	defaults plans.Policy
+	watcher  atomic.Pointer[plans.Watcher]
+	metrics  *metrics
+	registry *prometheus.Registry
+	listener net.Listener
+	stopping atomic.Bool
+}
+
+// New builds the API server from its configuration and the shared one
+// (Redis, queue, rules, subject secret, payload keys); both are validated.
+// It does not connect until Run (or WatchPlans).
+func New(cfg Config, wcfg worker.Config, opts Options) (*Server, error) {
+	if err := errors.Join(cfg.Validate(), wcfg.Validate()); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, wcfg: wcfg, log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener}
+	var err error
+	if s.defaults, err = plans.Parse(wcfg.Rules); err != nil {
+		return nil, fmt.Errorf("%w: %sRULES: %w", worker.ErrConfig, worker.EnvPrefix, err)
+	}
+	if s.keys, err = tasks.ParseKeyring(wcfg.PayloadKeys); err != nil {
+		return nil, fmt.Errorf("%w: %sPAYLOAD_KEYS: %w", worker.ErrConfig, worker.EnvPrefix, err)
+	}
+	if s.rate, err = cfg.RateRule(); err != nil {
+		return nil, fmt.Errorf("%w: %sAPI_RATE: %w", ErrConfig, worker.EnvPrefix, err)
+	}
+	if s.log == nil {
+		s.log = worker.NewLogger(os.Stderr, wcfg)
+	}
+	if s.rdb == nil {
+		if s.rdb, err = worker.NewRedisClient(wcfg); err != nil {
+			return nil, err
+		}
+		s.ownRedis = true
+	}
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.metrics = newMetrics(s.registry)
+	if s.lim, err = throttle.New(s.rdb, throttle.Options{Secret: []byte(wcfg.SubjectSecret), CompactMembers: wcfg.CompactMembers}); err != nil {
+		return nil, err
+	}
+	if s.tokens, err = NewTokens(s.rdb, cfg.TokenKey); err != nil {
+		return nil, err
+	}
+	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
+	s.client = asynq.NewClientFromRedisClient(s.rdb)
+	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
+	return s, nil
+}
+
+// Tokens returns the server's token store.
+func (s *Server) Tokens() *Tokens { return s.tokens }
+
+// WatchPlans starts following the tenant plans in Redis until ctx ends, so
+// quotas answer under the rules in force. Run calls it.
+func (s *Server) WatchPlans(ctx context.Context) error {
+	w, err := plans.NewStore(s.rdb, s.defaults).Watch(ctx, s.wcfg.PlanCheckInterval, s.log, func(old, cur plans.Snapshot, changes []plans.Change) {
+		for _, c := range changes {
+			s.log.Info("tenant plan changed; applied", "tenant", c.Tenant, "action", c.Action, "version", c.Version, "by", c.By)
+		}
+		s.log.Info("tenant plans in force", "version", cur.Version, "previous", old.Version)
+	})
+	if err != nil {
+		return fmt.Errorf("api: tenant plans: %w", err)
+	}
+	s.watcher.Store(w)
+	return nil
+}
+
+// policy is the rules in force: SLUICE_RULES with the tenant plans.
+func (s *Server) policy() plans.Policy {
+	if w := s.watcher.Load(); w != nil {
+		return w.Current().Policy
+	}
+	return s.defaults
+}
+
+// Handler returns the API's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	api := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.instrument(s.authenticate(s.rateLimit(h))))
+	}
+	api("POST /v1/notifications", s.createNotifications)
+	api("GET /v1/notifications/{id}", s.getNotification)
+	api("GET /v1/quotas", s.getQuotas)
+	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allow := ""
+		switch p := r.URL.Path; {
+		case p == "/v1/notifications":
+			allow = "POST"
+		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
+			allow = "GET, HEAD"
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not served here; see /openapi.yaml")
+			return
+		}
+		writeProblem(w, http.StatusNotFound, "not-found", "no such endpoint; see /openapi.yaml")
+	})))
+	mux.Handle("GET /openapi.yaml", s.instrument(http.HandlerFunc(serveOpenAPI)))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	return mux
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.stopping.Load() {
+		http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		http.Error(w, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// Run serves until ctx ends, then shuts down gracefully: /readyz turns
+// 503, new connections are refused, requests in flight get
+// Config.ShutdownTimeout to finish.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := s.rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start api: redis (%sREDIS_URL): %w", worker.EnvPrefix, err)
+	}
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	if err := s.WatchPlans(watchCtx); err != nil {
+		return err
+	}
+	ln := s.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
+			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, worker.EnvPrefix, err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.ReadTimeout + time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("serving the API", "addr", ln.Addr().String(), "rate_per_token", s.rate.String(), "admin_token", s.cfg.AdminToken != "")
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.stopping.Store(true)
+	s.log.Info("shutting down: finishing requests in flight", "timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("api: shutdown: requests still in flight after %v: %w", s.cfg.ShutdownTimeout, err)
+	}
+	s.log.Info("api stopped")
+	return nil
+}
+
+func (s *Server) close() {
+	_ = s.lim.Close()
+	if s.ownRedis {
+		_ = s.rdb.Close()
+	}
+}
+
+// identity is who a request acts as.
+type identity struct {
+	Tenant  string // "" for the admin
+	Admin   bool
+	TokenID string // "admin" for the admin token
+}
+
+type identityKey struct{}
+
+func identityOf(r *http.Request) identity {
+	id, _ := r.Context().Value(identityKey{}).(identity)
+	return id
+}
+
+// authenticate resolves the bearer token to a tenant (or the admin).
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			writeProblem(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token> (sluice tenant token create TENANT)")
+			return
+		}
+		var id identity
+		if s.cfg.AdminToken != "" && sameSecret(token, s.cfg.AdminToken) {
+			id = identity{Admin: true, TokenID: "admin"}
+		} else {
+			info, err := s.tokens.Lookup(r.Context(), token)
+			if errors.Is(err, ErrUnknownToken) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
+				writeProblem(w, http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
+				return
+			}
+			if err != nil {
+				s.unavailable(w, r, err)
+				return
+			}
+			id = identity{Tenant: info.Tenant, TokenID: info.ID}
+		}
+		if rec, ok := w.(*recorder); ok {
+			rec.id = id
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	})
+}
+
+// rateLimit admits at most SLUICE_API_RATE requests per token, counted by
+// Sluice's own limiter: exact across API replicas.
+func (s *Server) rateLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := identityOf(r)
+		d, err := s.lim.Allow(r.Context(), "api/"+id.TokenID, tasks.NewID(), throttle.Limit{Scope: "api:requests", Rule: s.rate})
+		if err != nil {
+			s.unavailable(w, r, err)
+			return
+		}
+		if !d.Allowed {
+			s.metrics.rateLimited.Inc()
+			secs := int((d.RetryAfter + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, secs)))
+			writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may make %s requests; try again in %v", s.rate, d.RetryAfter.Round(time.Millisecond)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// unavailable answers a request that Redis could not serve.
+func (s *Server) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("redis trouble; request refused", "route", r.Pattern, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Redis could not be asked; nothing was done, try again")
+}
+
+// recorder keeps the status for the access log and the metrics.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	id     identity
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// instrument logs and counts each request by its route pattern. The query
+// string is never logged: it may hold a recipient (GET /v1/quotas).
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		route := r.Pattern
+		if route == "" {
+			route = "other"
+		}
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		s.metrics.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
+		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		lvl := slog.LevelInfo
+		if rec.status >= 500 {
+			lvl = slog.LevelError
+		}
+		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "route", route, "status", rec.status,
+			"duration", time.Since(start).Round(time.Microsecond), "tenant", rec.id.Tenant, "token_id", rec.id.TokenID)
+	})
+}
+
+type metrics struct {
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	enqueued    *prometheus.CounterVec
+	replays     prometheus.Counter
+	rateLimited prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_api_requests_total",
+			Help: "API requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_api_request_duration_seconds",
+			Help:    "Time to answer an API request, by route pattern.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+		enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_api_enqueued_total",
+			Help: "Notifications enqueued through the API, by channel.",
+		}, []string{"channel"}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_api_idempotent_replays_total",
+			Help: "Responses replayed for a retried Idempotency-Key.",
+		}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_api_rate_limited_total",
+			Help: "Requests refused with 429 by the per-token rate limit.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited)
+	return m
+}

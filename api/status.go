@@ -1,0 +1,172 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// Status is what GET /v1/notifications/{id} answers.
+type Status struct {
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+	Channel  string `json:"channel,omitempty"`
+	Category string `json:"category,omitempty"`
+	// To is the recipient, masked ("+1415***0100").
+	To string `json:"to,omitempty"`
+	// State is queued, waiting, sending, sent, archived or unknown.
+	State string `json:"state"`
+	// Reason says why a notification waits (throttled, quiet_hours,
+	// shutdown, unavailable, retry) or was archived (expired, dropped,
+	// outcome_unknown, invalid, unreadable, permanent, retry_budget).
+	Reason string `json:"reason,omitempty"`
+	// Rule is the rule that set the slot of a throttled notification, e.g. "sms:recipient 1/1m".
+	Rule string `json:"rule,omitempty"`
+	// Slot is the instant the limiter holds for the send (booked or admitted).
+	Slot time.Time `json:"slot,omitzero"`
+	// NextAttemptAt is when the queue hands the task to a worker again.
+	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+	// SentAt is when the worker recorded the send.
+	SentAt time.Time `json:"sent_at,omitzero"`
+	// Attempt numbers the limiter's admissions of the notification (1 unless
+	// an earlier attempt's outcome was unknown).
+	Attempt    int       `json:"attempt,omitempty"`
+	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	// Detail is the worker's last message about the task (no recipient in clear).
+	Detail string `json:"detail,omitempty"`
+}
+
+// getNotification is GET /v1/notifications/{id}. A notification of another
+// tenant is answered exactly like one that does not exist.
+func (s *Server) getNotification(w http.ResponseWriter, r *http.Request) {
+	id := identityOf(r)
+	tenant := id.Tenant
+	if id.Admin {
+		tenant = r.URL.Query().Get("tenant") // optional: finds sent notifications
+	} else if q := r.URL.Query().Get("tenant"); q != "" && q != tenant {
+		s.notFound(w)
+		return
+	}
+	nid := r.PathValue("id")
+	if tasks.CheckID(nid) != nil {
+		s.notFound(w)
+		return
+	}
+	st, found, err := s.status(r.Context(), tenant, id.Admin, nid)
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
+	if !found {
+		s.notFound(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) notFound(w http.ResponseWriter) {
+	writeProblem(w, http.StatusNotFound, "not-found", "no notification with this id for this token")
+}
+
+// status finds a notification: in the queue (its payload opened to learn
+// its tenant), else by the limiter's record in tenant's group (a sent
+// notification is no longer queued: Asynq keeps no completed task). tenant
+// is the caller's; for the admin it may be empty, and then only queued
+// notifications are found.
+func (s *Server) status(ctx context.Context, tenant string, admin bool, id string) (Status, bool, error) {
+	info, err := s.insp.GetTaskInfo(s.wcfg.Queue, id)
+	switch {
+	case err == nil:
+		return s.taskStatus(ctx, tenant, admin, info)
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+	default:
+		return Status{}, false, err
+	}
+	if tenant == "" {
+		return Status{}, false, nil
+	}
+	rec, err := s.stateRecord(ctx, tenant, id)
+	if err != nil || rec == nil {
+		return Status{}, false, err
+	}
+	st := Status{ID: id, Tenant: tenant, Attempt: rec.Attempt}
+	switch rec.Kind {
+	case 'd':
+		st.State, st.SentAt = StateSent, rec.At
+	case 'b':
+		// Booked, and the task is not under its own id: a copy rescheduled
+		// by the worker holds it.
+		st.State, st.Reason, st.Slot = StateWaiting, "throttled", rec.At
+	default:
+		st.State, st.Slot = StateUnknown, rec.At
+		st.Detail = "admitted for sending; no record of the outcome yet"
+	}
+	return st, true, nil
+}
+
+func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info *asynq.TaskInfo) (Status, bool, error) {
+	n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.wcfg.PayloadPlaintext == "accept")
+	if err != nil {
+		if !admin {
+			return Status{}, false, nil // cannot tell whose it is: not the caller's
+		}
+		st := Status{ID: info.ID, Tenant: tenant, State: StateUnknown, Reason: "unreadable", Detail: info.LastErr}
+		if info.State == asynq.TaskStateArchived {
+			st.State = StateArchived
+		}
+		return st, true, nil
+	}
+	if n.Tenant != tenant && !(admin && tenant == "") {
+		return Status{}, false, nil
+	}
+	st := Status{ID: n.ID, Tenant: n.Tenant, Channel: string(n.Channel), Category: n.CategoryOrDefault(), To: tasks.Mask(n.To),
+		EnqueuedAt: n.EnqueuedAt, ExpiresAt: n.ExpiresAt, Detail: info.LastErr}
+	rec, err := s.stateRecord(ctx, n.Tenant, n.ID)
+	if err != nil {
+		return Status{}, false, err
+	}
+	if rec != nil {
+		st.Attempt = rec.Attempt
+		if rec.Kind == 'b' || rec.Kind == 'a' {
+			st.Slot = rec.At
+		}
+	}
+	switch info.State {
+	case asynq.TaskStatePending:
+		st.State = StateQueued
+		if rec != nil && rec.Kind == 'd' {
+			st.State, st.SentAt, st.Slot = StateSent, rec.At, time.Time{}
+		}
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		st.State, st.NextAttemptAt = StateWaiting, info.NextProcessAt.UTC()
+		if info.LastErr == "" {
+			st.State = StateQueued // enqueued to be sent later
+			break
+		}
+		le := parseLastErr(info.LastErr, true)
+		st.Reason, st.Rule = le.Reason, le.Rule
+		if st.Slot.IsZero() && !le.Until.IsZero() {
+			st.Slot = le.Until
+		}
+	case asynq.TaskStateActive:
+		st.State = StateSending
+		if rec != nil && rec.Kind == 'd' {
+			st.State, st.SentAt, st.Slot = StateSent, rec.At, time.Time{}
+		}
+	case asynq.TaskStateArchived:
+		st.State = StateArchived
+		st.Reason = parseLastErr(info.LastErr, false).Reason
+		st.Slot = time.Time{}
+	case asynq.TaskStateCompleted:
+		st.State, st.SentAt, st.Slot = StateSent, info.CompletedAt.UTC(), time.Time{}
+	default:
+		st.State = StateUnknown
+	}
+	return st, true, nil
+}
