@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -110,20 +109,7 @@ func (c Config) RateRule() (throttle.Rule, error) { return throttle.ParseRule(c.
 func (c Config) lockTTL() time.Duration { return c.ReadTimeout + 30*time.Second }
 
 // ConfigVars lists every variable Config reads, in declaration order.
-func ConfigVars() []worker.ConfigVar {
-	t := reflect.TypeFor[Config]()
-	out := make([]worker.ConfigVar, 0, t.NumField())
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		out = append(out, worker.ConfigVar{
-			Name:        worker.EnvPrefix + f.Tag.Get("env"),
-			Default:     f.Tag.Get("envDefault"),
-			Description: f.Tag.Get("desc"),
-			Secret:      f.Tag.Get("secret") == "true",
-		})
-	}
-	return out
-}
+func ConfigVars() []worker.ConfigVar { return worker.VarsOf(Config{}) }
 
 // KnownVariables are the names Config reads.
 func KnownVariables() []string {
@@ -135,17 +121,4 @@ func KnownVariables() []string {
 }
 
 // Redacted returns the configuration as NAME=value pairs, secrets masked.
-func (c Config) Redacted() []string {
-	v := reflect.ValueOf(c)
-	t := v.Type()
-	out := make([]string, 0, t.NumField())
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		val := fmt.Sprint(v.Field(i).Interface())
-		if f.Tag.Get("secret") == "true" && val != "" {
-			val = "*****"
-		}
-		out = append(out, worker.EnvPrefix+f.Tag.Get("env")+"="+val)
-	}
-	return out
-}
+func (c Config) Redacted() []string { return worker.RedactedOf(c) }

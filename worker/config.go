@@ -358,8 +358,12 @@ type ConfigVar struct {
 }
 
 // ConfigVars lists every variable Config reads, in declaration order.
-func ConfigVars() []ConfigVar {
-	t := reflect.TypeFor[Config]()
+func ConfigVars() []ConfigVar { return VarsOf(Config{}) }
+
+// VarsOf lists the variables a configuration struct reads (its env,
+// envDefault, desc and secret tags), in declaration order.
+func VarsOf(cfg any) []ConfigVar {
+	t := reflect.TypeOf(cfg)
 	out := make([]ConfigVar, 0, t.NumField())
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -375,8 +379,12 @@ func ConfigVars() []ConfigVar {
 
 // Redacted returns the effective configuration as NAME=value pairs, with
 // secrets (and the password in the Redis URL) masked: safe to log.
-func (c Config) Redacted() []string {
-	v := reflect.ValueOf(c)
+func (c Config) Redacted() []string { return RedactedOf(c) }
+
+// RedactedOf returns a configuration struct as NAME=value pairs, secrets
+// masked (a URL keeps all but its password).
+func RedactedOf(cfg any) []string {
+	v := reflect.ValueOf(cfg)
 	t := v.Type()
 	out := make([]string, 0, t.NumField())
 	for i := 0; i < t.NumField(); i++ {
