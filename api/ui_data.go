@@ -472,41 +472,45 @@ func (s *Server) knownTenants(ctx context.Context, seen map[string]int) ([]strin
 	return out, false, nil
 }
 
-// uiChart is the sends of one channel per minute over the last hour,
-// counted from the entries of the tenant's longest tenant-wide window.
+// uiChart is a channel's sends per minute over the last hour and how the
+// current window of its longest tenant-wide rule filled, both counted from
+// that window's entries.
 type uiChart struct {
 	Channel string
 	Now     time.Time
-	Counts  []int           // per minute, oldest first; the last one ends now
-	Kept    time.Duration   // how far back the window keeps entries (its length)
-	Booked  int             // slots booked after now
-	Rules   []throttle.Rule // the channel's tenant-wide rules
-	Window  throttle.Rule   // the rule whose window was counted
-	Total   int
-	Peak    int
+	Counts  []int // sends per minute, oldest first; the last minute ends now
+	// InWindow is, at the end of each minute, how many of the sends that
+	// count in the window now had been made; -1 before the window began.
+	InWindow []int
+	Rule     throttle.Rule   // the rule whose window is counted (the longest)
+	Others   []throttle.Rule // the channel's other tenant-wide rules
+	Used     int
+	Booked   int // slots booked after now
+	Total    int // sends in the hour
+	Peak     int // most sends in one minute
 }
 
-// chartData counts the entries of tenant's tenant-wide window of ch with the
-// longest span, per minute. Entries are sends (admissions) and, after now,
-// booked slots; members are hashed ids, nothing personal.
+// chartData reads tenant's tenant-wide window of ch with the longest span:
+// its entries are the sends (admissions) and, after now, booked slots;
+// members are hashed ids, nothing personal. Every count is a ZCOUNT in one
+// pipeline.
 func (s *Server) chartData(ctx context.Context, tenant string, ch tasks.Channel) (uiChart, bool, error) {
 	c := uiChart{Channel: string(ch)}
-	m := s.policy().Match(tenant, ch, "")
 	var longest plans.Entry
-	for _, e := range m.Rates {
-		if e.Scope != plans.ScopeTenant {
-			continue
-		}
-		c.Rules = append(c.Rules, e.Rule)
-		if e.Rule.Window > longest.Rule.Window {
+	for _, e := range s.policy().Match(tenant, ch, "").Rates {
+		if e.Scope == plans.ScopeTenant && e.Rule.Window > longest.Rule.Window {
 			longest = e
 		}
 	}
-	if len(c.Rules) == 0 {
+	if longest.Rule.Window == 0 {
 		return c, false, nil
 	}
-	c.Window = longest.Rule
-	c.Kept = longest.Rule.Window
+	for _, e := range s.policy().Match(tenant, ch, "").Rates {
+		if e.Scope == plans.ScopeTenant && e.Rule != longest.Rule {
+			c.Others = append(c.Others, e.Rule)
+		}
+	}
+	c.Rule = longest.Rule
 	key, err := s.lim.Key(tenant, longest.Limit("", ""))
 	if err != nil {
 		return c, false, err
@@ -517,29 +521,34 @@ func (s *Server) chartData(ctx context.Context, tenant string, ch tasks.Channel)
 	}
 	c.Now = now
 	n := int(uiChartSpan / uiChartMinute)
-	cmds := make([]*redis.IntCmd, n)
-	nowMS := now.UnixMilli()
+	nowMS, minute, start := now.UnixMilli(), uiChartMinute.Milliseconds(), now.UnixMilli()-c.Rule.Window.Milliseconds()
+	ms := func(v int64) string { return strconv.FormatInt(v, 10) }
+	perMinute, inWindow := make([]*redis.IntCmd, n), make([]*redis.IntCmd, n)
+	var booked *redis.IntCmd
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range n {
-			hi := nowMS - int64(n-1-i)*uiChartMinute.Milliseconds()
-			lo := hi - uiChartMinute.Milliseconds()
-			cmds[i] = p.ZCount(ctx, key, "("+strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10))
+			hi := nowMS - int64(n-1-i)*minute
+			perMinute[i] = p.ZCount(ctx, key, "("+ms(hi-minute), ms(hi))
+			if hi > start {
+				inWindow[i] = p.ZCount(ctx, key, "("+ms(start), ms(hi))
+			}
 		}
+		booked = p.ZCount(ctx, key, "("+ms(nowMS), "+inf")
 		return nil
 	})
 	if err != nil {
 		return c, false, fmt.Errorf("api: chart: %w", err)
 	}
-	booked, err := s.rdb.ZCount(ctx, key, "("+strconv.FormatInt(nowMS, 10), "+inf").Result()
-	if err != nil {
-		return c, false, fmt.Errorf("api: chart: %w", err)
-	}
-	c.Booked = int(booked)
-	c.Counts = make([]int, n)
-	for i, cmd := range cmds {
-		c.Counts[i] = int(cmd.Val())
+	c.Counts, c.InWindow = make([]int, n), make([]int, n)
+	for i := range n {
+		c.Counts[i] = int(perMinute[i].Val())
 		c.Total += c.Counts[i]
 		c.Peak = max(c.Peak, c.Counts[i])
+		c.InWindow[i] = -1
+		if inWindow[i] != nil {
+			c.InWindow[i] = int(inWindow[i].Val())
+		}
 	}
+	c.Used, c.Booked = c.InWindow[n-1], int(booked.Val())
 	return c, true, nil
 }

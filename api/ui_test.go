@@ -528,7 +528,7 @@ func TestUIChartIsSVG(t *testing.T) {
 		}
 		if se, ok := tok.(xml.StartElement); ok {
 			for _, a := range se.Attr {
-				if se.Name.Local == "rect" && a.Name.Local == "fill" && (a.Value == "#1f5fa8" || a.Value == "#0b3a70") {
+				if se.Name.Local == "rect" && a.Name.Local == "fill" && (a.Value == "#7fa7d6") {
 					rects++
 				}
 				if se.Name.Local == "line" && a.Name.Local == "stroke-dasharray" {
@@ -545,7 +545,7 @@ func TestUIChartIsSVG(t *testing.T) {
 		}
 	}
 	// The five sends were made within a second: one or two minute buckets.
-	if rects < 1 || rects > 2 || dashed != 1 || title != "SMS sends per minute, last hour" || !strings.Contains(p.body, "5 sent in the hour") {
+	if rects < 1 || rects > 2 || dashed != 1 || title != "SMS sends, last hour" || !strings.Contains(p.body, "5 sent in the hour · window 5 / 1000") {
 		t.Fatalf("chart: %d bars, %d limit lines, title %q: %s", rects, dashed, title, p.body)
 	}
 	if p := br.get("/ui/tenants/acme/chart.svg?channel=fax"); p.status != http.StatusBadRequest {
