@@ -32,13 +32,15 @@ import (
 //     counted per minute.
 
 const (
-	uiScanLimit   = 2000 // tasks read per state and page view
-	uiScanPage    = 500
-	uiListLen     = 25 // rows of each list of messages
-	uiExpirySoon  = time.Hour
-	uiMaxTenants  = 200
-	uiChartMinute = time.Minute
-	uiChartSpan   = time.Hour
+	uiScanLimit  = 2000 // tasks read per state and page view
+	uiScanPage   = 500
+	uiListLen    = 25 // rows of each list of messages
+	uiExpirySoon = time.Hour
+	uiMaxTenants = 200
+	// SCAN calls (COUNT 1000) spent looking for tenants with tokens.
+	uiTokenScanCalls = 200
+	uiChartMinute    = time.Minute
+	uiChartSpan      = time.Hour
 )
 
 // uiWindow is one quota window as the dashboard shows it.
@@ -426,8 +428,9 @@ func (s *Server) queueDepths() ([]uiQueue, error) {
 }
 
 // knownTenants: tenants with a plan, named in the rules, holding a token,
-// or with tasks in the queue (seen), sorted, at most uiMaxTenants.
-func (s *Server) knownTenants(ctx context.Context, seen map[string]int) ([]string, bool, error) {
+// or with tasks in the queue (seen), sorted, at most uiMaxTenants. more
+// reports a longer list, or a token scan that stopped at its budget.
+func (s *Server) knownTenants(ctx context.Context, seen map[string]int) (tenants []string, more bool, err error) {
 	set := map[string]bool{}
 	if w := s.watcher.Load(); w != nil {
 		for _, p := range w.Current().Plans {
@@ -442,18 +445,30 @@ func (s *Server) knownTenants(ctx context.Context, seen map[string]int) ([]strin
 	for t := range seen {
 		set[t] = true
 	}
+	// Tenants with tokens: no index lists them, so SCAN for their token
+	// hashes, with a budget (a keyspace of millions of windows is not
+	// walked for one page).
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, keyTenant+"*", 500).Iterator()
-		for it.Next(ctx) {
-			if t := strings.TrimPrefix(it.Val(), keyTenant); tasks.CheckTenant(t) == nil {
-				set[t] = true
+		var cursor uint64
+		for range uiTokenScanCalls {
+			keys, next, err := c.Scan(ctx, cursor, keyTenant+"*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				if t := strings.TrimPrefix(k, keyTenant); tasks.CheckTenant(t) == nil {
+					set[t] = true
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return nil
 			}
 		}
-		return it.Err()
+		more = true
+		return nil
 	}
-	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		// The token keys share one hash slot, so one master holds them all.
+		// The token keys share one hash slot: one master holds them all.
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
 	} else {
 		err = scan(ctx, s.rdb)
@@ -461,15 +476,15 @@ func (s *Server) knownTenants(ctx context.Context, seen map[string]int) ([]strin
 	if err != nil {
 		return nil, false, fmt.Errorf("api: tenants with tokens: %w", err)
 	}
-	out := make([]string, 0, len(set))
+	tenants = make([]string, 0, len(set))
 	for t := range set {
-		out = append(out, t)
+		tenants = append(tenants, t)
 	}
-	slices.Sort(out)
-	if len(out) > uiMaxTenants {
-		return out[:uiMaxTenants], true, nil
+	slices.Sort(tenants)
+	if len(tenants) > uiMaxTenants {
+		return tenants[:uiMaxTenants], true, nil
 	}
-	return out, false, nil
+	return tenants, more, nil
 }
 
 // uiChart is a channel's sends per minute over the last hour and how the

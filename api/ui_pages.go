@@ -62,12 +62,16 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *ui) overviewData(ctx context.Context, held map[string]int) (uiOverview, error) {
-	var v uiOverview
 	tenants, more, err := u.s.knownTenants(ctx, held)
 	if err != nil {
-		return v, err
+		return uiOverview{}, err
 	}
-	v.More, v.Now = more, time.Now()
+	return u.tenantRows(ctx, tenants, more, held)
+}
+
+// tenantRows reads the plan and tenant-wide windows of each tenant.
+func (u *ui) tenantRows(ctx context.Context, tenants []string, more bool, held map[string]int) (uiOverview, error) {
+	v := uiOverview{More: more, Now: time.Now()}
 	for _, t := range tenants {
 		ws, now, err := u.s.tenantWindows(ctx, t)
 		if err != nil {
@@ -115,8 +119,14 @@ func (u *ui) tenantPage(w http.ResponseWriter, r *http.Request, tenant string) {
 		u.unavailable(w, r, err)
 		return
 	}
-	if f := r.URL.Query().Get("reset"); f != "" && len(f) < 128 {
-		v.Flash = "Reset the window " + f + ": the sends in it no longer count."
+	if f := r.URL.Query().Get("reset"); f != "" {
+		// Only a window of this tenant is named back: a link cannot put
+		// words of its own on the page.
+		for _, win := range v.Windows {
+			if f == win.Scope+" "+win.Rule {
+				v.Flash = "Reset the window " + f + ": the sends made before no longer count."
+			}
+		}
 	}
 	u.renderTitled(w, r, http.StatusOK, "tenant", "Tenant "+tenant, "/ui/tenants/"+url.PathEscape(tenant)+"/live", v)
 }
@@ -349,25 +359,33 @@ func (u *ui) overviewLive(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusForbidden, "The overview is the admin's.")
 		return
 	}
+	// The list of tenants is read when the stream starts and every minute:
+	// finding them is the costly part, their windows are not.
+	var tenants []string
 	var held map[string]int
+	var more bool
 	u.stream(w, r, func(ctx context.Context, tick int) ([]uiEvent, error) {
-		if held == nil {
+		if tick%60 == 0 {
 			sc, err := u.s.scanTasks(ctx, "")
 			if err != nil {
 				return nil, err
 			}
 			held = sc.Tenants
+			if tenants, more, err = u.s.knownTenants(ctx, held); err != nil {
+				return nil, err
+			}
 		}
-		v, err := u.overviewData(ctx, held)
+		v, err := u.tenantRows(ctx, tenants, more, held)
 		if err != nil {
 			return nil, err
 		}
 		ev := []uiEvent{{"tenants", "tenants", v}}
 		if tick%5 == 0 {
-			if v.Queues, err = u.s.queueDepths(); err != nil {
+			qs, err := u.s.queueDepths()
+			if err != nil {
 				return nil, err
 			}
-			ev = append(ev, uiEvent{"queues", "queues", v.Queues})
+			ev = append(ev, uiEvent{"queues", "queues", qs})
 		}
 		return ev, nil
 	})

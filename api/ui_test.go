@@ -370,6 +370,27 @@ func TestUIResetNeedsCSRFAndConfirmation(t *testing.T) {
 	if p := admin.get(p.header.Get("Location")); !strings.Contains(p.body, `class="flash" role="status"`) {
 		t.Fatalf("no confirmation after the reset: %s", p.body)
 	}
+	// The note names only a window of the tenant: a link cannot put words on the page.
+	if p := admin.get("/ui/tenants/acme?reset=" + url.QueryEscape("your account is locked, call us")); strings.Contains(p.body, "locked") || strings.Contains(p.body, `class="flash"`) {
+		t.Fatalf("a crafted reset note shows: %s", p.body)
+	}
+}
+
+// Sign-in attempts are limited per client address, so tokens cannot be
+// guessed through the form faster than the API allows.
+func TestUILoginIsRateLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	br := newBrowser(t, b.http.URL)
+	for i := range 10 {
+		if p := br.do("POST", "/ui/login", url.Values{"token": {"guess"}}); p.status != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d", i+1, p.status)
+		}
+	}
+	p := br.do("POST", "/ui/login", url.Values{"token": {adminToken}})
+	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" || p.header.Get("Set-Cookie") != "" {
+		t.Fatalf("11th attempt: %d, Retry-After %q", p.status, p.header.Get("Retry-After"))
+	}
 }
 
 var (
