@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# The test command: makes sure redis-server exists (installing Debian's
-# package when run as root with apt and it is missing), runs every test with
+# The test command: makes sure redis-server and Chromium exist (installing
+# Debian's packages when run as root with apt and they are missing), runs every test with
 # the race detector, then a short fuzz pass over every parser.
 #   SLUICE_FUZZTIME=30s ./scripts/test.sh   longer fuzzing (0 skips it)
 #   ./scripts/test.sh -run TestBoundary     extra arguments go to `go test`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
+# apt_install PKG: installs a Debian package when run as root with apt.
+apt_updated=
+apt_install() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test.sh: redis-server missing; installing Debian's redis-server" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    echo "test.sh: $1 missing; installing Debian's $1" >&2
+    if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null; apt_updated=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
   else
+    return 1
+  fi
+}
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if ! apt_install redis-server; then
     echo "test.sh: redis-server not found. Install Redis 7 (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis) and run again." >&2
     exit 1
   fi
 fi
+# The dashboard's browser test (api: TestDashboardInBrowser) drives a headless Chromium.
+chromium_bin() { command -v chromium || command -v chromium-browser || command -v google-chrome || command -v google-chrome-stable; }
+if [ -z "${SLUICE_CHROMIUM:-}" ] && ! chromium_bin >/dev/null 2>&1; then
+  if ! apt_install chromium || ! chromium_bin >/dev/null 2>&1; then
+    echo "test.sh: Chromium not found; the dashboard's browser test needs it. Install it (Debian/Ubuntu: sudo apt-get install chromium; macOS: brew install --cask chromium), or point SLUICE_CHROMIUM at a Chrome or Chromium binary, and run again." >&2
+    exit 1
+  fi
+fi
 echo "test.sh: $(redis-server --version)"
+echo "test.sh: $("${SLUICE_CHROMIUM:-$(chromium_bin)}" --version 2>/dev/null || echo "browser at ${SLUICE_CHROMIUM:-$(chromium_bin)}")"
 # Tests start their own redis-server processes on free ports; the system one is not used.
 go test -race -count=1 -timeout 20m "$@" ./...
 

@@ -1,0 +1,469 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// The dashboard: server-rendered pages under /ui, signed in with an API
+// token (the admin's, or a tenant's, which sees its own tenant only). Live
+// figures arrive over server-sent events; every read-only view works
+// without JavaScript.
+
+//go:embed ui/templates/*.tmpl ui/static/*
+var uiFS embed.FS
+
+const (
+	uiCookie       = "sluice_ui"
+	uiSessionTTL   = 12 * time.Hour
+	uiLiveInterval = time.Second
+	uiStreamMax    = 10 * time.Minute // a stream ends then; EventSource reconnects
+	uiMaxStreams   = 64               // live streams per server at once
+	uiMaxForm      = 8 << 10
+	// A browser may try this many logins per minute from one address.
+	uiLoginRate = 10
+)
+
+// uiCSP keeps every script, style and image to files this server serves.
+const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+var (
+	uiPages   map[string]*template.Template
+	uiAssets  = map[string]string{} // file name → content hash, for cache-busting URLs
+	uiStatic  fs.FS
+	errNoPage = errors.New("no such page")
+)
+
+func init() {
+	var err error
+	if uiStatic, err = fs.Sub(uiFS, "ui/static"); err != nil {
+		panic(err)
+	}
+	entries, err := fs.ReadDir(uiStatic, ".")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		b, _ := fs.ReadFile(uiStatic, e.Name())
+		sum := sha256.Sum256(b)
+		uiAssets[e.Name()] = hex.EncodeToString(sum[:6])
+	}
+	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiFS, "ui/templates/layout.tmpl", "ui/templates/parts.tmpl"))
+	uiPages = map[string]*template.Template{}
+	for _, name := range []string{"login", "overview", "tenant", "recipient", "reset", "error"} {
+		t := template.Must(base.Clone())
+		uiPages[name] = template.Must(t.ParseFS(uiFS, "ui/templates/"+name+".tmpl"))
+	}
+}
+
+// ui serves the dashboard for one Server.
+type ui struct {
+	s       *Server
+	key     []byte // signs sessions and CSRF tokens
+	cop     *http.CrossOriginProtection
+	streams chan struct{}
+}
+
+// registerUI adds the dashboard's routes to mux.
+func (s *Server) registerUI(mux *http.ServeMux) {
+	// The session key follows the token key and the admin token: changing
+	// either signs every browser out.
+	m := hmac.New(sha256.New, []byte(s.cfg.TokenKey))
+	m.Write([]byte("sluice ui session\x00" + s.cfg.AdminToken))
+	u := &ui{s: s, key: m.Sum(nil), cop: http.NewCrossOriginProtection(), streams: make(chan struct{}, uiMaxStreams)}
+	u.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.fail(w, r, http.StatusForbidden, "This form was sent from another site; nothing was done.")
+	}))
+	page := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.instrument(u.headers(u.cop.Handler(h))))
+	}
+	signedIn := func(pattern string, h http.HandlerFunc) { page(pattern, u.session(h)) }
+	tenantPage := func(pattern string, h func(http.ResponseWriter, *http.Request, string)) {
+		signedIn(pattern, u.tenant(h))
+	}
+	page("GET /ui/login", u.loginForm)
+	page("POST /ui/login", u.login)
+	signedIn("POST /ui/logout", u.csrf(u.logout))
+	signedIn("GET /ui", u.overview)
+	signedIn("GET /ui/live", u.overviewLive)
+	signedIn("GET /ui/tenant", u.openTenant)
+	tenantPage("GET /ui/tenants/{tenant}", u.tenantPage)
+	tenantPage("GET /ui/tenants/{tenant}/live", u.tenantLive)
+	tenantPage("GET /ui/tenants/{tenant}/chart.svg", u.chart)
+	tenantPage("POST /ui/tenants/{tenant}/recipient", u.withCSRF(u.recipient))
+	tenantPage("GET /ui/tenants/{tenant}/reset", u.resetForm)
+	tenantPage("POST /ui/tenants/{tenant}/reset", u.withCSRF(u.reset))
+	mux.Handle("GET /ui/static/{file}", u.headers(http.HandlerFunc(u.static)))
+	page("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ui/" {
+			http.Redirect(w, r, "/ui", http.StatusSeeOther)
+			return
+		}
+		u.fail(w, r, http.StatusNotFound, "There is no such page.")
+	})
+}
+
+// Unwrap lets http.ResponseController reach the connection under the
+// access log's recorder (the live streams flush through it).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// headers sets the security headers of every dashboard answer.
+func (u *ui) headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", uiCSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (u *ui) static(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	if _, ok := uiAssets[name]; !ok {
+		http.NotFound(w, r)
+		return
+	}
+	if r.URL.Query().Get("v") == uiAssets[name] {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	http.ServeFileFS(w, r, uiStatic, name)
+}
+
+// uiSession is what the session cookie holds, signed: who signed in, with
+// which token, until when. The token itself is not kept.
+type uiSession struct {
+	Admin   bool   `json:"a,omitempty"`
+	Tenant  string `json:"t,omitempty"`
+	TokenID string `json:"k"`
+	Expires int64  `json:"e"`
+	Nonce   string `json:"n"`
+}
+
+func (u *ui) sign(b []byte) []byte {
+	m := hmac.New(sha256.New, u.key)
+	m.Write(b)
+	return m.Sum(nil)
+}
+
+func (u *ui) encodeSession(s uiSession) string {
+	body, _ := json.Marshal(s)
+	p := base64.RawURLEncoding.EncodeToString(body)
+	return p + "." + base64.RawURLEncoding.EncodeToString(u.sign([]byte(p)))
+}
+
+func (u *ui) decodeSession(v string, now time.Time) (uiSession, bool) {
+	p, sig, ok := strings.Cut(v, ".")
+	if !ok || len(v) > 1024 {
+		return uiSession{}, false
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, u.sign([]byte(p))) {
+		return uiSession{}, false
+	}
+	body, err := base64.RawURLEncoding.DecodeString(p)
+	if err != nil {
+		return uiSession{}, false
+	}
+	var s uiSession
+	if json.Unmarshal(body, &s) != nil || s.Nonce == "" || now.Unix() >= s.Expires || (!s.Admin && tasks.CheckTenant(s.Tenant) != nil) {
+		return uiSession{}, false
+	}
+	return s, true
+}
+
+// csrfToken is the token every state-changing form of a session carries.
+func (u *ui) csrfToken(s uiSession) string {
+	return base64.RawURLEncoding.EncodeToString(u.sign([]byte("csrf\x00" + s.Nonce))[:24])
+}
+
+type uiSessionKey struct{}
+
+func sessionOf(r *http.Request) uiSession {
+	s, _ := r.Context().Value(uiSessionKey{}).(uiSession)
+	return s
+}
+
+// session admits requests of a signed-in browser whose token is still
+// valid; others go to the login form (pages) or get 401 (streams, images).
+func (u *ui) session(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, ok := u.current(w, r)
+		if !ok {
+			return
+		}
+		id := identity{Admin: s.Admin, Tenant: s.Tenant, TokenID: s.TokenID}
+		if rec, ok := w.(*recorder); ok {
+			rec.id = id
+		}
+		ctx := context.WithValue(context.WithValue(r.Context(), uiSessionKey{}, s), identityKey{}, id)
+		next(w, r.WithContext(ctx))
+	}
+}
+
+// current reads the session of r, answering for it when there is none.
+func (u *ui) current(w http.ResponseWriter, r *http.Request) (uiSession, bool) {
+	var s uiSession
+	ok := false
+	if c, err := r.Cookie(uiCookie); err == nil {
+		s, ok = u.decodeSession(c.Value, time.Now())
+	}
+	if ok {
+		valid, err := u.stillValid(r.Context(), s)
+		if err != nil {
+			u.s.log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
+			u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; try again.")
+			return s, false
+		}
+		ok = valid
+	}
+	if ok {
+		return s, true
+	}
+	u.clearCookie(w, r)
+	if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/live") && !strings.HasSuffix(r.URL.Path, ".svg") {
+		http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.Path), http.StatusSeeOther)
+		return s, false
+	}
+	u.fail(w, r, http.StatusUnauthorized, "Sign in first: your session ended or its token was revoked.")
+	return s, false
+}
+
+// stillValid: the admin token is unchanged (the session key covers it) and
+// a tenant token has not been revoked.
+func (u *ui) stillValid(ctx context.Context, s uiSession) (bool, error) {
+	if s.Admin {
+		return u.s.cfg.AdminToken != "", nil
+	}
+	n, err := u.s.rdb.HExists(ctx, keyTenant+s.Tenant, s.TokenID).Result()
+	if err != nil {
+		return false, fmt.Errorf("api: ui session: %w", err)
+	}
+	return n, nil
+}
+
+// tenant admits a tenant's pages to the admin and to that tenant only.
+// Another tenant gets 403 and a page that names nothing of the one asked for.
+func (u *ui) tenant(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t := r.PathValue("tenant")
+		s := sessionOf(r)
+		if tasks.CheckTenant(t) != nil {
+			u.fail(w, r, http.StatusNotFound, "There is no such tenant.")
+			return
+		}
+		if !s.Admin && t != s.Tenant {
+			u.fail(w, r, http.StatusForbidden, "This sign-in sees tenant "+s.Tenant+" only.")
+			return
+		}
+		next(w, r, t)
+	}
+}
+
+// withCSRF checks the form's CSRF token before a state-changing handler.
+func (u *ui) withCSRF(next func(http.ResponseWriter, *http.Request, string)) func(http.ResponseWriter, *http.Request, string) {
+	return func(w http.ResponseWriter, r *http.Request, t string) {
+		if u.checkCSRF(w, r) {
+			next(w, r, t)
+		}
+	}
+}
+
+func (u *ui) csrf(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if u.checkCSRF(w, r) {
+			next(w, r)
+		}
+	}
+}
+
+func (u *ui) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, uiMaxForm)
+	if err := r.ParseForm(); err != nil {
+		u.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+		return false
+	}
+	want := u.csrfToken(sessionOf(r))
+	if got := r.PostForm.Get("csrf"); !hmac.Equal([]byte(got), []byte(want)) {
+		u.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale; reload the page and try again. Nothing was done.")
+		return false
+	}
+	return true
+}
+
+func (u *ui) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: value, Path: "/ui", MaxAge: maxAge,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+}
+
+func (u *ui) clearCookie(w http.ResponseWriter, r *http.Request) {
+	if _, err := r.Cookie(uiCookie); err == nil {
+		u.setCookie(w, r, "", -1)
+	}
+}
+
+// nextPath keeps a post-login redirect on this dashboard.
+func nextPath(p string) string {
+	if !strings.HasPrefix(p, "/ui") || strings.HasPrefix(p, "//") || strings.ContainsAny(p, "\\\r\n") || strings.Contains(p, "/..") || len(p) > 256 {
+		return "/ui"
+	}
+	return path.Clean(p)
+}
+
+func (u *ui) loginForm(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(uiCookie); err == nil {
+		if _, ok := u.decodeSession(c.Value, time.Now()); ok {
+			http.Redirect(w, r, nextPath(r.URL.Query().Get("next")), http.StatusSeeOther)
+			return
+		}
+	}
+	u.render(w, r, http.StatusOK, "login", uiLogin{Next: nextPath(r.URL.Query().Get("next"))})
+}
+
+type uiLogin struct {
+	Next  string
+	Error string
+}
+
+// login checks a token as the API does and signs the browser in with it.
+func (u *ui) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, uiMaxForm)
+	if err := r.ParseForm(); err != nil {
+		u.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	next := nextPath(r.PostForm.Get("next"))
+	token := strings.TrimSpace(r.PostForm.Get("token"))
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	d, err := u.s.lim.Allow(r.Context(), "ui-login/"+host, tasks.NewID(),
+		throttle.Limit{Scope: "ui:login", Rule: throttle.Rule{Limit: uiLoginRate, Window: time.Minute}})
+	if err != nil {
+		u.s.log.Error("redis trouble; login refused", "err", err)
+		u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
+		return
+	}
+	if !d.Allowed {
+		w.Header().Set("Retry-After", fmt.Sprint(max(1, int(d.RetryAfter.Seconds()+0.999))))
+		u.render(w, r, http.StatusTooManyRequests, "login", uiLogin{Next: next, Error: "Too many sign-in attempts from this address; wait a minute."})
+		return
+	}
+	var s uiSession
+	switch {
+	case token == "":
+		u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "Enter an API token."})
+		return
+	case u.s.cfg.AdminToken != "" && sameSecret(token, u.s.cfg.AdminToken):
+		s = uiSession{Admin: true, TokenID: "admin"}
+	default:
+		info, err := u.s.tokens.Lookup(r.Context(), token)
+		if errors.Is(err, ErrUnknownToken) {
+			u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "That token is unknown or revoked."})
+			return
+		}
+		if err != nil {
+			u.s.log.Error("redis trouble; login refused", "err", err)
+			u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
+			return
+		}
+		s = uiSession{Tenant: info.Tenant, TokenID: info.ID}
+		if next == "/ui" {
+			next = "/ui/tenants/" + info.Tenant
+		}
+	}
+	var n [16]byte
+	_, _ = rand.Read(n[:])
+	s.Nonce = base64.RawURLEncoding.EncodeToString(n[:])
+	s.Expires = time.Now().Add(uiSessionTTL).Unix()
+	u.setCookie(w, r, u.encodeSession(s), int(uiSessionTTL/time.Second))
+	u.s.log.Info("dashboard sign-in", "tenant", s.Tenant, "token_id", s.TokenID)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (u *ui) logout(w http.ResponseWriter, r *http.Request) {
+	u.setCookie(w, r, "", -1)
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// uiView is what every page's layout gets.
+type uiView struct {
+	Title   string
+	Session uiSession
+	Signed  bool
+	CSRF    string
+	Live    string // the event stream of the page; "" for none
+	Page    any
+}
+
+func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, name string, page any) {
+	u.renderTitled(w, r, status, name, "", "", page)
+}
+
+func (u *ui) renderTitled(w http.ResponseWriter, r *http.Request, status int, name, title, live string, page any) {
+	t := uiPages[name]
+	v := uiView{Title: title, Page: page, Live: live}
+	if s, ok := r.Context().Value(uiSessionKey{}).(uiSession); ok {
+		v.Session, v.Signed, v.CSRF = s, true, u.csrfToken(s)
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", v); err != nil {
+		u.s.log.Error("dashboard page did not render", "page", name, "err", err)
+		http.Error(w, "the page did not render", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type uiError struct {
+	Status  int
+	Message string
+}
+
+// fail answers with an error page (HTML) or, for a stream or an image, plain text.
+func (u *ui) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if strings.HasSuffix(r.URL.Path, "/live") || strings.HasSuffix(r.URL.Path, ".svg") {
+		http.Error(w, msg, status)
+		return
+	}
+	u.renderTitled(w, r, status, "error", http.StatusText(status), "", uiError{Status: status, Message: msg})
+}
+
+// unavailable answers a page that Redis could not serve.
+func (u *ui) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	u.s.log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
+	w.Header().Set("Retry-After", "1")
+	u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; nothing was done, try again.")
+}

@@ -1,0 +1,569 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// Where the dashboard's figures come from:
+//   - windows: worker.Quotas, as `sluice quota show` and GET /v1/quotas;
+//   - waiting messages, denials, drops and expiries: the tasks Asynq holds
+//     (retry, scheduled, archived), their payloads opened to learn the
+//     tenant and their LastErr read as GET /v1/notifications/{id} reads it.
+//     The worker records nothing extra: a denial is a task waiting in the
+//     retry set with "throttled by RULE until SLOT" and the time of the
+//     denial (LastFailedAt); a drop or an expiry is an archived task.
+//   - queue depths: Asynq's Inspector;
+//   - the chart: the entries of the tenant's own window (each is a send),
+//     counted per minute.
+
+const (
+	uiScanLimit  = 2000 // tasks read per state and page view
+	uiScanPage   = 500
+	uiListLen    = 25 // rows of each list of messages
+	uiExpirySoon = time.Hour
+	uiMaxTenants = 200
+	// SCAN calls (COUNT 1000) spent looking for tenants with tokens.
+	uiTokenScanCalls = 200
+	uiChartMinute    = time.Minute
+	uiChartSpan      = time.Hour
+)
+
+// uiWindow is one quota window as the dashboard shows it.
+type uiWindow struct {
+	ID        string // scope:window-ms, names the window in a reset
+	Channel   string
+	Category  string
+	Scope     string // sms:tenant, sms.otp:recipient, …
+	Rule      string // 1000/1h
+	Drop      bool
+	Limit     int
+	Used      int
+	Remaining int
+	Booked    int
+	NextFree  time.Time
+	ResetAt   time.Time
+	Now       time.Time
+	limit     throttle.Limit
+}
+
+// UsedPct and BookedPct are the widths of the bar's two parts, in percent.
+func (w uiWindow) UsedPct() float64 { return min(100, 100*float64(w.Used)/float64(max(1, w.Limit))) }
+func (w uiWindow) BookedPct() float64 {
+	return min(100-w.UsedPct(), 100*float64(w.Booked)/float64(max(1, w.Limit)))
+}
+
+// Full: no room now.
+func (w uiWindow) Full() bool { return w.Remaining == 0 }
+
+func windowID(l throttle.Limit) string {
+	return l.Scope + ":" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10)
+}
+
+func toWindows(rep worker.QuotaReport, keep func(plans.Entry) bool, seen map[string]bool) []uiWindow {
+	var out []uiWindow
+	for _, r := range rep.Rows {
+		if !keep(r.Rule) {
+			continue
+		}
+		id := windowID(r.Limit)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		out = append(out, uiWindow{ID: id, Channel: string(r.Channel), Category: r.Category, Scope: r.Limit.Scope,
+			Rule: r.Limit.Rule.String(), Drop: r.Rule.Drop, Limit: r.Limit.Rule.Limit, Used: r.Used, Remaining: r.Remaining,
+			Booked: r.Booked, NextFree: r.NextFree, ResetAt: r.ResetAt, Now: r.Now, limit: r.Limit})
+	}
+	return out
+}
+
+// tenantCategories are the categories with tenant-wide windows of their
+// own for tenant, besides the default one.
+func tenantCategories(p plans.Policy, tenant string) []string {
+	cats := []string{""}
+	for _, e := range p.Entries() {
+		if e.Kind == plans.KindRate && e.Scope == plans.ScopeTenant && e.Category != "" && (e.Tenant == "" || e.Tenant == tenant) &&
+			!slices.Contains(cats, e.Category) {
+			cats = append(cats, e.Category)
+		}
+	}
+	return cats
+}
+
+// tenantWindows reads the tenant-wide windows of tenant, every category.
+func (s *Server) tenantWindows(ctx context.Context, tenant string) ([]uiWindow, time.Time, error) {
+	policy := s.policy()
+	seen := map[string]bool{}
+	var out []uiWindow
+	var now time.Time
+	for _, cat := range tenantCategories(policy, tenant) {
+		rep, err := worker.Quotas(ctx, s.lim, policy, s.wcfg, worker.QuotaQuery{Tenant: tenant, Category: cat})
+		if errors.Is(err, worker.ErrNoRules) {
+			continue
+		}
+		if err != nil {
+			return nil, now, err
+		}
+		now = rep.Now
+		out = append(out, toWindows(rep, func(e plans.Entry) bool { return e.Scope == plans.ScopeTenant }, seen)...)
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return out, now, nil
+}
+
+// uiPlan is a tenant's plan, or the defaults.
+type uiPlan struct {
+	Own     bool
+	Plan    plans.Plan
+	Rules   []string // the rate rules in force for the tenant
+	History []plans.Change
+}
+
+func (s *Server) tenantPlan(ctx context.Context, tenant string, history bool) (uiPlan, error) {
+	var p uiPlan
+	if w := s.watcher.Load(); w != nil {
+		for _, pl := range w.Current().Plans {
+			if pl.Tenant == tenant {
+				p.Own, p.Plan = true, pl
+			}
+		}
+	} else {
+		pl, err := plans.NewStore(s.rdb, s.defaults).Get(ctx, tenant)
+		switch {
+		case err == nil:
+			p.Own, p.Plan = true, pl
+		case !errors.Is(err, plans.ErrNoPlan):
+			return p, err
+		}
+	}
+	for _, e := range s.policy().Entries() {
+		if e.Tenant == "" || e.Tenant == tenant {
+			if e.Tenant == "" && slices.ContainsFunc(s.policy().Entries(), func(o plans.Entry) bool { return o.Tenant == tenant && sameTarget(o, e) }) {
+				continue // replaced by the tenant's own
+			}
+			e.Tenant = ""
+			p.Rules = append(p.Rules, e.String())
+		}
+	}
+	if history {
+		hist, err := plans.NewStore(s.rdb, s.defaults).History(ctx, 200)
+		if err != nil {
+			return p, err
+		}
+		for _, c := range hist {
+			if c.Tenant == tenant && len(p.History) < 5 {
+				p.History = append(p.History, c)
+			}
+		}
+	}
+	return p, nil
+}
+
+// sameTarget mirrors plans' rule replacement: a tenant's entry replaces the
+// default with the same kind and target.
+func sameTarget(a, b plans.Entry) bool {
+	if a.Kind != b.Kind || a.Channel != b.Channel || a.Category != b.Category {
+		return false
+	}
+	if a.Kind == plans.KindRate {
+		return a.Scope == b.Scope && a.Rule.Window == b.Rule.Window
+	}
+	return true
+}
+
+// uiTask is a notification Asynq holds, as the dashboard lists it: no
+// recipient in clear, no content.
+type uiTask struct {
+	ID          string
+	Tenant      string
+	Channel     string
+	Category    string
+	To          string // masked
+	State       string // queued, waiting, archived
+	Reason      string
+	Rule        string
+	Slot        time.Time // the slot held or told, for a throttled one
+	NextAttempt time.Time
+	LastAt      time.Time // when the worker last handed it back (denial, archive)
+	Deadline    time.Time // when it expires unsent; zero: never
+	to          string    // normalised recipient, only compared in memory
+}
+
+// ExpiresSoon: waiting, and its deadline within uiExpirySoon.
+func (t uiTask) ExpiresSoon(now time.Time) bool {
+	return t.State == StateWaiting && !t.Deadline.IsZero() && t.Deadline.Sub(now) < uiExpirySoon
+}
+
+// uiScan is what one pass over the queue found.
+type uiScan struct {
+	Tasks      []uiTask
+	Tenants    map[string]int // tenant → tasks held (every tenant seen)
+	Scanned    int
+	Truncated  bool // a state held more than uiScanLimit tasks
+	Unreadable int  // payloads that did not open (not counted for any tenant)
+}
+
+// scanTasks reads the tasks Asynq holds for the queue — queued, waiting
+// (retry and scheduled) and archived, up to uiScanLimit of each — and keeps
+// those of tenant ("" keeps none, counting tenants only; "*" keeps all).
+func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
+	sc := uiScan{Tenants: map[string]int{}}
+	policy := s.policy()
+	lists := []struct {
+		state string
+		list  func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+	}{
+		{StateQueued, s.insp.ListPendingTasks},
+		{StateWaiting, s.insp.ListRetryTasks},
+		{StateWaiting, s.insp.ListScheduledTasks},
+		{StateArchived, s.insp.ListArchivedTasks},
+	}
+	for _, l := range lists {
+		for page := 1; page <= uiScanLimit/uiScanPage; page++ {
+			if err := ctx.Err(); err != nil {
+				return sc, err
+			}
+			infos, err := l.list(s.wcfg.Queue, asynq.PageSize(uiScanPage), asynq.Page(page))
+			if errors.Is(err, asynq.ErrQueueNotFound) {
+				break
+			}
+			if err != nil {
+				return sc, fmt.Errorf("api: list %s tasks: %w", l.state, err)
+			}
+			for _, info := range infos {
+				sc.Scanned++
+				n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.wcfg.PayloadPlaintext == "accept")
+				if err != nil {
+					sc.Unreadable++
+					continue
+				}
+				sc.Tenants[n.Tenant]++
+				if tenant == "" || (tenant != "*" && n.Tenant != tenant) {
+					continue
+				}
+				sc.Tasks = append(sc.Tasks, s.uiTaskOf(policy, l.state, info, n))
+			}
+			if len(infos) < uiScanPage {
+				break
+			}
+			if page == uiScanLimit/uiScanPage {
+				sc.Truncated = true
+			}
+		}
+	}
+	return sc, nil
+}
+
+func (s *Server) uiTaskOf(policy plans.Policy, state string, info *asynq.TaskInfo, n tasks.Notification) uiTask {
+	n = n.Normalized()
+	t := uiTask{ID: n.ID, Tenant: n.Tenant, Channel: string(n.Channel), Category: n.CategoryOrDefault(), To: tasks.Mask(n.To),
+		State: state, LastAt: info.LastFailedAt, NextAttempt: info.NextProcessAt, to: n.To}
+	if !t.LastAt.IsZero() {
+		t.LastAt = t.LastAt.UTC()
+	}
+	switch state {
+	case StateWaiting:
+		if info.LastErr == "" {
+			t.Reason = "scheduled" // enqueued to be sent later
+			break
+		}
+		le := parseLastErr(info.LastErr, true)
+		t.Reason, t.Rule, t.Slot = le.Reason, le.Rule, le.Until
+	case StateArchived:
+		t.Reason = parseLastErr(info.LastErr, false).Reason
+	}
+	if !n.ExpiresAt.IsZero() {
+		t.Deadline = n.ExpiresAt
+	}
+	if m := policy.Match(n.Tenant, n.Channel, n.Category); m.MaxDefer > 0 && !n.EnqueuedAt.IsZero() {
+		if d := n.EnqueuedAt.Add(m.MaxDefer); t.Deadline.IsZero() || d.Before(t.Deadline) {
+			t.Deadline = d
+		}
+	}
+	return t
+}
+
+// uiReason counts the messages waiting for one reason (and rule).
+type uiReason struct {
+	Reason string
+	Rule   string
+	Count  int
+	Next   time.Time // the earliest slot or next attempt among them
+}
+
+// uiActivity is a tenant's messages in the queue, summed up.
+type uiActivity struct {
+	Queued      int
+	Waiting     int
+	Archived    int
+	ExpiringIn  time.Duration // uiExpirySoon, for the page's wording
+	Reasons     []uiReason
+	ExpiresSoon []uiTask // waiting, deadline within uiExpirySoon, soonest first
+	Denials     []uiTask // waiting after a denial (a rule or quiet hours), newest denial first
+	Lost        []uiTask // dropped or expired, newest first
+	OtherLost   []uiTask // archived for another reason (invalid, permanent, …), newest first
+	WaitingList []uiTask // every waiting message, next due first
+	Scanned     int
+	Truncated   bool
+	ShowTenant  bool // the lists name each message's tenant (the admin's overview)
+}
+
+func summarize(sc uiScan, now time.Time) uiActivity {
+	a := uiActivity{ExpiringIn: uiExpirySoon, Scanned: sc.Scanned, Truncated: sc.Truncated}
+	reasons := map[[2]string]*uiReason{}
+	for _, t := range sc.Tasks {
+		switch t.State {
+		case StateQueued:
+			a.Queued++
+		case StateWaiting:
+			a.Waiting++
+			k := [2]string{t.Reason, t.Rule}
+			r := reasons[k]
+			if r == nil {
+				r = &uiReason{Reason: t.Reason, Rule: t.Rule}
+				reasons[k] = r
+			}
+			r.Count++
+			if due := t.due(); !due.IsZero() && (r.Next.IsZero() || due.Before(r.Next)) {
+				r.Next = due
+			}
+			a.WaitingList = append(a.WaitingList, t)
+			if t.ExpiresSoon(now) {
+				a.ExpiresSoon = append(a.ExpiresSoon, t)
+			}
+			if t.Reason == "throttled" || t.Reason == "quiet_hours" {
+				a.Denials = append(a.Denials, t)
+			}
+		case StateArchived:
+			a.Archived++
+			if t.Reason == "dropped" || t.Reason == "expired" {
+				a.Lost = append(a.Lost, t)
+			} else {
+				a.OtherLost = append(a.OtherLost, t)
+			}
+		}
+	}
+	for _, r := range reasons {
+		a.Reasons = append(a.Reasons, *r)
+	}
+	slices.SortFunc(a.Reasons, func(x, y uiReason) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), strings.Compare(x.Reason, y.Reason), strings.Compare(x.Rule, y.Rule))
+	})
+	newest := func(x, y uiTask) int { return cmp.Or(y.LastAt.Compare(x.LastAt), strings.Compare(x.ID, y.ID)) }
+	slices.SortFunc(a.Denials, newest)
+	slices.SortFunc(a.Lost, newest)
+	slices.SortFunc(a.OtherLost, newest)
+	slices.SortFunc(a.ExpiresSoon, func(x, y uiTask) int { return cmp.Or(x.Deadline.Compare(y.Deadline), strings.Compare(x.ID, y.ID)) })
+	slices.SortFunc(a.WaitingList, func(x, y uiTask) int { return cmp.Or(x.due().Compare(y.due()), strings.Compare(x.ID, y.ID)) })
+	a.Denials = head(a.Denials, uiListLen)
+	a.Lost = head(a.Lost, uiListLen)
+	a.OtherLost = head(a.OtherLost, uiListLen)
+	a.ExpiresSoon = head(a.ExpiresSoon, uiListLen)
+	a.WaitingList = head(a.WaitingList, uiListLen)
+	return a
+}
+
+// due is when a waiting message should go: its slot, else its next attempt.
+func (t uiTask) due() time.Time {
+	if !t.Slot.IsZero() {
+		return t.Slot
+	}
+	return t.NextAttempt
+}
+
+func head[T any](s []T, n int) []T {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// uiQueue is one Asynq queue's depths.
+type uiQueue struct {
+	Name                                                   string
+	Pending, Active, Scheduled, Retry, Archived, Completed int
+	Latency                                                time.Duration
+	Paused                                                 bool
+	ProcessedToday, FailedToday                            int
+}
+
+func (s *Server) queueDepths() ([]uiQueue, error) {
+	names, err := s.insp.Queues()
+	if err != nil {
+		return nil, fmt.Errorf("api: queues: %w", err)
+	}
+	slices.Sort(names)
+	var out []uiQueue
+	for _, q := range names {
+		info, err := s.insp.GetQueueInfo(q)
+		if err != nil {
+			return nil, fmt.Errorf("api: queue %s: %w", q, err)
+		}
+		out = append(out, uiQueue{Name: q, Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
+			Archived: info.Archived, Completed: info.Completed, Latency: info.Latency, Paused: info.Paused,
+			ProcessedToday: info.Processed, FailedToday: info.Failed})
+	}
+	if !slices.Contains(names, s.wcfg.Queue) {
+		// Asynq knows a queue from its first task on: until then it is empty.
+		out = append(out, uiQueue{Name: s.wcfg.Queue})
+	}
+	return out, nil
+}
+
+// knownTenants: tenants with a plan, named in the rules, holding a token,
+// or with tasks in the queue (seen), sorted, at most uiMaxTenants. more
+// reports a longer list, or a token scan that stopped at its budget.
+func (s *Server) knownTenants(ctx context.Context, seen map[string]int) (tenants []string, more bool, err error) {
+	set := map[string]bool{}
+	if w := s.watcher.Load(); w != nil {
+		for _, p := range w.Current().Plans {
+			set[p.Tenant] = true
+		}
+	}
+	for _, e := range s.policy().Entries() {
+		if e.Tenant != "" {
+			set[e.Tenant] = true
+		}
+	}
+	for t := range seen {
+		set[t] = true
+	}
+	// Tenants with tokens: no index lists them, so SCAN for their token
+	// hashes, with a budget (a keyspace of millions of windows is not
+	// walked for one page).
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		var cursor uint64
+		for range uiTokenScanCalls {
+			keys, next, err := c.Scan(ctx, cursor, keyTenant+"*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				if t := strings.TrimPrefix(k, keyTenant); tasks.CheckTenant(t) == nil {
+					set[t] = true
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+		more = true
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// The token keys share one hash slot: one master holds them all.
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("api: tenants with tokens: %w", err)
+	}
+	tenants = make([]string, 0, len(set))
+	for t := range set {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	if len(tenants) > uiMaxTenants {
+		return tenants[:uiMaxTenants], true, nil
+	}
+	return tenants, more, nil
+}
+
+// uiChart is a channel's sends per minute over the last hour and how the
+// current window of its longest tenant-wide rule filled, both counted from
+// that window's entries.
+type uiChart struct {
+	Channel string
+	Now     time.Time
+	Counts  []int // sends per minute, oldest first; the last minute ends now
+	// InWindow is, at the end of each minute, how many of the sends that
+	// count in the window now had been made; -1 before the window began.
+	InWindow []int
+	Rule     throttle.Rule   // the rule whose window is counted (the longest)
+	Others   []throttle.Rule // the channel's other tenant-wide rules
+	Used     int
+	Booked   int // slots booked after now
+	Total    int // sends in the hour
+	Peak     int // most sends in one minute
+}
+
+// chartData reads tenant's tenant-wide window of ch with the longest span:
+// its entries are the sends (admissions) and, after now, booked slots;
+// members are hashed ids, nothing personal. Every count is a ZCOUNT in one
+// pipeline.
+func (s *Server) chartData(ctx context.Context, tenant string, ch tasks.Channel) (uiChart, bool, error) {
+	c := uiChart{Channel: string(ch)}
+	var longest plans.Entry
+	for _, e := range s.policy().Match(tenant, ch, "").Rates {
+		if e.Scope == plans.ScopeTenant && e.Rule.Window > longest.Rule.Window {
+			longest = e
+		}
+	}
+	if longest.Rule.Window == 0 {
+		return c, false, nil
+	}
+	for _, e := range s.policy().Match(tenant, ch, "").Rates {
+		if e.Scope == plans.ScopeTenant && e.Rule != longest.Rule {
+			c.Others = append(c.Others, e.Rule)
+		}
+	}
+	c.Rule = longest.Rule
+	key, err := s.lim.Key(tenant, longest.Limit("", ""))
+	if err != nil {
+		return c, false, err
+	}
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return c, false, fmt.Errorf("api: chart: %w", err)
+	}
+	c.Now = now
+	n := int(uiChartSpan / uiChartMinute)
+	nowMS, minute, start := now.UnixMilli(), uiChartMinute.Milliseconds(), now.UnixMilli()-c.Rule.Window.Milliseconds()
+	ms := func(v int64) string { return strconv.FormatInt(v, 10) }
+	perMinute, inWindow := make([]*redis.IntCmd, n), make([]*redis.IntCmd, n)
+	var booked *redis.IntCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			hi := nowMS - int64(n-1-i)*minute
+			perMinute[i] = p.ZCount(ctx, key, "("+ms(hi-minute), ms(hi))
+			if hi > start {
+				inWindow[i] = p.ZCount(ctx, key, "("+ms(start), ms(hi))
+			}
+		}
+		booked = p.ZCount(ctx, key, "("+ms(nowMS), "+inf")
+		return nil
+	})
+	if err != nil {
+		return c, false, fmt.Errorf("api: chart: %w", err)
+	}
+	c.Counts, c.InWindow = make([]int, n), make([]int, n)
+	for i := range n {
+		c.Counts[i] = int(perMinute[i].Val())
+		c.Total += c.Counts[i]
+		c.Peak = max(c.Peak, c.Counts[i])
+		c.InWindow[i] = -1
+		if inWindow[i] != nil {
+			c.InWindow[i] = int(inWindow[i].Val())
+		}
+	}
+	c.Used, c.Booked = c.InWindow[n-1], int(booked.Val())
+	return c, true, nil
+}

@@ -1,0 +1,476 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// uiTenantRow is one tenant of the overview.
+type uiTenantRow struct {
+	Tenant  string
+	Plan    uiPlan
+	Windows []uiWindow
+	Held    int // tasks in the queue
+}
+
+type uiOverview struct {
+	Now        time.Time
+	Tenants    []uiTenantRow
+	More       bool
+	Queues     []uiQueue
+	Activity   uiActivity // every tenant's
+	Unreadable int
+}
+
+// overview is the admin's page: every tenant with its plan and tenant-wide
+// windows, the queues, and what waits or was lost across tenants. A tenant
+// is sent to its own page.
+func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	if !s.Admin {
+		http.Redirect(w, r, "/ui/tenants/"+s.Tenant, http.StatusSeeOther)
+		return
+	}
+	ctx := r.Context()
+	sc, err := u.s.scanTasks(ctx, "*")
+	if err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	v, err := u.overviewData(ctx, sc.Tenants)
+	if err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	v.Activity = summarize(sc, time.Now())
+	v.Activity.ShowTenant = true
+	v.Unreadable = sc.Unreadable
+	if v.Queues, err = u.s.queueDepths(); err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	u.renderTitled(w, r, http.StatusOK, "overview", "All tenants", "/ui/live", v)
+}
+
+func (u *ui) overviewData(ctx context.Context, held map[string]int) (uiOverview, error) {
+	tenants, more, err := u.s.knownTenants(ctx, held)
+	if err != nil {
+		return uiOverview{}, err
+	}
+	return u.tenantRows(ctx, tenants, more, held)
+}
+
+// tenantRows reads the plan and tenant-wide windows of each tenant.
+func (u *ui) tenantRows(ctx context.Context, tenants []string, more bool, held map[string]int) (uiOverview, error) {
+	v := uiOverview{More: more, Now: time.Now()}
+	for _, t := range tenants {
+		ws, now, err := u.s.tenantWindows(ctx, t)
+		if err != nil {
+			return v, err
+		}
+		p, err := u.s.tenantPlan(ctx, t, false)
+		if err != nil {
+			return v, err
+		}
+		v.Now = now
+		v.Tenants = append(v.Tenants, uiTenantRow{Tenant: t, Plan: p, Windows: ws, Held: held[t]})
+	}
+	return v, nil
+}
+
+// openTenant sends the admin's "open a tenant" form to its page.
+func (u *ui) openTenant(w http.ResponseWriter, r *http.Request) {
+	t := strings.TrimSpace(r.URL.Query().Get("tenant"))
+	if err := tasks.CheckTenant(t); err != nil {
+		u.fail(w, r, http.StatusBadRequest, "A tenant id is 1–64 of A–Z, a–z, 0–9, '.', '_' and '-'.")
+		return
+	}
+	http.Redirect(w, r, "/ui/tenants/"+url.PathEscape(t), http.StatusSeeOther)
+}
+
+type uiTenantPage struct {
+	Tenant   string
+	Now      time.Time
+	Plan     uiPlan
+	Windows  []uiWindow
+	Charts   []uiChart
+	Activity uiActivity
+	Queues   []uiQueue // admin only: queues are shared by every tenant
+	Flash    string
+	Lookup   uiLookupForm
+}
+
+type uiLookupForm struct {
+	Error string
+}
+
+func (u *ui) tenantPage(w http.ResponseWriter, r *http.Request, tenant string) {
+	v, err := u.tenantData(r.Context(), sessionOf(r), tenant)
+	if err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	if f := r.URL.Query().Get("reset"); f != "" {
+		// Only a window of this tenant is named back: a link cannot put
+		// words of its own on the page.
+		for _, win := range v.Windows {
+			if f == win.Scope+" "+win.Rule {
+				v.Flash = "Reset the window " + f + ": the sends made before no longer count."
+			}
+		}
+	}
+	u.renderTitled(w, r, http.StatusOK, "tenant", "Tenant "+tenant, "/ui/tenants/"+url.PathEscape(tenant)+"/live", v)
+}
+
+func (u *ui) tenantData(ctx context.Context, s uiSession, tenant string) (uiTenantPage, error) {
+	v := uiTenantPage{Tenant: tenant}
+	var err error
+	if v.Windows, v.Now, err = u.s.tenantWindows(ctx, tenant); err != nil {
+		return v, err
+	}
+	if v.Plan, err = u.s.tenantPlan(ctx, tenant, true); err != nil {
+		return v, err
+	}
+	for _, ch := range []tasks.Channel{tasks.SMS, tasks.Email} {
+		c, ok, err := u.s.chartData(ctx, tenant, ch)
+		if err != nil {
+			return v, err
+		}
+		if ok {
+			v.Charts = append(v.Charts, c)
+		}
+	}
+	sc, err := u.s.scanTasks(ctx, tenant)
+	if err != nil {
+		return v, err
+	}
+	v.Activity = summarize(sc, time.Now())
+	if s.Admin {
+		if v.Queues, err = u.s.queueDepths(); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// chart is the SVG picture of a channel's sends per minute against the
+// tenant-wide limits, drawn here: no script, no library.
+func (u *ui) chart(w http.ResponseWriter, r *http.Request, tenant string) {
+	ch := tasks.Channel(r.URL.Query().Get("channel"))
+	if ch != tasks.SMS && ch != tasks.Email {
+		http.Error(w, "channel must be sms or email", http.StatusBadRequest)
+		return
+	}
+	c, ok, err := u.s.chartData(r.Context(), tenant, ch)
+	if err != nil {
+		u.s.log.Error("redis trouble; chart refused", "err", err)
+		http.Error(w, "Redis could not be asked", http.StatusServiceUnavailable)
+		return
+	}
+	if !ok {
+		http.Error(w, "no tenant-wide rule on this channel", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "image/svg+xml")
+	_, _ = w.Write(drawChart(c))
+}
+
+// uiRecipientPage is a recipient's windows and messages; the recipient is
+// shown masked, and only its keyed hash is ever stored (by the limiter).
+type uiRecipientPage struct {
+	Tenant   string
+	Masked   string
+	Subject  string // the keyed hash the limiter stores it under
+	Channel  string
+	Now      time.Time
+	Windows  []uiWindow
+	Quiet    []worker.QuietRow
+	Activity uiActivity
+}
+
+// recipient looks a recipient up: POSTed so the number or address never
+// lands in a URL, the history or an access log, and never logged here.
+func (u *ui) recipient(w http.ResponseWriter, r *http.Request, tenant string) {
+	raw := strings.TrimSpace(r.PostForm.Get("recipient"))
+	ch, norm, problem := parseRecipient(raw)
+	if problem != "" {
+		v, err := u.tenantData(r.Context(), sessionOf(r), tenant)
+		if err != nil {
+			u.unavailable(w, r, err)
+			return
+		}
+		v.Lookup.Error = problem
+		u.renderTitled(w, r, http.StatusBadRequest, "tenant", "Tenant "+tenant, "/ui/tenants/"+url.PathEscape(tenant)+"/live", v)
+		return
+	}
+	v := uiRecipientPage{Tenant: tenant, Masked: tasks.Mask(norm), Subject: u.s.lim.Subject(norm)[:12], Channel: string(ch)}
+	rep, err := worker.Quotas(r.Context(), u.s.lim, u.s.policy(), u.s.wcfg, worker.QuotaQuery{Tenant: tenant, Channel: ch, Recipient: norm})
+	switch {
+	case errors.Is(err, worker.ErrNoRules):
+	case err != nil:
+		u.unavailable(w, r, err)
+		return
+	default:
+		v.Now = rep.Now
+		v.Windows = toWindows(rep, func(e plans.Entry) bool { return e.Scope == plans.ScopeRecipient }, map[string]bool{})
+		v.Quiet = rep.Quiet
+	}
+	if v.Now.IsZero() {
+		v.Now = time.Now()
+	}
+	sc, err := u.s.scanTasks(r.Context(), tenant)
+	if err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	mine := sc.Tasks[:0]
+	for _, t := range sc.Tasks {
+		if t.to == norm && t.Channel == string(ch) {
+			mine = append(mine, t)
+		}
+	}
+	sc.Tasks = mine
+	v.Activity = summarize(sc, time.Now())
+	u.renderTitled(w, r, http.StatusOK, "recipient", "Recipient "+v.Masked, "", v)
+}
+
+// parseRecipient tells an address from a number and normalises it as the
+// worker does; problem is set (without echoing the input) when it is neither.
+func parseRecipient(raw string) (tasks.Channel, string, string) {
+	switch {
+	case raw == "":
+		return "", "", "Enter a phone number (E.164, e.g. +14155550100) or an email address."
+	case len(raw) > tasks.MaxEmailLen:
+		return "", "", "That is too long for an address or a number."
+	case strings.Contains(raw, "@"):
+		n := tasks.Notification{Channel: tasks.Email, To: raw}.Normalized()
+		if !strings.Contains(n.To, "@") || strings.ContainsAny(n.To, " <>\r\n") {
+			return "", "", "That is not an email address."
+		}
+		return tasks.Email, n.To, ""
+	}
+	n := tasks.Notification{Channel: tasks.SMS, To: raw}.Normalized()
+	if !tasks.IsE164(n.To) {
+		return "", "", "That is neither an email address nor an E.164 phone number (+ and country code, e.g. +14155550100)."
+	}
+	return tasks.SMS, n.To, ""
+}
+
+// uiReset is the confirmation page of a window reset.
+type uiReset struct {
+	Tenant string
+	Window uiWindow
+}
+
+// findWindow finds the tenant-wide window id names under the rules in force.
+func (u *ui) findWindow(ctx context.Context, tenant, id string) (uiWindow, bool, error) {
+	ws, _, err := u.s.tenantWindows(ctx, tenant)
+	if err != nil {
+		return uiWindow{}, false, err
+	}
+	for _, w := range ws {
+		if w.ID == id {
+			return w, true, nil
+		}
+	}
+	return uiWindow{}, false, nil
+}
+
+// resetForm asks before a window is reset. Only the admin resets: a quota
+// is the operator's limit on a tenant, not the tenant's own to lift.
+func (u *ui) resetForm(w http.ResponseWriter, r *http.Request, tenant string) {
+	if !sessionOf(r).Admin {
+		u.fail(w, r, http.StatusForbidden, "Only the admin may reset a tenant's quota windows.")
+		return
+	}
+	win, ok, err := u.findWindow(r.Context(), tenant, r.URL.Query().Get("window"))
+	if err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	if !ok {
+		u.fail(w, r, http.StatusNotFound, "No tenant-wide window of this tenant has that name under the rules in force.")
+		return
+	}
+	u.renderTitled(w, r, http.StatusOK, "reset", "Reset a window of "+tenant, "", uiReset{Tenant: tenant, Window: win})
+}
+
+// reset forgets every send in one tenant-wide window (CSRF-checked, confirmed).
+func (u *ui) reset(w http.ResponseWriter, r *http.Request, tenant string) {
+	s := sessionOf(r)
+	if !s.Admin {
+		u.fail(w, r, http.StatusForbidden, "Only the admin may reset a tenant's quota windows.")
+		return
+	}
+	if r.PostForm.Get("confirm") != "yes" {
+		u.fail(w, r, http.StatusBadRequest, "The reset was not confirmed; nothing was done.")
+		return
+	}
+	win, ok, err := u.findWindow(r.Context(), tenant, r.PostForm.Get("window"))
+	if err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	if !ok {
+		u.fail(w, r, http.StatusNotFound, "No tenant-wide window of this tenant has that name under the rules in force; nothing was done.")
+		return
+	}
+	if err := u.s.lim.Reset(r.Context(), tenant, win.limit); err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	u.s.log.Warn("quota window reset from the dashboard", "tenant", tenant, "window", win.Scope+" "+win.Rule, "used", win.Used, "booked", win.Booked, "by", s.TokenID)
+	http.Redirect(w, r, "/ui/tenants/"+url.PathEscape(tenant)+"?reset="+url.QueryEscape(win.Scope+" "+win.Rule), http.StatusSeeOther)
+}
+
+// tenantLive streams the tenant's windows as HTML fragments (server-sent
+// events), one a second: the page's script swaps them in.
+func (u *ui) tenantLive(w http.ResponseWriter, r *http.Request, tenant string) {
+	s := sessionOf(r)
+	u.stream(w, r, func(ctx context.Context, tick int) ([]uiEvent, error) {
+		ws, now, err := u.s.tenantWindows(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		ev := []uiEvent{{"windows", "windows", uiWindowsPart{Tenant: tenant, Windows: ws, Now: now, Admin: s.Admin}}}
+		if s.Admin && tick%5 == 0 {
+			qs, err := u.s.queueDepths()
+			if err != nil {
+				return nil, err
+			}
+			ev = append(ev, uiEvent{"queues", "queues", qs})
+		}
+		return ev, nil
+	})
+}
+
+// overviewLive streams every tenant's windows for the admin's overview.
+func (u *ui) overviewLive(w http.ResponseWriter, r *http.Request) {
+	if !sessionOf(r).Admin {
+		u.fail(w, r, http.StatusForbidden, "The overview is the admin's.")
+		return
+	}
+	// The list of tenants is read when the stream starts and every minute:
+	// finding them is the costly part, their windows are not.
+	var tenants []string
+	var held map[string]int
+	var more bool
+	u.stream(w, r, func(ctx context.Context, tick int) ([]uiEvent, error) {
+		if tick%60 == 0 {
+			sc, err := u.s.scanTasks(ctx, "")
+			if err != nil {
+				return nil, err
+			}
+			held = sc.Tenants
+			if tenants, more, err = u.s.knownTenants(ctx, held); err != nil {
+				return nil, err
+			}
+		}
+		v, err := u.tenantRows(ctx, tenants, more, held)
+		if err != nil {
+			return nil, err
+		}
+		ev := []uiEvent{{"tenants", "tenants", v}}
+		if tick%5 == 0 {
+			qs, err := u.s.queueDepths()
+			if err != nil {
+				return nil, err
+			}
+			ev = append(ev, uiEvent{"queues", "queues", qs})
+		}
+		return ev, nil
+	})
+}
+
+// uiWindowsPart is the live table of a tenant's windows.
+type uiWindowsPart struct {
+	Tenant  string
+	Windows []uiWindow
+	Now     time.Time
+	Admin   bool
+}
+
+// uiEvent is one server-sent event: the element to replace and the partial
+// template that renders its content.
+type uiEvent struct {
+	Name     string // event name = id of the element on the page ("live-" + Name)
+	Template string
+	Data     any
+}
+
+// stream sends the events next produces every uiLiveInterval until the
+// browser leaves, the server stops, the session ends, or uiStreamMax passes
+// (EventSource then reconnects by itself).
+func (u *ui) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, int) ([]uiEvent, error)) {
+	select {
+	case u.streams <- struct{}{}:
+		defer func() { <-u.streams }()
+	default:
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, "too many live streams; the page still works, reload it for fresh figures", http.StatusServiceUnavailable)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := sessionOf(r)
+	ctx := r.Context()
+	end := time.Now().Add(uiStreamMax)
+	tick := time.NewTicker(uiLiveInterval)
+	defer tick.Stop()
+	var buf bytes.Buffer
+	buf.WriteString("retry: 2000\n\n")
+	for i := 0; ; i++ {
+		evs, err := next(ctx, i)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			u.s.log.Warn("live dashboard: could not read the figures", "route", r.Pattern, "err", err)
+			buf.WriteString("event: trouble\ndata: Redis could not be asked; the figures are stale.\n\n")
+		}
+		for _, ev := range evs {
+			var part bytes.Buffer
+			if err := uiPages["tenant"].ExecuteTemplate(&part, ev.Template, ev.Data); err != nil {
+				u.s.log.Error("live dashboard: fragment did not render", "fragment", ev.Template, "err", err)
+				return
+			}
+			buf.WriteString("event: " + ev.Name + "\n")
+			for _, line := range strings.Split(strings.TrimSpace(part.String()), "\n") {
+				buf.WriteString("data: " + strings.TrimRight(line, "\r") + "\n")
+			}
+			buf.WriteString("\n")
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		buf.Reset()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if u.s.stopping.Load() || time.Now().After(end) || time.Now().Unix() >= s.Expires {
+			return
+		}
+		if i%10 == 9 {
+			if ok, err := u.stillValid(ctx, s); err == nil && !ok {
+				return // the token was revoked
+			}
+		}
+	}
+}
