@@ -124,10 +124,14 @@ func TestSoak(t *testing.T) {
 		{tasks.SMS, false, 2, 10 * time.Second}, {tasks.SMS, true, 100, 10 * time.Second},
 		{tasks.Email, false, 1, 10 * time.Second}, {tasks.Email, true, 100, 10 * time.Second},
 	}
+	// An SMTP transaction on a loaded machine can take half a second: the
+	// soak's send slack (the tolerance the audit allows for send latency's
+	// variation, and that the exact scheduler keeps too) is 500 ms.
+	const slack = 500 * time.Millisecond
 	e := newEnv(t, "sms:recipient=2/10s,sms:tenant=100/10s,email:recipient=1/10s,email:tenant=100/10s")
 	smtp := fakes.NewSMTPServer(t)
 	mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
-		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "soak@example.com", "SLUICE_CONCURRENCY": "16"}
+		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "soak@example.com", "SLUICE_CONCURRENCY": "16", "SLUICE_SEND_SLACK": slack.String()}
 	e.worker("w0", mail)
 	e.worker("w1", mail)
 
@@ -139,11 +143,12 @@ func TestSoak(t *testing.T) {
 		isDelivered bool
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 25))
-	ideal := &idealSchedule{rules: rules, slack: sendSlack, sent: map[string][]time.Time{}}
+	ideal := &idealSchedule{rules: rules, slack: slack, sent: map[string][]time.Time{}}
 	byID := map[string]*sent{}
 	var mu sync.Mutex
 	// Deferred tasks (Asynq's retry and scheduled sets), sampled every 5 s.
 	var samples []int
+	var sampledAt []time.Time
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -158,6 +163,7 @@ func TestSoak(t *testing.T) {
 				if qi, err := e.insp.GetQueueInfo(tasks.DefaultQueue); err == nil {
 					mu.Lock()
 					samples = append(samples, qi.Retry+qi.Scheduled)
+					sampledAt = append(sampledAt, time.Now())
 					mu.Unlock()
 				}
 			}
@@ -261,13 +267,26 @@ func TestSoak(t *testing.T) {
 		return float64(s) / float64(len(xs))
 	}
 	enqueueSamples := samples[:min(len(samples), int(duration/(5*time.Second)))]
+	// What an exact scheduler would hold deferred at the same instants: the
+	// messages that arrived and wait more than MAX_INLINE_WAIT (2 s) for
+	// their ideal slot.
+	idealSamples := make([]int, len(enqueueSamples))
+	for i := range enqueueSamples {
+		at := sampledAt[i]
+		for _, s := range byID {
+			if !s.at.After(at) && s.ideal.After(at.Add(2*time.Second)) {
+				idealSamples[i]++
+			}
+		}
+	}
 	third := len(enqueueSamples) / 3
 	middle, late := mean(enqueueSamples[third:2*third]), mean(enqueueSamples[2*third:])
+	idealLate := mean(idealSamples[2*third:])
 	mu.Unlock()
 	t.Logf("soak %v at %d/s: %d notifications, %d receipts; enqueue-to-send latency p50 %v p90 %v p99 %v max %v; vs the exact scheduler p50 %v p99 %v max %v; "+
-		"deferred set (mean) middle third %.0f, last third %.0f, samples %v; last send %v after the last enqueue (ideal %v)",
+		"deferred set (mean) middle third %.0f, last third %.0f (the exact scheduler's: %.0f), samples %v, the exact scheduler's %v; last send %v after the last enqueue (ideal %v)",
 		duration, rate, len(byID), len(sms)+len(em), q(latency, 50), q(latency, 90), q(latency, 99), q(latency, 100),
-		q(lateness, 50), q(lateness, 99), q(lateness, 100), middle, late, enqueueSamples,
+		q(lateness, 50), q(lateness, 99), q(lateness, 100), middle, late, idealLate, enqueueSamples, idealSamples,
 		last.Sub(lastEnqueue).Round(100*time.Millisecond), idealEnd.Sub(lastEnqueue).Round(100*time.Millisecond))
 	if !done {
 		t.Fatalf("%d of %d notifications not delivered by the ideal end + 20 s", missing, len(byID))
@@ -290,8 +309,9 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s tenant=%v %d/%v: %d violations (%s), %d repeats", r.channel, r.tenant, r.limit, r.window, rep.violations, rep.worst, rep.duplicates)
 		}
 	}
-	if late > 1.5*middle+20 {
-		t.Errorf("the deferred set grew: mean %.0f in the middle third, %.0f in the last", middle, late)
+	// Level: it does not run away from what the rules themselves defer.
+	if late > 1.5*idealLate+20 {
+		t.Errorf("the deferred set ran away: mean %.0f in the last third, where an exact scheduler defers %.0f", late, idealLate)
 	}
 	if p99 := q(lateness, 99); p99 > 3*time.Second {
 		t.Errorf("p99 of sends %v later than the exact scheduler; want ≤ 3 s", p99)
