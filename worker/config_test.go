@@ -125,7 +125,12 @@ func TestConfigCrossChecks(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_FROM must be set"},
+		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_FROM must be set when SLUICE_SMS_SENDER=http, or SLUICE_SMS_MESSAGING_SERVICE_SID instead"},
+		{base("SLUICE_SMS_MESSAGING_SERVICE_SID", "MG123"), "SLUICE_SMS_MESSAGING_SERVICE_SID must be MG followed by 32 hex digits"},
+		{base("SLUICE_SMS_MESSAGING_SERVICE_SID", "MG0123456789abcdef0123456789abcdef", "SLUICE_SMS_FROM", "+15005550006"), "SLUICE_SMS_MESSAGING_SERVICE_SID and SLUICE_SMS_FROM are both set"},
+		{base("SLUICE_SMS_STATUS_CALLBACK_URL", "ftp://sluice.example.com"), "SLUICE_SMS_STATUS_CALLBACK_URL must be an http(s) URL"},
+		{base("SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com?x=1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_STATUS_CALLBACK_URL must be a base URL without user info, query or fragment"},
+		{base("SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com"), "SLUICE_SMS_STATUS_CALLBACK_URL is set but SLUICE_SMS_AUTH_TOKEN is not"},
 		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_FROM", "+15005550006"), "SLUICE_SMS_AUTH_TOKEN must be set"},
 		{base("SLUICE_EMAIL_SENDER", "smtp", "SLUICE_SMTP_FROM", "not an address"), "SLUICE_SMTP_FROM must be an email address"},
 		{base("SLUICE_MAX_INLINE_WAIT", "1s"), "SLUICE_MAX_INLINE_WAIT must be 0 or at least"},
@@ -142,6 +147,11 @@ func TestConfigCrossChecks(t *testing.T) {
 	}
 	if _, err := worker.ParseConfig(base("SLUICE_MAX_INLINE_WAIT", "0s")); err != nil {
 		t.Errorf("inline waits off: %v", err)
+	}
+	// SMS over http goes from a number or through a Messaging Service.
+	if _, err := worker.ParseConfig(base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t",
+		"SLUICE_SMS_MESSAGING_SERVICE_SID", "MG0123456789abcdef0123456789ABCDEF", "SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com/hooks")); err != nil {
+		t.Fatalf("SMS through a Messaging Service with callbacks: %v", err)
 	}
 }
 

@@ -390,7 +390,8 @@ func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error
 	switch cfg.SMSSender {
 	case "http":
 		s, err := NewHTTPSMSSender(HTTPSMSConfig{BaseURL: cfg.SMSBaseURL, AccountSID: cfg.SMSAccountSID,
-			AuthToken: cfg.SMSAuthToken, From: cfg.SMSFrom, Timeout: cfg.SMSTimeout})
+			AuthToken: cfg.SMSAuthToken, From: cfg.SMSFrom, MessagingServiceSID: cfg.SMSMessagingServiceSID,
+			StatusCallback: cfg.SMSStatusCallbackURL, Timeout: cfg.SMSTimeout})
 		if err != nil {
 			return nil, err
 		}
