@@ -68,8 +68,10 @@ type Config struct {
 	SMSFrom       string        `env:"SMS_FROM" desc:"Default From number or sender id of SMS (or set SMS_MESSAGING_SERVICE_SID instead)."`
 	SMSTimeout    time.Duration `env:"SMS_TIMEOUT" envDefault:"10s" desc:"Timeout of one SMS API request."`
 
-	SMSMessagingServiceSID string `env:"SMS_MESSAGING_SERVICE_SID" desc:"Default Messaging Service of SMS (MG + 32 hex digits), instead of SMS_FROM: messages are posted with MessagingServiceSid and no From, and the provider picks the number from the service's sender pool. Sender rules (sms:sender=...) count the service as the sender. A notification's own from or messaging_service_sid overrides it."`
-	SMSStatusCallbackURL   string `env:"SMS_STATUS_CALLBACK_URL" desc:"Base URL of sluice api as the SMS provider reaches it (e.g. https://sluice.example.com). When set, each SMS asks for status callbacks at BASE/v1/callbacks/sms/TENANT/ID; the API checks their X-Twilio-Signature with SMS_AUTH_TOKEN and reports delivered, undelivered or failed. A path in it is one a proxy strips before the API. Workers and the API need the same value."`
+	SMSMessagingServiceSID string        `env:"SMS_MESSAGING_SERVICE_SID" desc:"Default Messaging Service of SMS (MG + 32 hex digits), instead of SMS_FROM: messages are posted with MessagingServiceSid and no From, and the provider picks the number from the service's sender pool. Sender rules (sms:sender=...) count the service as the sender. A notification's own from or messaging_service_sid overrides it."`
+	SMSStatusCallbackURL   string        `env:"SMS_STATUS_CALLBACK_URL" desc:"Base URL of sluice api as the SMS provider reaches it (e.g. https://sluice.example.com). When set, each SMS asks for status callbacks at BASE/v1/callbacks/sms/TENANT/ID; the API checks their X-Twilio-Signature with SMS_AUTH_TOKEN and reports delivered, undelivered or failed. A path in it is one a proxy strips before the API. Workers and the API need the same value."`
+	SMSSuppressCodes       string        `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
+	SMSSuppressTTL         time.Duration `env:"SMS_SUPPRESS_TTL" envDefault:"720h" desc:"How long a recipient stays on a tenant's SMS suppression list after its last permanent failure (numbers get reassigned)."`
 
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
@@ -226,6 +228,12 @@ func (c Config) Validate() error {
 			bad("SMS_STATUS_CALLBACK_URL", "is set but %sSMS_AUTH_TOKEN is not: the API checks each callback's X-Twilio-Signature with it", EnvPrefix)
 		}
 	}
+	if _, err := c.SuppressCodes(); err != nil {
+		bad("SMS_SUPPRESS_CODES", "%v", err)
+	}
+	if c.SMSSuppressTTL < time.Hour || c.SMSSuppressTTL > 3650*24*time.Hour {
+		bad("SMS_SUPPRESS_TTL", "must be between 1h and 87600h (10 years), got %v", c.SMSSuppressTTL)
+	}
 	for name, d := range map[string]time.Duration{
 		"SMTP_TIMEOUT": c.SMTPTimeout, "SMS_TIMEOUT": c.SMSTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
 		"DELAYED_CHECK_INTERVAL": c.DelayedCheckInterval, "POLL_INTERVAL": c.PollInterval,
@@ -341,6 +349,24 @@ func checkCallbackBase(raw string) error {
 		return fmt.Errorf("must be a base URL without user info, query or fragment (the path /v1/callbacks/sms/TENANT/ID is added to it), got %q", raw)
 	}
 	return nil
+}
+
+// SuppressCodes are the provider error codes of SMS_SUPPRESS_CODES; nil
+// when it is none.
+func (c Config) SuppressCodes() (map[int]bool, error) {
+	if strings.TrimSpace(c.SMSSuppressCodes) == "none" {
+		return nil, nil
+	}
+	out := map[int]bool{}
+	for _, f := range strings.Split(c.SMSSuppressCodes, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 999999 || len(f) > 6 {
+			return nil, fmt.Errorf("must be comma-separated provider error codes (1 to 6 digits, e.g. 21211,30005) or none, got %q", f)
+		}
+		out[n] = true
+	}
+	return out, nil
 }
 
 // checkRedisURL says what is wrong with a Redis URL: the scheme, the port,

@@ -132,3 +132,54 @@ func TestSMSErrorCode(t *testing.T) {
 		t.Fatalf("Send = %#v; want a transient SendError without a code", err)
 	}
 }
+
+// A provider's permanent refusal with a code of SLUICE_SMS_SUPPRESS_CODES
+// puts the recipient on the tenant's suppression list: the next SMS to it
+// is archived (reason suppressed) before the limiter, without reaching the
+// provider, while other recipients and other tenants are sent to. With the
+// list off, the next SMS is tried.
+func TestPermanentFailureSuppressesTheRecipient(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		t.Run(map[bool]string{true: "On", false: "Off"}[on], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, "sms:recipient=5/1m")
+			cfg := b.cfg
+			if !on {
+				cfg.SMSSuppressCodes = "none"
+			}
+			r := b.start(t, cfg)
+			const bad = "+14155550190"
+			b.sms.SetReply(func(to, _ string) (int, string) {
+				if to == bad {
+					return 21211, ""
+				}
+				return 0, ""
+			})
+			first := tasks.NewSMS("acme", bad, "first")
+			b.enqueue(t, first)
+			ti := b.waitTask(t, first.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+			if !strings.Contains(ti.LastErr, `"code":21211`) {
+				t.Fatalf("first archived with %q", ti.LastErr)
+			}
+			second := tasks.NewSMS("acme", "+1 415 555 0190", "second")
+			b.enqueue(t, second)
+			ti = b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+			if got := strings.HasPrefix(ti.LastErr, "suppressed: an earlier SMS to this recipient failed permanently (provider code 21211)"); got != on {
+				t.Fatalf("second archived with %q; suppression on: %v", ti.LastErr, on)
+			}
+			if want := map[bool]int{true: 1, false: 2}[on]; b.sms.Attempts() != want {
+				t.Fatalf("%d attempts at the provider, want %d", b.sms.Attempts(), want)
+			}
+			other := tasks.NewSMS("acme", "+14155550191", "another number")
+			globex := tasks.NewSMS("globex", bad, "another tenant")
+			b.sms.SetReply(nil)
+			b.enqueue(t, other)
+			b.enqueue(t, globex)
+			b.sms.WaitCount(t, 2, 10*time.Second)
+			if v := metric(t, r.reg, "sluice_archived_total", map[string]string{"reason": "suppressed"}); v != map[bool]float64{true: 1, false: 0}[on] {
+				t.Fatalf("archived as suppressed: %v", v)
+			}
+		})
+	}
+}
