@@ -27,7 +27,7 @@ if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
                 plans:FuzzParse worker:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
                 api:FuzzParseIdempotencyKey api:FuzzParseStateRecord api:FuzzParseLastErr api:FuzzDecodeNotification \
-                delivery:FuzzParseRecord; do
+                api:FuzzParseStatusCallback delivery:FuzzParseRecord; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then
