@@ -94,11 +94,11 @@ func (s *Server) smsCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	log := s.log.With("tenant", tenant, "id", id, "status", cb.Status, "error_code", cb.ErrorCode)
 	if !applied {
-		log.Info("SMS status callback older than the recorded status; nothing changed")
+		log.Debug("SMS status callback older than the recorded status; nothing changed")
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	log.Info("SMS status recorded")
+	log.Debug("SMS status recorded")
 	if cb.Status.Final() && (prev == nil || !prev.Status.Final()) {
 		outcome := cb.Status.Outcome()
 		s.metrics.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
