@@ -6,8 +6,10 @@
 // # Endpoints
 //
 //	POST /v1/notifications         one notification, or {"notifications": [...]} (1–500), all or nothing → 202
-//	GET  /v1/notifications/{id}    queued, waiting (reason, rule, slot), sending, sent, archived (reason), unknown
+//	GET  /v1/notifications/{id}    queued, waiting (reason, rule, slot), sending, sent, archived (reason), unknown;
+//	                               an SMS the provider reported on: delivered, undelivered or failed (error_code)
 //	GET  /v1/quotas                the windows of `sluice quota show --json`, under the plans in force
+//	POST /v1/callbacks/sms/{tenant}/{id}  the SMS provider's status callbacks, signed (X-Twilio-Signature) → 204
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
 //	GET  /metrics, /healthz, /readyz
 //
@@ -41,6 +43,19 @@
 // and the index (NotificationID): a retry whose record was lost still
 // cannot enqueue twice — its ids are refused as still enqueued, or known
 // to the workers as sent.
+//
+// # Status callbacks
+//
+// With SLUICE_SMS_STATUS_CALLBACK_URL set, workers ask the provider to
+// report each SMS at BASE/v1/callbacks/sms/TENANT/ID. That route carries no
+// token: it checks X-Twilio-Signature (HMAC-SHA1 under SLUICE_SMS_AUTH_TOKEN
+// of BASE + the request's path and query + the sorted form fields), refusing
+// a missing or wrong one with 403 before it reads or writes anything, then
+// answers 404 for a notification without a limiter record. Statuses are
+// kept by package delivery, forward only; a first final one is counted in
+// sluice_delivery_outcomes_total, and a permanent failure whose code is in
+// SLUICE_SMS_SUPPRESS_CODES puts the recipient on the tenant's suppression
+// list, which the workers check before each SMS.
 //
 // # Rate limit
 //

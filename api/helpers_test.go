@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -44,26 +46,31 @@ type bundle struct {
 }
 
 // setup starts a redis-server, a fake SMS API, the API with tokens for
-// acme and globex, and an admin token. env adds or overrides variables.
+// acme and globex, and an admin token. SMS ask for status callbacks at the
+// API. env adds or overrides variables.
 func setup(t *testing.T, rules string, env map[string]string) *bundle {
 	t.Helper()
 	srv, rdb := redistest.New(t)
 	b := &bundle{redis: srv, rdb: rdb, sms: fakes.NewSMSAPI(t), tokens: map[string]string{}}
+	// The listener first: its address is the callback URL in the config.
+	b.http = httptest.NewUnstartedServer(nil)
+	t.Cleanup(b.http.Close)
 	vars := map[string]string{
-		"SLUICE_REDIS_URL":           srv.URL(),
-		"SLUICE_RULES":               rules,
-		"SLUICE_SUBJECT_SECRET":      "test-secret-0123456789",
-		"SLUICE_PAYLOAD_KEYS":        testKeys,
-		"SLUICE_HTTP_ADDR":           "off",
-		"SLUICE_SMS_SENDER":          "http",
-		"SLUICE_SMS_BASE_URL":        b.sms.URL,
-		"SLUICE_SMS_ACCOUNT_SID":     b.sms.AccountSID,
-		"SLUICE_SMS_AUTH_TOKEN":      b.sms.AuthToken,
-		"SLUICE_SMS_FROM":            "+15005550006",
-		"SLUICE_PLAN_CHECK_INTERVAL": "200ms",
-		"SLUICE_API_TOKEN_KEY":       tokenKey,
-		"SLUICE_API_ADMIN_TOKEN":     adminToken,
-		"SLUICE_API_RATE":            "1000/1s",
+		"SLUICE_SMS_STATUS_CALLBACK_URL": "http://" + b.http.Listener.Addr().String(),
+		"SLUICE_REDIS_URL":               srv.URL(),
+		"SLUICE_RULES":                   rules,
+		"SLUICE_SUBJECT_SECRET":          "test-secret-0123456789",
+		"SLUICE_PAYLOAD_KEYS":            testKeys,
+		"SLUICE_HTTP_ADDR":               "off",
+		"SLUICE_SMS_SENDER":              "http",
+		"SLUICE_SMS_BASE_URL":            b.sms.URL,
+		"SLUICE_SMS_ACCOUNT_SID":         b.sms.AccountSID,
+		"SLUICE_SMS_AUTH_TOKEN":          b.sms.AuthToken,
+		"SLUICE_SMS_FROM":                "+15005550006",
+		"SLUICE_PLAN_CHECK_INTERVAL":     "200ms",
+		"SLUICE_API_TOKEN_KEY":           tokenKey,
+		"SLUICE_API_ADMIN_TOKEN":         adminToken,
+		"SLUICE_API_RATE":                "1000/1s",
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -85,8 +92,8 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 	if err := b.srv.WatchPlans(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.http = httptest.NewServer(b.srv.Handler())
-	t.Cleanup(b.http.Close)
+	b.http.Config.Handler = b.srv.Handler()
+	b.http.Start()
 	b.insp = asynq.NewInspectorFromRedisClient(rdb)
 	for _, tenant := range []string{"acme", "globex"} {
 		tok, _, err := b.srv.Tokens().Create(context.Background(), tenant, "test", "test")
@@ -197,5 +204,20 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		<-tick.C
+	}
+}
+
+// markSent writes the limiter's done record of a notification, as a worker
+// does after the provider took it.
+func markSent(t *testing.T, b *bundle, tenant, id string) {
+	t.Helper()
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.wcfg.SubjectSecret), CompactMembers: b.wcfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	rec := fmt.Sprintf("d1:%d", time.Now().UnixMilli())
+	if err := b.rdb.Set(context.Background(), lim.StateKey(tenant, id), rec, time.Hour).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -42,6 +44,9 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	b := setup(t, "sms:recipient=1/1m,sms:tenant=1000/1h,email:recipient=10/1m", nil)
 	acme, globex := b.tokens["acme"], b.tokens["globex"]
 	var queuedID string
+	markSent(t, b, "acme", "sent-1") // as a worker records a send
+	const form = "MessageSid=SM0123&MessageStatus=delivered&To=%2B14155550100&AccountSid=AC0123"
+	formType := "application/x-www-form-urlencoded"
 	type step struct {
 		name         string
 		method, path string
@@ -71,6 +76,12 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"QuotasOtherTenant", "GET", "/v1/quotas?tenant=acme", globex, "", nil, 403, true},
 		{"QuotasNoRules", "GET", "/v1/quotas?channel=email", acme, "", nil, 422, true},
 		{"QuotasBadChannel", "GET", "/v1/quotas?channel=fax", acme, "", nil, 400, false},
+		{"Callback", "POST", "/v1/callbacks/sms/acme/sent-1", "", form, []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 204, true},
+		{"StatusDelivered", "GET", "/v1/notifications/sent-1", acme, "", nil, 200, true},
+		{"CallbackUnsigned", "POST", "/v1/callbacks/sms/acme/sent-1", "", form, []string{"Content-Type", formType}, 403, false},
+		{"CallbackMissigned", "POST", "/v1/callbacks/sms/acme/sent-1", "", form, []string{"Content-Type", formType, "X-Twilio-Signature", "bm9wZQ=="}, 403, true},
+		{"CallbackUnknown", "POST", "/v1/callbacks/sms/acme/{queued}", "", form, []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 404, true},
+		{"CallbackNoStatus", "POST", "/v1/callbacks/sms/acme/sent-1", "", "MessageSid=SM1", []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 400, false},
 		{"OpenAPI", "GET", "/openapi.yaml", "", "", nil, 200, true},
 		{"Healthz", "GET", "/healthz", "", "", nil, 200, true},
 		{"Readyz", "GET", "/readyz", "", "", nil, 200, true},
@@ -104,7 +115,12 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 					req.Header.Set("Authorization", "Bearer "+s.token)
 				}
 				for i := 0; i+1 < len(s.headers); i += 2 {
-					req.Header.Set(s.headers[i], s.headers[i+1])
+					v := s.headers[i+1]
+					if v == "{sign}" { // signed as the provider would for this path
+						params, _ := url.ParseQuery(s.body)
+						v = fakes.Sign(b.sms.AuthToken, b.wcfg.SMSStatusCallbackURL+path, params)
+					}
+					req.Header.Set(s.headers[i], v)
 				}
 				return req
 			}

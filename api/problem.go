@@ -43,6 +43,7 @@ const ProblemBase = "urn:sluice:problem:"
 var problemTitles = map[string]string{
 	"unauthorized":          "Missing or unknown bearer token",
 	"forbidden":             "Not allowed for this token",
+	"bad-signature":         "Missing or wrong X-Twilio-Signature",
 	"not-found":             "Not found",
 	"method-not-allowed":    "Method not allowed",
 	"invalid-request":       "The request is malformed",

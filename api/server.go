@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -48,15 +49,18 @@ type Server struct {
 	insp     *asynq.Inspector
 	keys     *tasks.Keyring
 	lim      *throttle.Limiter
-	tokens   *Tokens
-	idem     *idemStore
-	rate     throttle.Rule
-	defaults plans.Policy
-	watcher  atomic.Pointer[plans.Watcher]
-	metrics  *metrics
-	registry *prometheus.Registry
-	listener net.Listener
-	stopping atomic.Bool
+	delivery *delivery.Store
+	// suppressCodes are SLUICE_SMS_SUPPRESS_CODES; nil: no suppression list.
+	suppressCodes map[int]bool
+	tokens        *Tokens
+	idem          *idemStore
+	rate          throttle.Rule
+	defaults      plans.Policy
+	watcher       atomic.Pointer[plans.Watcher]
+	metrics       *metrics
+	registry      *prometheus.Registry
+	listener      net.Listener
+	stopping      atomic.Bool
 }
 
 // New builds the API server from its configuration and the shared one
@@ -93,6 +97,10 @@ func New(cfg Config, wcfg worker.Config, opts Options) (*Server, error) {
 	s.metrics = newMetrics(s.registry)
 	if s.lim, err = throttle.New(s.rdb, throttle.Options{Secret: []byte(wcfg.SubjectSecret), CompactMembers: wcfg.CompactMembers}); err != nil {
 		return nil, err
+	}
+	s.delivery = delivery.NewStore(s.rdb, s.lim)
+	if s.suppressCodes, err = wcfg.SuppressCodes(); err != nil {
+		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", worker.ErrConfig, worker.EnvPrefix, err)
 	}
 	if s.tokens, err = NewTokens(s.rdb, cfg.TokenKey); err != nil {
 		return nil, err
@@ -139,6 +147,8 @@ func (s *Server) Handler() http.Handler {
 	api("POST /v1/notifications", s.createNotifications)
 	api("GET /v1/notifications/{id}", s.getNotification)
 	api("GET /v1/quotas", s.getQuotas)
+	// Signed by the provider instead of carrying a token (nor a token's rate).
+	mux.Handle("POST /v1/callbacks/sms/{tenant}/{id}", s.instrument(http.HandlerFunc(s.smsCallback)))
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		allow := ""
 		switch p := r.URL.Path; {
@@ -146,6 +156,8 @@ func (s *Server) Handler() http.Handler {
 			allow = "POST"
 		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
 			allow = "GET, HEAD"
+		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1:
+			allow = "POST"
 		}
 		if allow != "" {
 			w.Header().Set("Allow", allow)
@@ -360,6 +372,7 @@ type metrics struct {
 	enqueued    *prometheus.CounterVec
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
+	outcomes    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -386,6 +399,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused with 429 by the per-token rate limit.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited)
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_delivery_outcomes_total",
+		Help: "Final delivery outcomes the provider reported (status callbacks), by channel, status (delivered, undelivered, failed) and class of the error code (none, recipient, filtered, other); each notification counts once.",
+	}, []string{"channel", "status", "code_class"})
+	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.outcomes)
 	return m
 }

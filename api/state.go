@@ -15,6 +15,11 @@ const (
 	StateSent     = "sent"     // the provider took it
 	StateArchived = "archived" // will not be sent; Reason says why
 	StateUnknown  = "unknown"  // admitted for sending but no record of the outcome
+
+	// What the provider reported later (SMS status callbacks).
+	StateDelivered   = "delivered"   // the recipient's handset has it
+	StateUndelivered = "undelivered" // the carrier could not deliver it; ErrorCode says why
+	StateFailed      = "failed"      // the provider could not send it; ErrorCode says why
 )
 
 // stateRecord is the limiter's per-notification record (throttle's state
@@ -56,7 +61,7 @@ func parseStateRecord(s string) (stateRecord, error) {
 
 // lastErr is what Asynq's LastErr of a Sluice task says.
 type lastErr struct {
-	Reason string    // throttled, quiet_hours, shutdown, unavailable, retry; expired, dropped, outcome_unknown, invalid, unreadable, permanent, retry_budget
+	Reason string    // throttled, quiet_hours, shutdown, unavailable, retry; expired, dropped, outcome_unknown, invalid, unreadable, permanent, retry_budget, suppressed
 	Rule   string    // the rule that set the slot ("sms:recipient 1/1m"), for throttled
 	Until  time.Time // the slot the worker was told, for throttled
 }
@@ -92,6 +97,8 @@ func parseLastErr(msg string, waiting bool) lastErr {
 		return lastErr{Reason: "outcome_unknown"}
 	case strings.Contains(msg, "sealed payload does not open"), strings.Contains(msg, "payload is not sealed"):
 		return lastErr{Reason: "unreadable"}
+	case strings.HasPrefix(msg, "suppressed:"):
+		return lastErr{Reason: "suppressed"}
 	case strings.HasPrefix(msg, "invalid notification"):
 		return lastErr{Reason: "invalid"}
 	case strings.Contains(msg, "retry budget of"):

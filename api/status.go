@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -19,11 +20,14 @@ type Status struct {
 	Category string `json:"category,omitempty"`
 	// To is the recipient, masked ("+1415***0100").
 	To string `json:"to,omitempty"`
-	// State is queued, waiting, sending, sent, archived or unknown.
+	// State is queued, waiting, sending, sent, archived or unknown; for an
+	// SMS whose provider reported its outcome, delivered, undelivered or
+	// failed instead of sent.
 	State string `json:"state"`
 	// Reason says why a notification waits (throttled, quiet_hours,
 	// shutdown, unavailable, retry) or was archived (expired, dropped,
-	// outcome_unknown, invalid, unreadable, permanent, retry_budget).
+	// outcome_unknown, invalid, unreadable, permanent, retry_budget,
+	// suppressed).
 	Reason string `json:"reason,omitempty"`
 	// Rule is the rule that set the slot of a throttled notification, e.g. "sms:recipient 1/1m".
 	Rule string `json:"rule,omitempty"`
@@ -40,6 +44,44 @@ type Status struct {
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	// Detail is the worker's last message about the task (no recipient in clear).
 	Detail string `json:"detail,omitempty"`
+	// ProviderStatus is the latest status the provider reported through a
+	// status callback (queued, sent, delivered, undelivered, failed, ...).
+	ProviderStatus string `json:"provider_status,omitempty"`
+	// ErrorCode is the provider's error code with an undelivered or failed
+	// status (e.g. 30007, carrier filtering).
+	ErrorCode int `json:"error_code,omitempty"`
+	// ProviderStatusAt is when Sluice recorded ProviderStatus.
+	ProviderStatusAt time.Time `json:"provider_status_at,omitzero"`
+	// MessageSID is the provider's id of the message.
+	MessageSID string `json:"message_sid,omitempty"`
+}
+
+// applyDelivery adds what the provider reported about a notification: its
+// status and error code, and — when Sluice knows it handed the message over
+// (sent), has it in hand (sending) or admitted it without a record of the
+// outcome (unknown) — the state the report implies: delivered, undelivered
+// or failed for a final status, else sent. Other states stay: a task still
+// queued, waiting or archived keeps saying so.
+func applyDelivery(st *Status, rec *delivery.Record) {
+	if rec == nil {
+		return
+	}
+	st.ProviderStatus, st.ErrorCode, st.ProviderStatusAt, st.MessageSID = string(rec.Status), rec.ErrorCode, rec.At, rec.MessageSID
+	switch st.State {
+	case StateSent, StateSending, StateUnknown:
+		if st.State == StateUnknown {
+			st.Detail = ""
+		}
+		st.State = StateSent
+		switch rec.Status.Outcome() {
+		case "delivered":
+			st.State = StateDelivered
+		case "undelivered":
+			st.State = StateUndelivered
+		case "failed":
+			st.State = StateFailed
+		}
+	}
 }
 
 // getNotification is GET /v1/notifications/{id}. A notification of another
@@ -107,6 +149,11 @@ func (s *Server) status(ctx context.Context, tenant string, admin bool, id strin
 		st.State, st.Slot = StateUnknown, rec.At
 		st.Detail = "admitted for sending; no record of the outcome yet"
 	}
+	dlv, err := s.delivery.Get(ctx, tenant, id)
+	if err != nil {
+		return Status{}, false, err
+	}
+	applyDelivery(&st, dlv)
 	return st, true, nil
 }
 
@@ -167,6 +214,13 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 		st.State, st.SentAt, st.Slot = StateSent, info.CompletedAt.UTC(), time.Time{}
 	default:
 		st.State = StateUnknown
+	}
+	if n.Channel == tasks.SMS && rec != nil {
+		dlv, err := s.delivery.Get(ctx, n.Tenant, n.ID)
+		if err != nil {
+			return Status{}, false, err
+		}
+		applyDelivery(&st, dlv)
 	}
 	return st, true, nil
 }

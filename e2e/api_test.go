@@ -39,7 +39,12 @@ type apiEnv struct {
 // startAPI runs `sluice api` on a free port and waits for /readyz.
 func (e *env) startAPI(extra map[string]string, tenants ...string) *apiEnv {
 	e.t.Helper()
-	addr := freeAddr(e.t)
+	return e.startAPIAt(freeAddr(e.t), extra, tenants...)
+}
+
+// startAPIAt runs `sluice api` on addr (host:port) and waits for /readyz.
+func (e *env) startAPIAt(addr string, extra map[string]string, tenants ...string) *apiEnv {
+	e.t.Helper()
 	vars := map[string]string{"SLUICE_API_ADDR": addr, "SLUICE_API_TOKEN_KEY": apiTokenKey, "SLUICE_API_ADMIN_TOKEN": apiAdminToken}
 	for k, v := range extra {
 		vars[k] = v

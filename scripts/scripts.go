@@ -1,4 +1,5 @@
-// Package scripts embeds the Lua that Redis runs for Sluice's limiter.
+// Package scripts embeds the Lua that Redis runs for Sluice's limiter and
+// its delivery records.
 //
 // Each script's KEYS/ARGV/return contract is written at the top of its .lua
 // file, so a file can be read, linted and run with `redis-cli --eval` on its
@@ -18,3 +19,10 @@ var limiterSrc string
 // Limiter runs a batch of limiter operations — reserve, done, release,
 // usage — each atomic, all on one clock reading (limiter.lua).
 var Limiter = redis.NewScript(limiterSrc)
+
+//go:embed delivery.lua
+var deliverySrc string
+
+// Delivery records a message's delivery status as its provider reports
+// it, moving only forward (delivery.lua).
+var Delivery = redis.NewScript(deliverySrc)

@@ -72,6 +72,12 @@ type Notification struct {
 	// From overrides the worker's default sender (an address, or an SMS
 	// number / sender id). Optional.
 	From string `json:"from,omitempty"`
+	// MessagingServiceSID sends the SMS through a Twilio Messaging Service
+	// (the provider picks the number from the service's sender pool) instead
+	// of from a number: "MG" and 32 hex digits. It overrides the worker's
+	// default sender and cannot be combined with From; the service is also
+	// the sender that sender rules count. Optional; sms only.
+	MessagingServiceSID string `json:"messaging_service_sid,omitempty"`
 	// Subject of an email; required for email, empty for sms.
 	Subject string `json:"subject,omitempty"`
 	// Body is the email's text body or the SMS text.
@@ -225,6 +231,9 @@ func (n Notification) Validate() error {
 		if err := checkAddress("to", n.To); err != nil {
 			return err
 		}
+		if n.MessagingServiceSID != "" {
+			return invalid("messaging_service_sid", "is not used for email (sms only)")
+		}
 		if n.From != "" {
 			if err := checkAddress("from", n.From); err != nil {
 				return err
@@ -249,6 +258,14 @@ func (n Notification) Validate() error {
 		if n.From != "" {
 			if err := checkHeader("from", n.From, 32); err != nil {
 				return err
+			}
+		}
+		if n.MessagingServiceSID != "" {
+			if !IsMessagingServiceSID(n.MessagingServiceSID) {
+				return invalid("messaging_service_sid", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID)")
+			}
+			if n.From != "" {
+				return invalid("messaging_service_sid", "cannot be combined with from: the message goes from a number or through a messaging service, not both")
 			}
 		}
 		if n.Subject != "" {
@@ -312,6 +329,21 @@ func CheckCategory(c string) error {
 
 // CheckTenant reports whether tenant is a valid tenant id.
 func CheckTenant(tenant string) error { return checkToken("tenant", tenant, MaxTenantLen) }
+
+// IsMessagingServiceSID reports whether s is a Twilio Messaging Service
+// SID: "MG" followed by 32 hex digits.
+func IsMessagingServiceSID(s string) bool {
+	if len(s) != 34 || s[:2] != "MG" {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
 
 // IsE164 reports whether s is "+" followed by 7 to 15 digits, the first not 0.
 func IsE164(s string) bool {

@@ -11,6 +11,9 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 )
 
+// mgSID is a well-formed Messaging Service SID.
+const mgSID = "MG0123456789abcdef0123456789abcdef"
+
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	ok := func(n tasks.Notification) tasks.Notification { return n }
@@ -46,6 +49,17 @@ func TestValidate(t *testing.T) {
 		{"SMSTooLong", tasks.NewSMS("acme", "+14155550100", strings.Repeat("é", tasks.MaxSMSRunes+1)), "SMS limit"},
 		{"EmailTooBig", tasks.NewEmail("acme", "a@example.com", "S", strings.Repeat("x", tasks.MaxEmailBodyBytes+1)), "byte limit"},
 		{"SMSWithSubject", func() tasks.Notification { n := sms; n.Subject = "x"; return n }(), "not used for sms"},
+		{"MessagingService", func() tasks.Notification { n := sms; n.MessagingServiceSID = mgSID; return n }(), ""},
+		{"MessagingServiceUpperHex", func() tasks.Notification {
+			n := sms
+			n.MessagingServiceSID = "MG" + strings.ToUpper(mgSID[2:])
+			return n
+		}(), ""},
+		{"MessagingServiceShort", func() tasks.Notification { n := sms; n.MessagingServiceSID = mgSID[:33]; return n }(), "messaging_service_sid must be MG"},
+		{"MessagingServiceNotHex", func() tasks.Notification { n := sms; n.MessagingServiceSID = "MG" + strings.Repeat("g", 32); return n }(), "messaging_service_sid must be MG"},
+		{"MessagingServiceOtherPrefix", func() tasks.Notification { n := sms; n.MessagingServiceSID = "PN" + mgSID[2:]; return n }(), "messaging_service_sid must be MG"},
+		{"MessagingServiceWithFrom", func() tasks.Notification { n := sms; n.MessagingServiceSID = mgSID; n.From = "+15005550006"; return n }(), "cannot be combined with from"},
+		{"MessagingServiceOnEmail", func() tasks.Notification { n := email; n.MessagingServiceSID = mgSID; return n }(), "sms only"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -499,6 +499,22 @@ func (l *Limiter) StateKey(group, id string) string {
 	return b.String()
 }
 
+// SubjectKey returns the key of another record about a subject of group,
+// beside the limiter's: prefix:{group}:kind:hmac(subject), in the group's
+// hash slot and keyed like the windows (no PII). kind names the record
+// (e.g. "suppressed:sms"); the caller keeps it apart from rule scopes.
+func (l *Limiter) SubjectKey(group, kind, subject string) string {
+	var b strings.Builder
+	b.WriteString(l.prefix)
+	b.WriteString(":{")
+	escapeGroup(&b, group)
+	b.WriteString("}:")
+	b.WriteString(kind)
+	b.WriteByte(':')
+	b.WriteString(l.Subject(subject))
+	return b.String()
+}
+
 func (l *Limiter) keys(group string, limits []Limit) ([]string, error) {
 	if len(limits) == 0 || len(limits) > MaxRules {
 		return nil, fmt.Errorf("%w: a check takes 1 to %d limits, got %d", ErrTooManyRules, MaxRules, len(limits))

@@ -64,9 +64,14 @@ type Config struct {
 	SMSSender     string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log."`
 	SMSBaseURL    string        `env:"SMS_BASE_URL" envDefault:"https://api.twilio.com" desc:"Base URL of the Twilio-compatible API; messages are POSTed to BASE/2010-04-01/Accounts/SID/Messages.json."`
 	SMSAccountSID string        `env:"SMS_ACCOUNT_SID" desc:"Account SID (basic-auth user)."`
-	SMSAuthToken  string        `env:"SMS_AUTH_TOKEN" desc:"Auth token (basic-auth password)." secret:"true"`
-	SMSFrom       string        `env:"SMS_FROM" desc:"Default From number or sender id of SMS."`
+	SMSAuthToken  string        `env:"SMS_AUTH_TOKEN" desc:"Auth token (basic-auth password); the API checks the X-Twilio-Signature of status callbacks with it." secret:"true"`
+	SMSFrom       string        `env:"SMS_FROM" desc:"Default From number or sender id of SMS (or set SMS_MESSAGING_SERVICE_SID instead)."`
 	SMSTimeout    time.Duration `env:"SMS_TIMEOUT" envDefault:"10s" desc:"Timeout of one SMS API request."`
+
+	SMSMessagingServiceSID string        `env:"SMS_MESSAGING_SERVICE_SID" desc:"Default Messaging Service of SMS (MG + 32 hex digits), instead of SMS_FROM: messages are posted with MessagingServiceSid and no From, and the provider picks the number from the service's sender pool. Sender rules (sms:sender=...) count the service as the sender. A notification's own from or messaging_service_sid overrides it."`
+	SMSStatusCallbackURL   string        `env:"SMS_STATUS_CALLBACK_URL" desc:"Base URL of sluice api as the SMS provider reaches it (e.g. https://sluice.example.com). When set, each SMS asks for status callbacks at BASE/v1/callbacks/sms/TENANT/ID; the API checks their X-Twilio-Signature with SMS_AUTH_TOKEN and reports delivered, undelivered or failed. A path in it is one a proxy strips before the API. Workers and the API need the same value."`
+	SMSSuppressCodes       string        `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
+	SMSSuppressTTL         time.Duration `env:"SMS_SUPPRESS_TTL" envDefault:"720h" desc:"How long a recipient stays on a tenant's SMS suppression list after its last permanent failure (numbers get reassigned)."`
 
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
@@ -201,11 +206,33 @@ func (c Config) Validate() error {
 		if c.SMSAuthToken == "" {
 			bad("SMS_AUTH_TOKEN", "must be set when SLUICE_SMS_SENDER=http")
 		}
-		if c.SMSFrom == "" {
-			bad("SMS_FROM", "must be set when SLUICE_SMS_SENDER=http: the From number or sender id of messages that name none")
+		if c.SMSFrom == "" && c.SMSMessagingServiceSID == "" {
+			bad("SMS_FROM", "must be set when SLUICE_SMS_SENDER=http, or SLUICE_SMS_MESSAGING_SERVICE_SID instead: the From number (or the Messaging Service) of messages that name none")
 		}
 	default:
 		bad("SMS_SENDER", "must be http or log, got %q", c.SMSSender)
+	}
+	if c.SMSMessagingServiceSID != "" {
+		if !tasks.IsMessagingServiceSID(c.SMSMessagingServiceSID) {
+			bad("SMS_MESSAGING_SERVICE_SID", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID), got %q", c.SMSMessagingServiceSID)
+		}
+		if c.SMSFrom != "" {
+			bad("SMS_MESSAGING_SERVICE_SID", "and %sSMS_FROM are both set: set one, the default origin of messages that name none", EnvPrefix)
+		}
+	}
+	if c.SMSStatusCallbackURL != "" {
+		if err := checkCallbackBase(c.SMSStatusCallbackURL); err != nil {
+			bad("SMS_STATUS_CALLBACK_URL", "%v", err)
+		}
+		if c.SMSAuthToken == "" {
+			bad("SMS_STATUS_CALLBACK_URL", "is set but %sSMS_AUTH_TOKEN is not: the API checks each callback's X-Twilio-Signature with it", EnvPrefix)
+		}
+	}
+	if _, err := c.SuppressCodes(); err != nil {
+		bad("SMS_SUPPRESS_CODES", "%v", err)
+	}
+	if c.SMSSuppressTTL < time.Hour || c.SMSSuppressTTL > 3650*24*time.Hour {
+		bad("SMS_SUPPRESS_TTL", "must be between 1h and 87600h (10 years), got %v", c.SMSSuppressTTL)
 	}
 	for name, d := range map[string]time.Duration{
 		"SMTP_TIMEOUT": c.SMTPTimeout, "SMS_TIMEOUT": c.SMSTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
@@ -310,6 +337,36 @@ func (c Config) dkimConfig() (*DKIMConfig, error) {
 		return nil, fmt.Errorf("%w: %sDKIM_KEY_FILE %w", ErrConfig, EnvPrefix, err)
 	}
 	return &DKIMConfig{Domain: c.DKIMDomain, Selector: c.DKIMSelector, Key: key, Headers: c.dkimHeaders()}, nil
+}
+
+// checkCallbackBase says what is wrong with SMS_STATUS_CALLBACK_URL.
+func checkCallbackBase(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("must be an http(s) URL like https://sluice.example.com, got %q", raw)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(raw, "?") || strings.HasSuffix(raw, "#") {
+		return fmt.Errorf("must be a base URL without user info, query or fragment (the path /v1/callbacks/sms/TENANT/ID is added to it), got %q", raw)
+	}
+	return nil
+}
+
+// SuppressCodes are the provider error codes of SMS_SUPPRESS_CODES; nil
+// when it is none.
+func (c Config) SuppressCodes() (map[int]bool, error) {
+	if strings.TrimSpace(c.SMSSuppressCodes) == "none" {
+		return nil, nil
+	}
+	out := map[int]bool{}
+	for _, f := range strings.Split(c.SMSSuppressCodes, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 999999 || len(f) > 6 {
+			return nil, fmt.Errorf("must be comma-separated provider error codes (1 to 6 digits, e.g. 21211,30005) or none, got %q", f)
+		}
+		out[n] = true
+	}
+	return out, nil
 }
 
 // checkRedisURL says what is wrong with a Redis URL: the scheme, the port,

@@ -125,7 +125,15 @@ func TestConfigCrossChecks(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_FROM must be set"},
+		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_FROM must be set when SLUICE_SMS_SENDER=http, or SLUICE_SMS_MESSAGING_SERVICE_SID instead"},
+		{base("SLUICE_SMS_MESSAGING_SERVICE_SID", "MG123"), "SLUICE_SMS_MESSAGING_SERVICE_SID must be MG followed by 32 hex digits"},
+		{base("SLUICE_SMS_MESSAGING_SERVICE_SID", "MG0123456789abcdef0123456789abcdef", "SLUICE_SMS_FROM", "+15005550006"), "SLUICE_SMS_MESSAGING_SERVICE_SID and SLUICE_SMS_FROM are both set"},
+		{base("SLUICE_SMS_STATUS_CALLBACK_URL", "ftp://sluice.example.com"), "SLUICE_SMS_STATUS_CALLBACK_URL must be an http(s) URL"},
+		{base("SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com?x=1", "SLUICE_SMS_AUTH_TOKEN", "t"), "SLUICE_SMS_STATUS_CALLBACK_URL must be a base URL without user info, query or fragment"},
+		{base("SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com"), "SLUICE_SMS_STATUS_CALLBACK_URL is set but SLUICE_SMS_AUTH_TOKEN is not"},
+		{base("SLUICE_SMS_SUPPRESS_CODES", "21211,x"), `SLUICE_SMS_SUPPRESS_CODES must be comma-separated provider error codes (1 to 6 digits, e.g. 21211,30005) or none, got "x"`},
+		{base("SLUICE_SMS_SUPPRESS_CODES", "21211,0"), `SLUICE_SMS_SUPPRESS_CODES must be comma-separated`},
+		{base("SLUICE_SMS_SUPPRESS_TTL", "10m"), "SLUICE_SMS_SUPPRESS_TTL must be between 1h and 87600h"},
 		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_FROM", "+15005550006"), "SLUICE_SMS_AUTH_TOKEN must be set"},
 		{base("SLUICE_EMAIL_SENDER", "smtp", "SLUICE_SMTP_FROM", "not an address"), "SLUICE_SMTP_FROM must be an email address"},
 		{base("SLUICE_MAX_INLINE_WAIT", "1s"), "SLUICE_MAX_INLINE_WAIT must be 0 or at least"},
@@ -142,6 +150,24 @@ func TestConfigCrossChecks(t *testing.T) {
 	}
 	if _, err := worker.ParseConfig(base("SLUICE_MAX_INLINE_WAIT", "0s")); err != nil {
 		t.Errorf("inline waits off: %v", err)
+	}
+	// SMS over http goes from a number or through a Messaging Service.
+	if _, err := worker.ParseConfig(base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_AUTH_TOKEN", "t",
+		"SLUICE_SMS_MESSAGING_SERVICE_SID", "MG0123456789abcdef0123456789ABCDEF", "SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com/hooks")); err != nil {
+		t.Fatalf("SMS through a Messaging Service with callbacks: %v", err)
+	}
+	cfg, err := worker.ParseConfig(base("SLUICE_SMS_SUPPRESS_CODES", "none"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if codes, err := cfg.SuppressCodes(); err != nil || codes != nil {
+		t.Errorf("SLUICE_SMS_SUPPRESS_CODES=none: %v, %v; want no codes", codes, err)
+	}
+	if cfg, err = worker.ParseConfig(base()); err != nil {
+		t.Fatal(err)
+	}
+	if codes, _ := cfg.SuppressCodes(); len(codes) != 5 || !codes[21211] || !codes[30005] || codes[30003] || codes[30007] {
+		t.Errorf("default suppress codes %v", codes)
 	}
 }
 

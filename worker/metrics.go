@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"channel"})
 	m.Archived = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_archived_total",
-		Help: "Notifications archived without being sent, by channel, category and reason (invalid, unreadable, outcome_unknown, expired, throttled, permanent, retry_budget).",
+		Help: "Notifications archived without being sent, by channel, category and reason (invalid, unreadable, outcome_unknown, expired, throttled, permanent, retry_budget, suppressed).",
 	}, []string{"channel", "category", "reason"})
 	m.DoneLost = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_done_record_lost_total",

@@ -23,13 +23,17 @@ type check struct {
 	reason   string // what set the deadline: "expires_at" or "max-defer"
 }
 
-// sender is the effective From of a notification: its own, else the worker's default.
+// sender is the effective origin of a notification, what sender rules
+// count: its own, else the worker's default. An SMS through a Messaging
+// Service is sent by the service (SMSOrigin): the provider picks the
+// number from its pool, so the pool is the sender Sluice can know.
 func (w *Worker) sender(n tasks.Notification) string {
+	if n.Channel == tasks.SMS {
+		_, origin := SMSOrigin(n, w.cfg.SMSFrom, w.cfg.SMSMessagingServiceSID)
+		return origin
+	}
 	if n.From != "" {
 		return n.From
-	}
-	if n.Channel == tasks.SMS {
-		return w.cfg.SMSFrom
 	}
 	return w.cfg.SMTPFrom
 }

@@ -80,7 +80,7 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 		if from == "" {
 			from = cfg.SMTPFrom
 			if ch == tasks.SMS {
-				from = cfg.SMSFrom
+				_, from = SMSOrigin(n, cfg.SMSFrom, cfg.SMSMessagingServiceSID)
 			}
 		}
 		m := policy.Match(q.Tenant, ch, q.Category)

@@ -28,6 +28,9 @@ type SendError struct {
 	NotSent bool
 	// RetryAfter is the provider's requested delay (HTTP Retry-After); 0 if none.
 	RetryAfter time.Duration
+	// Code is the provider's error code (Twilio's "code", e.g. 21211 for an
+	// invalid number); 0 if none.
+	Code int
 }
 
 func (e *SendError) Error() string {

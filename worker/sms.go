@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,15 +20,24 @@ type HTTPSMSConfig struct {
 	BaseURL    string // e.g. https://api.twilio.com
 	AccountSID string
 	AuthToken  string
-	From       string
-	Timeout    time.Duration // per request; default 10s
-	Client     *http.Client  // default: a client with Timeout
+	// From is the default origin of messages that name none.
+	From string
+	// MessagingServiceSID, when set, is the default origin instead of From:
+	// messages go through this Messaging Service (MessagingServiceSid).
+	MessagingServiceSID string
+	// StatusCallback is the base URL of sluice api as the provider reaches
+	// it; when set, every message asks for status callbacks at
+	// StatusCallback + CallbackPath(tenant, id).
+	StatusCallback string
+	Timeout        time.Duration // per request; default 10s
+	Client         *http.Client  // default: a client with Timeout
 }
 
 // HTTPSMSSender sends SMS through a Twilio-compatible Messages API: a form
-// POST of To, From and Body to BASE/2010-04-01/Accounts/SID/Messages.json
-// with basic auth. It sends the notification id as Idempotency-Key so a
-// provider that honours it drops a repeated request.
+// POST of To, Body and From (or MessagingServiceSid), and StatusCallback
+// when configured, to BASE/2010-04-01/Accounts/SID/Messages.json with basic
+// auth. It sends the notification id as Idempotency-Key so a provider that
+// honours it drops a repeated request.
 type HTTPSMSSender struct {
 	endpoint string
 	cfg      HTTPSMSConfig
@@ -53,15 +63,47 @@ func NewHTTPSMSSender(cfg HTTPSMSConfig) (*HTTPSMSSender, error) {
 	}, nil
 }
 
+// The form parameters that name an SMS's origin.
+const (
+	ParamFrom             = "From"
+	ParamMessagingService = "MessagingServiceSid"
+)
+
+// SMSOrigin is where an SMS goes from: the form parameter (ParamFrom or
+// ParamMessagingService) and its value. The notification's own choice wins,
+// then the configured Messaging Service, then the configured number. The
+// value is also the sender that sender rules (sms:sender=...) count: for a
+// Messaging Service that is the service, whose pool the provider spreads
+// the messages over.
+func SMSOrigin(n tasks.Notification, from, service string) (param, value string) {
+	switch {
+	case n.MessagingServiceSID != "":
+		return ParamMessagingService, n.MessagingServiceSID
+	case n.From != "":
+		return ParamFrom, n.From
+	case service != "":
+		return ParamMessagingService, service
+	}
+	return ParamFrom, from
+}
+
+// CallbackPath is the path of sluice api that receives the status callbacks
+// of one SMS: /v1/callbacks/sms/TENANT/ID. The tenant is in it because a
+// notification's records live in its tenant's Redis hash slot.
+func CallbackPath(tenant, id string) string {
+	return "/v1/callbacks/sms/" + url.PathEscape(tenant) + "/" + url.PathEscape(id)
+}
+
 // Send posts one message. 2xx is sent; 429 and 503 are transient and not
 // sent (honouring Retry-After); other 5xx are transient with an unknown
-// outcome; other 4xx are permanent.
+// outcome; other 4xx are permanent. The provider's error code (Twilio's
+// JSON "code") is kept in the SendError.
 func (s *HTTPSMSSender) Send(ctx context.Context, n tasks.Notification) error {
-	from := n.From
-	if from == "" {
-		from = s.cfg.From
+	param, origin := SMSOrigin(n, s.cfg.From, s.cfg.MessagingServiceSID)
+	form := url.Values{"To": {n.To}, param: {origin}, "Body": {n.Body}}
+	if s.cfg.StatusCallback != "" {
+		form.Set("StatusCallback", strings.TrimRight(s.cfg.StatusCallback, "/")+CallbackPath(n.Tenant, n.ID))
 	}
-	form := url.Values{"To": {n.To}, "From": {from}, "Body": {n.Body}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
 		return &SendError{Err: err, Permanent: true, NotSent: true}
@@ -85,14 +127,31 @@ func (s *HTTPSMSSender) Send(ctx context.Context, n tasks.Notification) error {
 		return nil
 	}
 	err = fmt.Errorf("sms api: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	code := errorCode(body)
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		return &SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+		return &SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Code: code}
 	case resp.StatusCode >= 500:
-		return &SendError{Err: err}
+		return &SendError{Err: err, Code: code}
 	default:
-		return &SendError{Err: err, Permanent: true, NotSent: true}
+		return &SendError{Err: err, Permanent: true, NotSent: true, Code: code}
 	}
+}
+
+// errorCode reads the provider's error code from a Twilio-style JSON error
+// body ({"code": 21211, "message": ...}); 0 when there is none.
+func errorCode(body []byte) int {
+	var e struct {
+		Code json.Number `json:"code"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(e.Code.String())
+	if err != nil || n < 0 || n > 999999 {
+		return 0
+	}
+	return n
 }
 
 // parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or bad.

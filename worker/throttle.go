@@ -72,6 +72,7 @@ const (
 	ReasonThrottled  = "throttled"
 	ReasonPermanent  = "permanent"
 	ReasonBudget     = "retry_budget"
+	ReasonSuppressed = "suppressed"
 )
 
 // throttleMiddleware decodes the task, asks the limiter with every rule that
@@ -109,6 +110,9 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				return fmt.Errorf("%w: category %s is bulk mail: list_unsubscribe is required (RFC 8058), or an unsubscribe= rule for it: %w",
 					tasks.ErrInvalid, n.CategoryOrDefault(), asynq.SkipRetry)
 			}
+		}
+		if err := w.checkSuppressed(ctx, n, log); err != nil {
+			return err
 		}
 		var d throttle.Decision
 		var limits []throttle.Limit
@@ -248,7 +252,8 @@ func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, 
 	if se.Permanent {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
 		w.archived(n, ReasonPermanent)
-		log.Warn("permanent send failure; archiving", "err", err)
+		log.Warn("permanent send failure; archiving", "err", err, "code", se.Code)
+		w.suppress(ctx, n, se.Code, log)
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
 	w.metrics.Sends.WithLabelValues(string(n.Channel), "transient").Inc()
@@ -261,6 +266,52 @@ func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, 
 	}
 	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
 	return err
+}
+
+// checkSuppressed archives an SMS whose recipient is on the tenant's
+// suppression list, before the limiter counts it. Redis being away is
+// handled as for the quota check: nothing is sent, the task waits.
+func (w *Worker) checkSuppressed(ctx context.Context, n tasks.Notification, log *slog.Logger) error {
+	if n.Channel != tasks.SMS || w.suppressCodes == nil {
+		return nil
+	}
+	var code int
+	var on bool
+	err := w.withRedis(ctx, log, "suppression check", func(ctx context.Context) error {
+		var err error
+		code, on, err = w.delivery.Suppressed(ctx, n.Tenant, n.Channel, n.To)
+		return err
+	})
+	if err != nil {
+		w.metrics.LimiterError.Inc()
+		log.Error("suppression check failed; nothing sent, will try again", "err", err)
+		return &UnavailableError{Err: err}
+	}
+	if !on {
+		return nil
+	}
+	w.archived(n, ReasonSuppressed)
+	log.Warn("the recipient is on the tenant's suppression list; archiving, not sending", "code", code)
+	return fmt.Errorf("suppressed: an earlier SMS to this recipient failed permanently (provider code %d); not sent: %w", code, asynq.SkipRetry)
+}
+
+// suppress puts the recipient of an SMS the provider refused for good on
+// the tenant's suppression list, when the refusal's code is one of
+// SMS_SUPPRESS_CODES.
+func (w *Worker) suppress(ctx context.Context, n tasks.Notification, code int, log *slog.Logger) {
+	if n.Channel != tasks.SMS || !w.suppressCodes[code] {
+		return
+	}
+	ctx, cancel := w.afterSendContext(ctx)
+	defer cancel()
+	err := w.withRedis(ctx, log, "suppressing a recipient", func(ctx context.Context) error {
+		return w.delivery.Suppress(ctx, n.Tenant, n.Channel, n.To, code, w.cfg.SMSSuppressTTL)
+	})
+	if err != nil {
+		log.Warn("could not put the recipient on the suppression list", "code", code, "err", err)
+		return
+	}
+	log.Info("recipient put on the tenant's suppression list", "code", code, "for", w.cfg.SMSSuppressTTL)
 }
 
 // markDone records a completed send, retrying while Redis is away until the

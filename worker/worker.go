@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -56,27 +57,29 @@ type Options struct {
 // Worker is a throttled Asynq server: it takes notification tasks from the
 // queue, checks every quota that applies, and sends.
 type Worker struct {
-	cfg         Config
-	log         *slog.Logger
-	rdb         redis.UniversalClient
-	ownRedis    bool
-	limiter     *throttle.Limiter
-	defaults    plans.Policy                  // SLUICE_RULES
-	watcher     atomic.Pointer[plans.Watcher] // tenant plans in Redis, once running
-	onPlan      func(int64)
-	defaultZone *time.Location
-	client      *asynq.Client
-	server      *asynq.Server
-	mux         *asynq.ServeMux
-	metrics     *Metrics
-	registry    *prometheus.Registry
-	senders     map[tasks.Channel]Sender
-	listener    net.Listener
-	onDecide    func(tasks.Notification, throttle.Decision)
-	tracer      trace.Tracer
-	keys        *tasks.Keyring
-	waiters     chan struct{} // tokens of tasks waiting in process for their slot
-	stopping    chan struct{} // closed when shutdown starts
+	cfg           Config
+	log           *slog.Logger
+	rdb           redis.UniversalClient
+	ownRedis      bool
+	limiter       *throttle.Limiter
+	defaults      plans.Policy                  // SLUICE_RULES
+	watcher       atomic.Pointer[plans.Watcher] // tenant plans in Redis, once running
+	onPlan        func(int64)
+	defaultZone   *time.Location
+	client        *asynq.Client
+	server        *asynq.Server
+	mux           *asynq.ServeMux
+	metrics       *Metrics
+	registry      *prometheus.Registry
+	senders       map[tasks.Channel]Sender
+	listener      net.Listener
+	onDecide      func(tasks.Notification, throttle.Decision)
+	tracer        trace.Tracer
+	keys          *tasks.Keyring
+	delivery      *delivery.Store
+	suppressCodes map[int]bool  // SMS_SUPPRESS_CODES; nil: no suppression list
+	waiters       chan struct{} // tokens of tasks waiting in process for their slot
+	stopping      chan struct{} // closed when shutdown starts
 }
 
 // New builds a worker; it does not connect until Run.
@@ -120,6 +123,10 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.stopping = make(chan struct{})
 	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
 		return nil, err
+	}
+	w.delivery = delivery.NewStore(w.rdb, w.limiter)
+	if w.suppressCodes, err = cfg.SuppressCodes(); err != nil {
+		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", ErrConfig, EnvPrefix, err)
 	}
 	w.senders = opts.Senders
 	if w.senders == nil {
@@ -390,7 +397,8 @@ func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error
 	switch cfg.SMSSender {
 	case "http":
 		s, err := NewHTTPSMSSender(HTTPSMSConfig{BaseURL: cfg.SMSBaseURL, AccountSID: cfg.SMSAccountSID,
-			AuthToken: cfg.SMSAuthToken, From: cfg.SMSFrom, Timeout: cfg.SMSTimeout})
+			AuthToken: cfg.SMSAuthToken, From: cfg.SMSFrom, MessagingServiceSID: cfg.SMSMessagingServiceSID,
+			StatusCallback: cfg.SMSStatusCallbackURL, Timeout: cfg.SMSTimeout})
 		if err != nil {
 			return nil, err
 		}

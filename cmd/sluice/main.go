@@ -82,13 +82,13 @@ Configuration comes from SLUICE_* environment variables (see the README).`,
 	// The tools warn about unknown SLUICE_* variables; the worker refuses them.
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		for c := cmd; c != nil; c = c.Parent() {
-			if c.Name() == "enqueue" || c.Name() == "quota" || c.Name() == "tenant" {
+			if c.Name() == "enqueue" || c.Name() == "quota" || c.Name() == "tenant" || c.Name() == "suppression" {
 				warnUnknownVariables(cmd)
 				return
 			}
 		}
 	}
-	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd())
+	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newSuppressionCmd())
 	return root
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
@@ -383,5 +384,36 @@ func TestTenantCommands(t *testing.T) {
 	r = sluice(t, "", "tenant", "history")
 	if r.code != 0 || !regexp.MustCompile(`(?s)2\s+acme\s+delete\s+bob.*1\s+acme\s+set\s+ann`).MatchString(r.stdout) {
 		t.Fatalf("history: %+v", r)
+	}
+}
+
+// sluice suppression check and remove find a number under any spelling,
+// per tenant, by the workers' subject secret, and print it masked.
+func TestSuppressionCommands(t *testing.T) {
+	srv := env(t)
+	rdb := srv.Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(testSecret), CompactMembers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	if err := delivery.NewStore(rdb, lim).Suppress(context.Background(), "acme", tasks.SMS, "+14155550100", 30005, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r := sluice(t, "", "suppression", "check", "--tenant", "acme", "--to", "+1 415 555 0100")
+	if r.code != 0 || r.stdout != "+1415***0100 is suppressed for acme (provider code 30005)\n" {
+		t.Fatalf("check: %+v", r)
+	}
+	if r := sluice(t, "", "suppression", "check", "--tenant", "globex", "--to", "+14155550100"); r.code != 0 || !strings.Contains(r.stdout, "is not suppressed for globex") {
+		t.Fatalf("check globex: %+v", r)
+	}
+	if r := sluice(t, "", "suppression", "remove", "--tenant", "acme", "--to", "+14155550100"); r.code != 0 || !strings.Contains(r.stdout, "no longer suppressed") {
+		t.Fatalf("remove: %+v", r)
+	}
+	if r := sluice(t, "", "suppression", "remove", "--tenant", "acme", "--to", "+14155550100"); r.code != 0 || !strings.Contains(r.stdout, "was not suppressed") {
+		t.Fatalf("remove again: %+v", r)
+	}
+	if r := sluice(t, "", "suppression", "check", "--tenant", "acme", "--to", "4155550100"); r.code != 2 || strings.Contains(r.stderr, "4155550100") {
+		t.Fatalf("a number that is not E.164: %+v", r)
 	}
 }

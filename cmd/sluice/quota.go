@@ -37,7 +37,7 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 		c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
 		c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
 		c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
-		c.Flags().StringVar(&f.from, "from", "", "the sender of sender rules (default: SLUICE_SMS_FROM / SLUICE_SMTP_FROM)")
+		c.Flags().StringVar(&f.from, "from", "", "the sender of sender rules: a number, an address or a Messaging Service SID (default: SLUICE_SMS_FROM or SLUICE_SMS_MESSAGING_SERVICE_SID / SLUICE_SMTP_FROM)")
 	}
 	show := &cobra.Command{
 		Use:   "show",

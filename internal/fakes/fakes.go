@@ -1,12 +1,19 @@
 // Package fakes runs real providers on loopback for tests: an HTTP server
-// speaking the Twilio-compatible Messages API and an SMTP server (plain,
-// STARTTLS or implicit TLS, optionally requiring AUTH). Both record every
-// delivery with its arrival time and can be told to fail.
+// speaking the Twilio-compatible Messages API (which can also send Twilio's
+// signed status callbacks) and an SMTP server (plain, STARTTLS or implicit
+// TLS, optionally requiring AUTH). Both record every delivery with its
+// arrival time and can be told to fail.
 package fakes
 
 import (
 	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha1"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +21,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
+	"net/url"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +41,15 @@ type Delivery struct {
 	ID   string // Idempotency-Key (SMS) or Message-ID local part (email)
 	To   string
 	Body string
+	// SMS only: the origin as posted — From, or MessagingServiceSID for a
+	// message sent through a Messaging Service (a request names at least
+	// one) —, the StatusCallback URL it asked for ("" if none), the SID the
+	// fake gave the message, and the whole form as received.
+	From                string
+	MessagingServiceSID string
+	StatusCallback      string
+	SID                 string
+	Form                url.Values
 	// Email only: whether the message came over TLS (STARTTLS or implicit),
 	// and the user it authenticated as ("" without AUTH).
 	TLS      bool
@@ -44,7 +63,9 @@ type Delivery struct {
 }
 
 // Reply decides a fake's answer to one request: 0 accepts; for SMS an HTTP
-// status, for SMTP a reply code (e.g. 451, 550).
+// status, or a Twilio error code (10000 and up, e.g. 21211 "invalid To
+// number"), answered like Twilio's refusals as HTTP 400 with
+// {"code": CODE, ...}; for SMTP a reply code (e.g. 451, 550).
 type Reply func(to, body string) (code int, retryAfter string)
 
 // Recorder holds deliveries and wakes waiters.
@@ -131,12 +152,21 @@ type SMSAPI struct {
 	AccountSID string
 	AuthToken  string
 	srv        *httptest.Server
+
+	cb       sync.Mutex
+	plan     func(Delivery) []StatusUpdate
+	results  []CallbackResult
+	cbNotify chan struct{}
+	cbCtx    context.Context
+	cbWG     sync.WaitGroup
+	client   *http.Client
 }
 
 // NewSMSAPI starts the fake on a loopback port; it stops when the test ends.
 func NewSMSAPI(tb testing.TB) *SMSAPI {
 	tb.Helper()
-	f := &SMSAPI{Recorder: newRecorder(), AccountSID: "AC0123", AuthToken: "token-xyz"}
+	f := &SMSAPI{Recorder: newRecorder(), AccountSID: "AC0123", AuthToken: "token-xyz",
+		cbNotify: make(chan struct{}, 1), client: &http.Client{Timeout: 10 * time.Second}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", func(w http.ResponseWriter, r *http.Request) {
 		user, pass, ok := r.BasicAuth()
@@ -148,7 +178,12 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		to, body := r.PostForm.Get("To"), r.PostForm.Get("Body")
+		form := r.PostForm
+		to, body := form.Get("To"), form.Get("Body")
+		if form.Get("From") == "" && form.Get("MessagingServiceSid") == "" {
+			twilioError(w, 21603, "A 'From' or 'MessagingServiceSid' parameter is required")
+			return
+		}
 		if d := time.Duration(f.latency.Load()); d > 0 {
 			time.Sleep(d) // a provider that takes its time: sends are in flight meanwhile
 		}
@@ -156,19 +191,214 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 			if ra != "" {
 				w.Header().Set("Retry-After", ra)
 			}
-			http.Error(w, `{"message":"fake failure"}`, code)
+			if code >= 10000 {
+				twilioError(w, code, "fake failure")
+			} else {
+				http.Error(w, `{"message":"fake failure"}`, code)
+			}
 			f.wake()
 			return
 		}
-		f.record(Delivery{At: time.Now(), ID: r.Header.Get("Idempotency-Key"), To: to, Body: body})
+		d := Delivery{At: time.Now(), ID: r.Header.Get("Idempotency-Key"), To: to, Body: body,
+			From: form.Get("From"), MessagingServiceSID: form.Get("MessagingServiceSid"), StatusCallback: form.Get("StatusCallback"),
+			SID: newSID("SM"), Form: form}
+		f.record(d)
+		f.scheduleCallbacks(d)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"sid":"SM%d","status":"queued"}`, time.Now().UnixNano())
+		fmt.Fprintf(w, `{"sid":%q,"status":"queued"}`, d.SID)
 	})
 	f.srv = httptest.NewServer(mux)
 	f.URL = f.srv.URL
 	tb.Cleanup(f.srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cbCtx = ctx
+	tb.Cleanup(func() { cancel(); f.cbWG.Wait() }) // runs before the server closes
 	return f
+}
+
+// twilioError answers like Twilio refusing a message: HTTP 400 with its
+// error code in a JSON body.
+func twilioError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	fmt.Fprintf(w, `{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":400}`, code, msg, code)
+}
+
+// newSID returns a Twilio-shaped SID: prefix and 32 hex digits.
+func newSID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// StatusUpdate is one status callback: a message's new status (queued,
+// sent, delivered, undelivered, failed, ...) and, for undelivered and
+// failed, Twilio's error code (e.g. 30007 carrier filtering; 0: none).
+type StatusUpdate struct {
+	Status    string
+	ErrorCode int
+}
+
+// CallbackResult is a status callback the fake sent and how it was answered.
+type CallbackResult struct {
+	At time.Time
+	ID string // the message's Idempotency-Key (the notification id)
+	StatusUpdate
+	Code int   // the answer's HTTP status; 0 when the request failed
+	Err  error // why the request failed
+}
+
+// SetCallbacks makes the fake, after accepting a message that names a
+// StatusCallback URL, post the updates plan returns for it there, in order,
+// one at a time, as Twilio does: signed form POSTs (see Sign). plan runs in
+// the request's goroutine; nil sends none (tests may call SendCallback).
+func (f *SMSAPI) SetCallbacks(plan func(Delivery) []StatusUpdate) {
+	f.cb.Lock()
+	f.plan = plan
+	f.cb.Unlock()
+}
+
+func (f *SMSAPI) scheduleCallbacks(d Delivery) {
+	f.cb.Lock()
+	plan := f.plan
+	f.cb.Unlock()
+	if plan == nil || d.StatusCallback == "" {
+		return
+	}
+	updates := plan(d)
+	if len(updates) == 0 {
+		return
+	}
+	f.cbWG.Add(1)
+	go func() {
+		defer f.cbWG.Done()
+		for _, u := range updates {
+			code, err := f.SendCallback(f.cbCtx, d, u)
+			f.cb.Lock()
+			f.results = append(f.results, CallbackResult{At: time.Now(), ID: d.ID, StatusUpdate: u, Code: code, Err: err})
+			f.cb.Unlock()
+			select {
+			case f.cbNotify <- struct{}{}:
+			default:
+			}
+		}
+	}()
+}
+
+// CallbackResults returns the callbacks SetCallbacks's plan sent so far.
+func (f *SMSAPI) CallbackResults() []CallbackResult {
+	f.cb.Lock()
+	defer f.cb.Unlock()
+	return slices.Clone(f.results)
+}
+
+// WaitCallbacks waits until at least n planned callbacks were answered (or
+// failed), or fails the test after timeout.
+func (f *SMSAPI) WaitCallbacks(tb testing.TB, n int, timeout time.Duration) []CallbackResult {
+	tb.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		rs := f.CallbackResults()
+		if len(rs) >= n {
+			return rs
+		}
+		select {
+		case <-f.cbNotify:
+		case <-deadline.C:
+			tb.Fatalf("timed out after %v waiting for %d status callbacks; %d sent: %+v", timeout, n, len(rs), rs)
+		}
+	}
+}
+
+// CallbackParams is the form Twilio posts to report u about d: MessageSid
+// (and its legacy twin SmsSid), MessageStatus (and SmsStatus), AccountSid,
+// From (for a Messaging Service, the pool's number that sent it), To,
+// ApiVersion, MessagingServiceSid when the message went through one, and
+// ErrorCode when u has one.
+func (f *SMSAPI) CallbackParams(d Delivery, u StatusUpdate) url.Values {
+	from := d.From
+	if from == "" {
+		from = "+15005550006" // the number the service picked from its pool
+	}
+	v := url.Values{
+		"MessageSid": {d.SID}, "SmsSid": {d.SID}, "AccountSid": {f.AccountSID},
+		"MessageStatus": {u.Status}, "SmsStatus": {u.Status},
+		"From": {from}, "To": {d.To}, "ApiVersion": {"2010-04-01"},
+	}
+	if d.MessagingServiceSID != "" {
+		v.Set("MessagingServiceSid", d.MessagingServiceSID)
+	}
+	if u.ErrorCode != 0 {
+		v.Set("ErrorCode", strconv.Itoa(u.ErrorCode))
+	}
+	return v
+}
+
+// SendCallback posts u about d to d.StatusCallback now, signed with the
+// fake's auth token, and returns the answer's HTTP status.
+func (f *SMSAPI) SendCallback(ctx context.Context, d Delivery, u StatusUpdate) (int, error) {
+	if d.StatusCallback == "" {
+		return 0, errors.New("fakes: the message asked for no status callback")
+	}
+	params := f.CallbackParams(d, u)
+	return f.PostCallback(ctx, d.StatusCallback, params, Sign(f.AuthToken, d.StatusCallback, params))
+}
+
+// PostCallback posts params as a form to callbackURL with signature as
+// X-Twilio-Signature (none when empty): for tests of forged or damaged
+// callbacks.
+func (f *SMSAPI) PostCallback(ctx context.Context, callbackURL string, params url.Values, signature string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, callbackURL, strings.NewReader(params.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("User-Agent", "TwilioProxy/1.1")
+	if signature != "" {
+		req.Header.Set("X-Twilio-Signature", signature)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// Sign computes Twilio's X-Twilio-Signature of a form POST to fullURL:
+// the URL exactly as the request was addressed (scheme, host, port if
+// any, path and query), followed by every POST parameter sorted by name,
+// each name immediately followed by its value (a repeated name: each
+// distinct value once, sorted), signed with HMAC-SHA1 keyed by the auth
+// token and encoded in standard base64.
+//
+// It is written apart from the API's check on purpose: the two meet only
+// in the tests, and in Twilio's published examples.
+func Sign(authToken, fullURL string, params url.Values) string {
+	names := make([]string, 0, len(params))
+	for k := range params {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString(fullURL)
+	for _, k := range names {
+		vs := slices.Clone(params[k])
+		sort.Strings(vs)
+		for i, v := range vs {
+			if i > 0 && v == vs[i-1] {
+				continue
+			}
+			b.WriteString(k)
+			b.WriteString(v)
+		}
+	}
+	m := hmac.New(sha1.New, []byte(authToken))
+	m.Write([]byte(b.String()))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
 // SetLatency makes every answer take d.

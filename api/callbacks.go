@@ -1,0 +1,241 @@
+package api
+
+import (
+	"crypto/hmac"
+	"crypto/sha1"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// maxCallbackBytes bounds a status callback's body: Twilio's are well
+// under 2 KiB.
+const maxCallbackBytes = 64 << 10
+
+// smsCallback is POST /v1/callbacks/sms/{tenant}/{id}: a Twilio-compatible
+// provider's status callback about one SMS (the URL the worker asked for
+// with StatusCallback). It is authenticated by its X-Twilio-Signature, not
+// by a token: a missing or wrong signature is refused (403) before anything
+// is read or written. A notification Sluice has no record of is 404. The
+// status is recorded only if it is further along than the one recorded; a
+// first final one is counted, and an undelivered or failed one whose code
+// is in SLUICE_SMS_SUPPRESS_CODES puts the recipient on the tenant's
+// suppression list. The answer is 204 either way.
+func (s *Server) smsCallback(w http.ResponseWriter, r *http.Request) {
+	if s.wcfg.SMSStatusCallbackURL == "" || s.wcfg.SMSAuthToken == "" {
+		writeProblem(w, http.StatusNotFound, "not-found", "SMS status callbacks are off: set SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN")
+		return
+	}
+	sig := r.Header.Get("X-Twilio-Signature")
+	if sig == "" {
+		writeProblem(w, http.StatusForbidden, "bad-signature", "no X-Twilio-Signature header: callbacks must be signed with the SMS auth token")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
+		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported-media", "a status callback is a form: Content-Type: application/x-www-form-urlencoded")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCallbackBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, "too-large", "a status callback is at most 64 KiB")
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
+		return
+	}
+	params, err := url.ParseQuery(string(body))
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "the body is not a URL-encoded form")
+		return
+	}
+	if !validSignature(s.wcfg.SMSAuthToken, s.callbackURL(r), params, sig) {
+		s.log.Warn("SMS status callback refused: its signature does not match", "route", r.Pattern)
+		writeProblem(w, http.StatusForbidden, "bad-signature",
+			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
+		return
+	}
+	cb, bad := parseStatusCallback(params)
+	if len(bad) > 0 {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "the status callback is not one Sluice can record", bad...)
+		return
+	}
+	tenant, id := r.PathValue("tenant"), r.PathValue("id")
+	if tasks.CheckTenant(tenant) != nil || tasks.CheckID(id) != nil {
+		writeProblem(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant")
+		return
+	}
+	ctx := r.Context()
+	rec, err := s.stateRecord(ctx, tenant, id)
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
+	if rec == nil {
+		writeProblem(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant was sent (or its record expired)")
+		return
+	}
+	applied, prev, err := s.delivery.Update(ctx, tenant, id, delivery.Record{Status: cb.Status, ErrorCode: cb.ErrorCode, MessageSID: cb.MessageSID}, s.wcfg.DedupeTTL)
+	if err != nil {
+		s.unavailable(w, r, err)
+		return
+	}
+	log := s.log.With("tenant", tenant, "id", id, "status", cb.Status, "error_code", cb.ErrorCode)
+	if !applied {
+		log.Debug("SMS status callback older than the recorded status; nothing changed")
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	log.Debug("SMS status recorded")
+	if cb.Status.Final() && (prev == nil || !prev.Status.Final()) {
+		outcome := cb.Status.Outcome()
+		s.metrics.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
+		if outcome != "delivered" && s.suppressCodes[cb.ErrorCode] && cb.To != "" {
+			if err := s.delivery.Suppress(ctx, tenant, tasks.SMS, cb.To, cb.ErrorCode, s.wcfg.SMSSuppressTTL); err != nil {
+				log.Warn("could not put the recipient on the suppression list", "err", err)
+			} else {
+				log.Info("recipient put on the tenant's suppression list", "for", s.wcfg.SMSSuppressTTL)
+			}
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// callbackURL is the URL the provider signed: SLUICE_SMS_STATUS_CALLBACK_URL
+// and the request's path and query, not the Host the request came in with
+// (a proxy may have changed it, and a signer could choose it).
+func (s *Server) callbackURL(r *http.Request) string {
+	return strings.TrimRight(s.wcfg.SMSStatusCallbackURL, "/") + r.URL.RequestURI()
+}
+
+// statusCallback is what Sluice takes from a status callback.
+type statusCallback struct {
+	Status     delivery.Status
+	ErrorCode  int
+	MessageSID string
+	To         string // the recipient, E.164; "" when absent or not a number
+}
+
+// parseStatusCallback reads a status callback's form: MessageStatus
+// (required), ErrorCode, MessageSid and To; other fields are ignored. It
+// returns every bad field.
+func parseStatusCallback(form url.Values) (statusCallback, []InvalidParam) {
+	var cb statusCallback
+	var bad []InvalidParam
+	one := func(name string) string {
+		vs := form[name]
+		if len(vs) > 1 {
+			bad = append(bad, InvalidParam{Name: name, Reason: "is given more than once"})
+			return ""
+		}
+		if len(vs) == 0 {
+			return ""
+		}
+		return vs[0]
+	}
+	if st := one("MessageStatus"); st != "" {
+		var err error
+		if cb.Status, err = delivery.ParseStatus(st); err != nil {
+			bad = append(bad, InvalidParam{Name: "MessageStatus", Reason: "is not a status of an outgoing message (queued, sent, delivered, undelivered, failed, ...)"})
+		}
+	} else if len(form["MessageStatus"]) < 2 {
+		bad = append(bad, InvalidParam{Name: "MessageStatus", Reason: "is required"})
+	}
+	if code := one("ErrorCode"); code != "" {
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 0 || n > delivery.MaxErrorCode || len(code) > 6 || code[0] == '+' || code[0] == '-' {
+			bad = append(bad, InvalidParam{Name: "ErrorCode", Reason: "must be a number of up to 6 digits"})
+		} else {
+			cb.ErrorCode = n
+		}
+	}
+	cb.MessageSID = one("MessageSid")
+	if err := delivery.CheckSID(cb.MessageSID); err != nil {
+		bad = append(bad, InvalidParam{Name: "MessageSid", Reason: "must be up to 64 letters and digits"})
+		cb.MessageSID = ""
+	}
+	if to := tasks.NormalizePhone(one("To")); tasks.IsE164(to) {
+		cb.To = to // only used to find the recipient's suppression entry
+	}
+	return cb, bad
+}
+
+// twilioSignature is the X-Twilio-Signature of a form POST to fullURL:
+// base64 of the HMAC-SHA1, keyed with the auth token, of the URL followed by
+// every POST parameter sorted by name, each name followed by its value (a
+// repeated name: each distinct value once, in sorted order, as Twilio's
+// libraries do).
+func twilioSignature(authToken, fullURL string, params url.Values) string {
+	names := make([]string, 0, len(params))
+	for name := range params {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	m := hmac.New(sha1.New, []byte(authToken))
+	io.WriteString(m, fullURL)
+	for _, name := range names {
+		values := slices.Clone(params[name])
+		slices.Sort(values)
+		for _, v := range slices.Compact(values) {
+			io.WriteString(m, name)
+			io.WriteString(m, v)
+		}
+	}
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// validSignature reports, in constant time per candidate, whether sig
+// signs params posted to fullURL. Like Twilio's libraries it also accepts
+// the URL with its scheme's default port added or removed: Twilio may sign
+// either form.
+func validSignature(authToken, fullURL string, params url.Values, sig string) bool {
+	ok := false
+	for _, u := range portVariants(fullURL) {
+		want := twilioSignature(authToken, u, params)
+		if subtle.ConstantTimeCompare([]byte(want), []byte(sig)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// portVariants is fullURL, and fullURL with the default port of its scheme
+// added (when it has none) or removed (when it has it).
+func portVariants(fullURL string) []string {
+	u, err := url.Parse(fullURL)
+	if err != nil || u.Host == "" {
+		return []string{fullURL}
+	}
+	def := map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	if def == "" {
+		return []string{fullURL}
+	}
+	host := u.Host
+	switch u.Port() {
+	case "":
+		host += ":" + def
+	case def:
+		host = strings.TrimSuffix(host, ":"+def)
+	default:
+		return []string{fullURL}
+	}
+	// Swap the host in the string itself: re-encoding the URL could change
+	// other bytes of what was signed.
+	prefix := u.Scheme + "://" + u.Host
+	if !strings.HasPrefix(fullURL, prefix) {
+		return []string{fullURL}
+	}
+	return []string{fullURL, u.Scheme + "://" + host + fullURL[len(prefix):]}
+}
