@@ -222,9 +222,11 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*Record, error) {
 	return &r, nil
 }
 
-// suppressKey is the key of recipient's entry on tenant's suppression list
-// of channel ch: the recipient in normalised form, keyed-hashed.
-func (s *Store) suppressKey(tenant string, ch tasks.Channel, recipient string) string {
+// SuppressKey is the key of recipient's entry on tenant's suppression list
+// of channel ch: the recipient in normalised form, keyed-hashed. It lives in
+// the tenant's limiter group, so a quota check can read it in its own call
+// (throttle.ReserveOptions.Block).
+func (s *Store) SuppressKey(tenant string, ch tasks.Channel, recipient string) string {
 	to := tasks.Notification{Channel: ch, To: recipient}.Normalized().To
 	return s.lim.SubjectKey(tenant, "suppressed:"+string(ch), to)
 }
@@ -233,7 +235,7 @@ func (s *Store) suppressKey(tenant string, ch tasks.Channel, recipient string) s
 // ttl, remembering the error code that put it there (a later one replaces
 // it and starts the ttl again).
 func (s *Store) Suppress(ctx context.Context, tenant string, ch tasks.Channel, recipient string, code int, ttl time.Duration) error {
-	if err := s.rdb.Set(ctx, s.suppressKey(tenant, ch, recipient), strconv.Itoa(code), ttl).Err(); err != nil {
+	if err := s.rdb.Set(ctx, s.SuppressKey(tenant, ch, recipient), strconv.Itoa(code), ttl).Err(); err != nil {
 		return fmt.Errorf("delivery: suppress: %w", err)
 	}
 	return nil
@@ -242,7 +244,7 @@ func (s *Store) Suppress(ctx context.Context, tenant string, ch tasks.Channel, r
 // Suppressed reports whether recipient is on tenant's suppression list of
 // channel ch, and the error code that put it there.
 func (s *Store) Suppressed(ctx context.Context, tenant string, ch tasks.Channel, recipient string) (code int, ok bool, err error) {
-	raw, err := s.rdb.Get(ctx, s.suppressKey(tenant, ch, recipient)).Result()
+	raw, err := s.rdb.Get(ctx, s.SuppressKey(tenant, ch, recipient)).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
@@ -256,7 +258,7 @@ func (s *Store) Suppressed(ctx context.Context, tenant string, ch tasks.Channel,
 // Unsuppress takes recipient off tenant's suppression list of channel ch.
 // It reports whether it was on it.
 func (s *Store) Unsuppress(ctx context.Context, tenant string, ch tasks.Channel, recipient string) (bool, error) {
-	n, err := s.rdb.Del(ctx, s.suppressKey(tenant, ch, recipient)).Result()
+	n, err := s.rdb.Del(ctx, s.SuppressKey(tenant, ch, recipient)).Result()
 	if err != nil {
 		return false, fmt.Errorf("delivery: unsuppress: %w", err)
 	}

@@ -11,9 +11,10 @@
 --
 -- Opcode "R" — reserve: admit a member now, admit it for a near-future instant, or book a slot.
 --   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
---            member's state key when a state policy is given (see below).
+--            member's state key when a state policy is given (see below), then, with block = 1,
+--            a key whose existence blocks the send (a suppression-list entry).
 --   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", late_ms,
---            deadline_ms or "", state_ttl_ms, nonce, n, then per rule: limit, window_ms, drop (1/0), then m, then m
+--            deadline_ms or "", state_ttl_ms, nonce, block (1/0), n, then per rule: limit, window_ms, drop (1/0), then m, then m
 --            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
 --   A rule holds when no span of window+slack ms holds more than limit entries (window+slack:
 --   every entry may land up to slack ms after its score; with slack 0 this is the lesson's
@@ -38,6 +39,8 @@
 --            2 duplicate, 3 done, 5 unknown outcome (policy "o"): nothing changed
 --            6 expired: slot is after the deadline; nothing held (its booking is released)
 --            7 dropped: a drop rule was full at max(now, tmin); nothing added
+--            8 blocked: the block key exists; nothing added (a booking is released); the reply
+--              has a 7th value, the block key's integer value
 --     rule   1-based index of the rule that set the slot (0: none)
 --     remaining  fewest further entries any rule takes around the slot, bookings counted
 --
@@ -170,15 +173,16 @@ local function reserve(k0, a0)
   if ARGV[a0 + 7] ~= '' then deadline = tonumber(ARGV[a0 + 7]) end
   local sttl = tonumber(ARGV[a0 + 8])
   local nonce = ARGV[a0 + 9]
-  local n = tonumber(ARGV[a0 + 10])
+  local block = ARGV[a0 + 10] == '1'
+  local n = tonumber(ARGV[a0 + 11])
   local keys, limits, wps, drops = {}, {}, {}, {}
   for i = 1, n do
     keys[i] = KEYS[k0 + i - 1]
-    limits[i] = tonumber(ARGV[a0 + 8 + 3 * i])
-    wps[i] = tonumber(ARGV[a0 + 9 + 3 * i]) + slack
-    drops[i] = ARGV[a0 + 10 + 3 * i] == '1'
+    limits[i] = tonumber(ARGV[a0 + 9 + 3 * i])
+    wps[i] = tonumber(ARGV[a0 + 10 + 3 * i]) + slack
+    drops[i] = ARGV[a0 + 11 + 3 * i] == '1'
   end
-  local q = a0 + 11 + 3 * n
+  local q = a0 + 12 + 3 * n
   local closed = {}
   for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
 
@@ -210,6 +214,13 @@ local function reserve(k0, a0)
     if attempt > 1 then m = member .. '#' .. attempt end
     if held then
       for i = 1, n do redis.call('ZREM', keys[i], m) end
+    end
+    if block then
+      local v = redis.call('GET', KEYS[k0 + n + 1])
+      if v then
+        if held then redis.call('DEL', skey) end
+        return {8, 0, -1, 0, attempt, now, tonumber(v) or 0}
+      end
     end
   else
     for i = 1, n do

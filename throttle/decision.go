@@ -30,9 +30,12 @@ const (
 	StatusExpired Status = 6
 	// StatusDropped: a rule with Drop set was full; nothing was added.
 	StatusDropped Status = 7
+	// StatusBlocked: ReserveOptions.Block exists (e.g. the recipient is on a
+	// suppression list); nothing was added and a booking the id had is released.
+	StatusBlocked Status = 8
 )
 
-var statusNames = [...]string{"denied", "admitted", "duplicate", "done", "booked", "unknown", "expired", "dropped"}
+var statusNames = [...]string{"denied", "admitted", "duplicate", "done", "booked", "unknown", "expired", "dropped", "blocked"}
 
 // String names the status, e.g. "booked".
 func (s Status) String() string {
@@ -78,6 +81,8 @@ type Decision struct {
 	// Remaining is the fewest further sends any rule takes around the slot,
 	// booked slots counted as used.
 	Remaining int
+	// BlockValue is the block key's integer value (StatusBlocked).
+	BlockValue int64
 	// Attempt numbers the id's admissions (Reserve): 1, or k+1 when an
 	// earlier attempt k had an unknown outcome and was given a fresh slot.
 	Attempt int
@@ -135,6 +140,10 @@ type ReserveOptions struct {
 	// late: a NotBefore at most this far in the past is kept as the slot
 	// (checks across Cluster groups agree on one instant).
 	late time.Duration
+	// Block, when set, is a key of the check's group whose existence blocks
+	// the send (StatusBlocked), read in the same script call: a per-recipient
+	// suppression list costs no extra round trip. Needs a state policy.
+	Block string
 	// Nonce identifies the caller's run of this id (up to 32 bytes of
 	// [A-Za-z0-9_-]): asking again with the nonce of an admission — a retry
 	// after a lost reply — returns that admission instead of treating it as
@@ -145,7 +154,7 @@ type ReserveOptions struct {
 func (d *Decision) fill(reply []int64, limits int, clock func() time.Time) error {
 	st := Status(reply[0])
 	rule, wait := int(reply[1]), reply[2]
-	if rule < 0 || rule > limits || st < StatusDenied || st > StatusDropped {
+	if rule < 0 || rule > limits || st < StatusDenied || st > StatusBlocked {
 		return fmt.Errorf("unexpected reply %v", reply)
 	}
 	d.Status = st
@@ -176,6 +185,11 @@ func (d *Decision) fill(reply []int64, limits int, clock func() time.Time) error
 		d.Wait = time.Duration(wait) * time.Millisecond
 	case StatusUnknown:
 		d.DeniedBy = -1
+	case StatusBlocked:
+		d.DeniedBy = -1
+		if len(reply) > 6 {
+			d.BlockValue = reply[6]
+		}
 	}
 	if d.Wait == 0 && d.DeniedBy >= 0 && st == StatusAdmitted {
 		d.DeniedBy = -1

@@ -201,7 +201,8 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		return Decision{}, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
 	}
 	args = append(args, l.stored(id), string(policy), opts.Slack.Milliseconds(), opts.Horizon.Milliseconds(),
-		boolArg(opts.Book), timeArg(opts.NotBefore), opts.late.Milliseconds(), timeArg(opts.Deadline), sttl.Milliseconds(), opts.Nonce, len(limits))
+		boolArg(opts.Book), timeArg(opts.NotBefore), opts.late.Milliseconds(), timeArg(opts.Deadline), sttl.Milliseconds(), opts.Nonce,
+		boolArg(opts.Block != ""), len(limits))
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds(), boolArg(lim.Drop))
 	}
@@ -214,12 +215,17 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	}
 	if policy != "" {
 		keys = append(keys, l.StateKey(group, id))
+		if opts.Block != "" {
+			keys = append(keys, opts.Block)
+		}
+	} else if opts.Block != "" {
+		return Decision{}, fmt.Errorf("%w: a block key needs a state policy (Reserve)", ErrInvalidRule)
 	}
 	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
 	if err != nil {
 		return Decision{}, fmt.Errorf("throttle: check: %w", err)
 	}
-	if len(reply) != 6 {
+	if len(reply) != 6 && !(len(reply) == 7 && reply[0] == int64(StatusBlocked)) {
 		return Decision{}, fmt.Errorf("throttle: check: unexpected reply of %d values", len(reply))
 	}
 	d := Decision{Now: time.UnixMilli(now)}

@@ -263,3 +263,34 @@ func TestReserveNonceMakesRetriesIdempotent(t *testing.T) {
 		t.Fatalf("bad nonce: %v", err)
 	}
 }
+
+// A block key that exists stops the send in the same call: nothing is
+// counted, a booking the id held is released, and the key's value comes back.
+func TestReserveBlockKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	lim := recipient(throttle.Rule{Limit: 1, Window: time.Minute})
+	block := b.lim.SubjectKey(b.group, "suppressed:sms", "+14155550100")
+	o := reserveOpts()
+	o.Block = block
+	if d, _ := b.lim.Reserve(ctx, b.group, "a", o, lim); d.Status != throttle.StatusAdmitted {
+		t.Fatalf("not blocked yet: %+v", d)
+	}
+	if d, _ := b.lim.Reserve(ctx, b.group, "c", o, lim); d.Status != throttle.StatusBooked {
+		t.Fatalf("c books: %+v", d)
+	}
+	b.client.Set(ctx, block, "21211", time.Hour)
+	d, err := b.lim.Reserve(ctx, b.group, "c", o, lim)
+	if err != nil || d.Status != throttle.StatusBlocked || d.BlockValue != 21211 || d.Allowed {
+		t.Fatalf("blocked: %+v %v", d, err)
+	}
+	if n := b.client.ZCard(ctx, b.key(t, lim)).Val(); n != 1 {
+		t.Fatalf("the blocked id kept its booking: %d entries", n)
+	}
+	if _, err := b.lim.Allow(ctx, b.group, "x", lim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.lim.Reserve(ctx, b.group, "y", throttle.ReserveOptions{Policy: throttle.AtLeastOnce, Block: block}, lim); err != nil {
+		t.Fatal(err)
+	}
+}

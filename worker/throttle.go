@@ -111,9 +111,6 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 					tasks.ErrInvalid, n.CategoryOrDefault(), asynq.SkipRetry)
 			}
 		}
-		if err := w.checkSuppressed(ctx, n, log); err != nil {
-			return err
-		}
 		var d throttle.Decision
 		var limits []throttle.Limit
 		for round := 0; ; round++ {
@@ -122,6 +119,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			limits = c.limits
 			opts := c.opts
 			opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
+			if n.Channel == tasks.SMS && w.suppressCodes != nil {
+				// The suppression list is read in the same script call.
+				opts.Block = w.delivery.SuppressKey(n.Tenant, n.Channel, n.To)
+			}
 			// A slot within MaxInlineWait is waited for here, holding a waiter
 			// token; without a free token it is booked through Asynq instead.
 			waiter := w.tryWaiter()
@@ -163,6 +164,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				log.Warn("expired: its earliest slot is past its deadline; archiving, not sending", "deadline", c.deadline, "set_by", c.reason, "slot", d.At, "waiting_for", why)
 				return fmt.Errorf("expired: the earliest slot (%s, %s) is past the %s deadline %s: %w",
 					d.At.UTC().Format(time.RFC3339), why, c.reason, c.deadline.UTC().Format(time.RFC3339), asynq.SkipRetry)
+			case throttle.StatusBlocked:
+				w.archived(n, ReasonSuppressed)
+				log.Warn("the recipient is on the tenant's suppression list; archiving, not sending", "code", d.BlockValue)
+				return fmt.Errorf("suppressed: an earlier SMS to this recipient failed permanently (provider code %d); not sent: %w", d.BlockValue, asynq.SkipRetry)
 			case throttle.StatusDropped:
 				w.archived(n, ReasonThrottled)
 				log.Warn("dropped: a rule whose action is drop is full", "rule", why)
@@ -266,33 +271,6 @@ func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, 
 	}
 	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
 	return err
-}
-
-// checkSuppressed archives an SMS whose recipient is on the tenant's
-// suppression list, before the limiter counts it. Redis being away is
-// handled as for the quota check: nothing is sent, the task waits.
-func (w *Worker) checkSuppressed(ctx context.Context, n tasks.Notification, log *slog.Logger) error {
-	if n.Channel != tasks.SMS || w.suppressCodes == nil {
-		return nil
-	}
-	var code int
-	var on bool
-	err := w.withRedis(ctx, log, "suppression check", func(ctx context.Context) error {
-		var err error
-		code, on, err = w.delivery.Suppressed(ctx, n.Tenant, n.Channel, n.To)
-		return err
-	})
-	if err != nil {
-		w.metrics.LimiterError.Inc()
-		log.Error("suppression check failed; nothing sent, will try again", "err", err)
-		return &UnavailableError{Err: err}
-	}
-	if !on {
-		return nil
-	}
-	w.archived(n, ReasonSuppressed)
-	log.Warn("the recipient is on the tenant's suppression list; archiving, not sending", "code", code)
-	return fmt.Errorf("suppressed: an earlier SMS to this recipient failed permanently (provider code %d); not sent: %w", code, asynq.SkipRetry)
 }
 
 // suppress puts the recipient of an SMS the provider refused for good on
