@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -59,26 +58,6 @@ func (e *env) startAPIAt(addr string, extra map[string]string, tenants ...string
 	return a
 }
 
-// sluiceProc starts the sluice binary with the env's variables plus extra.
-func (e *env) sluiceProc(name string, extra map[string]string, args ...string) *proc {
-	e.t.Helper()
-	cmd := exec.Command(sluiceBin, args...)
-	cmd.Env = e.environ(extra)
-	logPath := filepath.Join(e.t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { cmd.Wait(); f.Close(); close(p.done) }()
-	e.t.Cleanup(func() { p.kill() })
-	return p
-}
-
 // sluiceRun runs a sluice command to completion and returns its stdout.
 func (e *env) sluiceRun(extra map[string]string, args ...string) string {
 	e.t.Helper()
@@ -90,21 +69,6 @@ func (e *env) sluiceRun(extra map[string]string, args ...string) string {
 		e.t.Fatalf("sluice %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
 	}
 	return out.String()
-}
-
-func (e *env) environ(extra map[string]string) []string {
-	vars := map[string]string{}
-	for k, v := range e.vars {
-		vars[k] = v
-	}
-	for k, v := range extra {
-		vars[k] = v
-	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range vars {
-		env = append(env, k+"="+v)
-	}
-	return env
 }
 
 type apiReply struct {

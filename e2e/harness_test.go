@@ -108,18 +108,14 @@ type proc struct {
 // worker starts a `sluice worker` process with the env's variables plus extra.
 func (e *env) worker(name string, extra map[string]string) *proc {
 	e.t.Helper()
-	vars := map[string]string{}
-	for k, v := range e.vars {
-		vars[k] = v
-	}
-	for k, v := range extra {
-		vars[k] = v
-	}
-	cmd := exec.Command(sluiceBin, "worker")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range vars {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	return e.sluiceProc(name, extra, "worker")
+}
+
+// sluiceProc starts the sluice binary with the env's variables plus extra.
+func (e *env) sluiceProc(name string, extra map[string]string, args ...string) *proc {
+	e.t.Helper()
+	cmd := exec.Command(sluiceBin, args...)
+	cmd.Env = e.environ(extra)
 	logPath := filepath.Join(e.t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -133,6 +129,21 @@ func (e *env) worker(name string, extra map[string]string) *proc {
 	go func() { cmd.Wait(); f.Close(); close(p.done) }()
 	e.t.Cleanup(func() { p.kill() })
 	return p
+}
+
+func (e *env) environ(extra map[string]string) []string {
+	vars := map[string]string{}
+	for k, v := range e.vars {
+		vars[k] = v
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	return env
 }
 
 func (p *proc) kill() {

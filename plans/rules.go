@@ -108,7 +108,21 @@ func (e Entry) LimitScope() string {
 
 // Policy is a parsed rule list: defaults and per-tenant entries.
 type Policy struct {
-	entries []Entry
+	entries    []Entry
+	categories map[string]bool // the categories the entries name
+}
+
+// Names reports whether an entry of the policy names category.
+func (p Policy) Names(category string) bool { return p.categories[category] }
+
+// index records what the entries name; every constructor calls it.
+func (p *Policy) index() {
+	p.categories = map[string]bool{}
+	for _, e := range p.entries {
+		if e.Category != "" {
+			p.categories[e.Category] = true
+		}
+	}
 }
 
 // Parse reads a rule list: entries separated by commas or new lines, '#'
@@ -153,6 +167,7 @@ func Parse(s string) (Policy, error) {
 	if err := p.checkSize(); err != nil {
 		return Policy{}, err
 	}
+	p.index()
 	return p, nil
 }
 
@@ -339,6 +354,7 @@ func (p Policy) With(tenant string, tenantRules Policy) (Policy, error) {
 	if err := out.checkSize(); err != nil {
 		return Policy{}, err
 	}
+	out.index()
 	return out, nil
 }
 

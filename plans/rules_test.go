@@ -238,3 +238,22 @@ func TestBulkAndUnsubscribe(t *testing.T) {
 		}
 	}
 }
+
+// Names knows the categories a policy's entries name, after Parse and With.
+func TestNames(t *testing.T) {
+	t.Parallel()
+	p := mustParse(t, "sms:recipient=1/1m,sms.otp:exempt")
+	if !p.Names("otp") || p.Names("marketing") || p.Names("") {
+		t.Fatalf("after Parse: otp %v marketing %v", p.Names("otp"), p.Names("marketing"))
+	}
+	q, err := p.With("acme", mustParse(t, "email.receipts:tenant=5/1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.Names("receipts") || !q.Names("otp") {
+		t.Fatal("after With: the tenant's and the default categories")
+	}
+	if (plans.Policy{}).Names("otp") {
+		t.Fatal("the zero policy names nothing")
+	}
+}

@@ -99,23 +99,23 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 		traceNotification(ctx, n)
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
-		if n.Channel == tasks.Email {
-			m := w.currentPolicy().Match(n.Tenant, n.Channel, n.Category)
-			if n.ListUnsubscribe == "" && m.Unsubscribe != "" {
-				n.ListUnsubscribe = strings.ReplaceAll(m.Unsubscribe, "{id}", n.ID)
-			}
-			if m.Bulk && n.ListUnsubscribe == "" {
-				w.archived(n, ReasonInvalid)
-				log.Warn("archiving bulk mail without a List-Unsubscribe")
-				return fmt.Errorf("%w: category %s is bulk mail: list_unsubscribe is required (RFC 8058), or an unsubscribe= rule for it: %w",
-					tasks.ErrInvalid, n.CategoryOrDefault(), asynq.SkipRetry)
-			}
-		}
 		var d throttle.Decision
 		var limits []throttle.Limit
 		for round := 0; ; round++ {
 			policy, version := w.currentPlans()
 			c := w.plan(policy, n)
+			if n.Channel == tasks.Email {
+				// Bulk mail and its default List-Unsubscribe, under the same plan as the check.
+				if n.ListUnsubscribe == "" && c.match.Unsubscribe != "" {
+					n.ListUnsubscribe = strings.ReplaceAll(c.match.Unsubscribe, "{id}", n.ID)
+				}
+				if c.match.Bulk && n.ListUnsubscribe == "" {
+					w.archived(n, ReasonInvalid)
+					log.Warn("archiving bulk mail without a List-Unsubscribe")
+					return fmt.Errorf("%w: category %s is bulk mail: list_unsubscribe is required (RFC 8058), or an unsubscribe= rule for it: %w",
+						tasks.ErrInvalid, n.CategoryOrDefault(), asynq.SkipRetry)
+				}
+			}
 			limits = c.limits
 			opts := c.opts
 			opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back

@@ -229,13 +229,8 @@ func (w *Worker) watchPlans(ctx context.Context) error {
 // rules name, the default one, and "other".
 func (w *Worker) categoryLabel(n tasks.Notification) string {
 	c := n.CategoryOrDefault()
-	if c == tasks.DefaultCategory {
+	if c == tasks.DefaultCategory || w.currentPolicy().Names(c) {
 		return c
-	}
-	for _, e := range w.currentPolicy().Entries() {
-		if e.Category == c {
-			return c
-		}
 	}
 	return "other"
 }
