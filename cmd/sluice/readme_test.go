@@ -11,9 +11,7 @@ import (
 
 const (
 	tableBegin = "<!-- config-table:begin (generated from worker.Config and api.Config by `SLUICE_UPDATE_README=1 go test ./cmd/sluice -run TestReadmeConfigTable`) -->"
-	// oldBegin is the marker before api.Config joined the table.
-	oldBegin = "<!-- config-table:begin (generated from worker.Config by `SLUICE_UPDATE_README=1 go test ./cmd/sluice -run TestReadmeConfigTable`) -->"
-	tableEnd = "<!-- config-table:end -->"
+	tableEnd   = "<!-- config-table:end -->"
 )
 
 func configTable() string {
@@ -41,7 +39,7 @@ func TestReadmeConfigTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := strings.Replace(string(raw), oldBegin, tableBegin, 1)
+	readme := string(raw)
 	i, j := strings.Index(readme, tableBegin), strings.Index(readme, tableEnd)
 	if i < 0 || j < i {
 		t.Fatalf("README.md lacks the config table markers %q … %q", tableBegin, tableEnd)
