@@ -62,9 +62,10 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 			}
 		}
 	}
-	// Tasks of a killed worker come back when Asynq's lease (30 s) has been
-	// expired for 30 s and its recoverer (every minute) runs.
-	ds := e.waitAllDelivered(ids, 4*time.Minute)
+	// Tasks of a killed worker come back when the survivors' sweepers see
+	// their leases stand still for SLUICE_ORPHAN_AFTER (15 s), not after
+	// Asynq's own lease recovery (60–120 s).
+	ds := e.waitAllDelivered(ids, 3*time.Minute)
 	r := audit(ds, 2, 3*time.Second, byRecipient)
 	first := map[string]time.Time{}
 	for _, d := range ds {
@@ -86,6 +87,12 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	}
 	if len(orphans) == 0 {
 		t.Fatal("no task was in flight on a killed worker: the kills tested nothing")
+	}
+	// Requeued ≤ 16 s after the kill (last heartbeat + ORPHAN_AFTER + a
+	// sweep), then sent at its recipient's slot (2 per 3 s): well under the
+	// 55 s Asynq's own recovery needs at the least.
+	if worst := pct(delays, 100); worst > 40*time.Second {
+		t.Fatalf("a killed worker's task was delivered %v after the kill; the orphan sweeper should have requeued it within ~16 s", worst)
 	}
 	if qi, _ := e.insp.GetQueueInfo(tasks.DefaultQueue); qi.Archived != 0 {
 		t.Fatalf("%d tasks archived", qi.Archived)
@@ -179,10 +186,12 @@ func waitStatus(t *testing.T, addr string, want int, timeout time.Duration) {
 // recovery. Nothing is lost or sent twice.
 //
 // One case is Asynq's own: a task whose dequeue Redis ran just as it died
-// (the reply lost) stays "active" with no worker until its lease is
-// recovered, 60–120 s later. Such orphans are told apart (still active 6 s
-// after Redis returned, when any live task has long finished), counted,
-// and must arrive within the lease recovery; everything else within 8 s.
+// (the reply lost) stays "active" with no worker. Asynq would recover it
+// 60–120 s later; the workers' orphan sweepers requeue it once its lease
+// has stood still for SLUICE_ORPHAN_AFTER (15 s) with Redis answering.
+// Such orphans are told apart (still active 6 s after Redis returned, when
+// any live task has long finished), counted, and must arrive within
+// ORPHAN_AFTER + 7 s; everything else within 8 s.
 func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:recipient=5/1m,sms:tenant=100000/1h", "--appendonly", "yes", "--appendfsync", "always")
@@ -231,7 +240,7 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	}
 	orphaned := "none orphaned by a lost dequeue reply"
 	if len(orphans) > 0 {
-		orphaned = fmt.Sprintf("%d orphaned by a lost dequeue reply, the last delivered %v after (lease recovery)", len(orphans), lastOrphan.Sub(back).Round(time.Second))
+		orphaned = fmt.Sprintf("%d orphaned by a lost dequeue reply, the last delivered %v after (orphan sweep)", len(orphans), lastOrphan.Sub(back).Round(100*time.Millisecond))
 	}
 	t.Logf("2 s Redis crash: %d receipts, %d repeats; all but Asynq's orphans delivered %v after Redis returned; %s",
 		r.receipts, r.duplicates, lastLive.Sub(back).Round(100*time.Millisecond), orphaned)
@@ -240,6 +249,9 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	}
 	if since := lastLive.Sub(back); since > 8*time.Second {
 		t.Fatalf("a notification arrived %v after Redis returned; want a few seconds", since)
+	}
+	if since := lastOrphan.Sub(back); len(orphans) > 0 && since > 22*time.Second {
+		t.Fatalf("a task orphaned by a lost dequeue arrived %v after Redis returned; want ORPHAN_AFTER (15 s) + a few seconds", since)
 	}
 	if len(orphans) > 3 {
 		t.Fatalf("%d tasks stuck active after the restart: more than Asynq's lost dequeue replies explain", len(orphans))

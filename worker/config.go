@@ -84,6 +84,7 @@ type Config struct {
 	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"100ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
 	RetryBase            time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
 	RetryMax             time.Duration `env:"RETRY_MAX" envDefault:"10m" desc:"Longest backoff of a failed send."`
+	OrphanAfter          time.Duration `env:"ORPHAN_AFTER" envDefault:"15s" desc:"A task Asynq holds as active whose lease has not been extended for this long (while Redis answered) and that no live worker lists is put back at the head of the queue: a worker killed mid-task, or a dequeue whose reply Redis lost as it died. Asynq's own recovery takes 60-120 s. At least 11s (two of Asynq's 5 s heartbeats and a margin); 0 leaves it to Asynq."`
 	UnavailableRetry     time.Duration `env:"UNAVAILABLE_RETRY" envDefault:"2s" desc:"When Redis cannot be asked for a quota, how long until the task is tried again (nothing is sent meanwhile)."`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error."`
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"text" desc:"text or json."`
@@ -255,6 +256,9 @@ func (c Config) Validate() error {
 	}
 	if lead := c.wakeLead() + time.Second; c.MaxInlineWait > 0 && c.MaxInlineWait < lead {
 		bad("MAX_INLINE_WAIT", "must be 0 or at least SLUICE_DELAYED_CHECK_INTERVAL + SLUICE_POLL_INTERVAL + 1.1s (%v): booked tasks wake that early and wait the rest in process, got %v", lead, c.MaxInlineWait)
+	}
+	if c.OrphanAfter != 0 && (c.OrphanAfter < 11*time.Second || c.OrphanAfter > 10*time.Minute) {
+		bad("ORPHAN_AFTER", "must be 0 (off) or between 11s and 10m: a live task's lease moves every 5 s, got %v", c.OrphanAfter)
 	}
 	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
 		bad("MAX_WAITERS", "must be between 0 and 100000, got %d", c.MaxWaiters)

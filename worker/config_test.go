@@ -137,6 +137,7 @@ func TestConfigCrossChecks(t *testing.T) {
 		{base("SLUICE_SMS_SENDER", "http", "SLUICE_SMS_ACCOUNT_SID", "AC1", "SLUICE_SMS_FROM", "+15005550006"), "SLUICE_SMS_AUTH_TOKEN must be set"},
 		{base("SLUICE_EMAIL_SENDER", "smtp", "SLUICE_SMTP_FROM", "not an address"), "SLUICE_SMTP_FROM must be an email address"},
 		{base("SLUICE_MAX_INLINE_WAIT", "1s"), "SLUICE_MAX_INLINE_WAIT must be 0 or at least"},
+		{base("SLUICE_ORPHAN_AFTER", "5s"), "SLUICE_ORPHAN_AFTER must be 0 (off) or between 11s and 10m"},
 		{base("SLUICE_REDIS_URL", "redis://localhost:notaport/0"), `SLUICE_REDIS_URL is not a URL (invalid port ":notaport" after host)`},
 		{base("SLUICE_REDIS_URL", "redis://localhost:70000/0"), `SLUICE_REDIS_URL has port "70000"`},
 		{base("SLUICE_REDIS_URL", "http://localhost:6379/0"), `SLUICE_REDIS_URL has scheme "http"`},

@@ -20,6 +20,13 @@
 //  5. Redis unreachable: nothing is sent; the task is tried again after
 //     Config.UnavailableRetry, without spending a retry.
 //
+// # Orphaned tasks
+//
+// A task Asynq holds as active that no worker runs (its worker killed, or
+// its dequeue reply lost as Redis died) is put back in the queue by every
+// worker's sweep once its lease has stood still for Config.OrphanAfter and
+// no live server lists it, instead of after Asynq's 60–120 s lease recovery.
+//
 // # Retry budget
 //
 // Asynq v0.26 archives a task whose retries are used up before it asks

@@ -16,6 +16,7 @@ type Metrics struct {
 	Archived     *prometheus.CounterVec
 	DoneLost     prometheus.Counter
 	LateWakes    *prometheus.CounterVec
+	Orphans      prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -65,6 +66,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Sends whose in-process wait ended later than half the send slack after their slot: the slot was given back and asked again.",
 	}, []string{"channel"})
 	reg.MustRegister(m.LateWakes)
+	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_orphans_requeued_total",
+		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",
+	})
+	reg.MustRegister(m.Orphans)
 	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError, m.InlineWaits, m.Archived, m.DoneLost)
 	return m
 }

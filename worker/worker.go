@@ -294,6 +294,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.close()
 		return fmt.Errorf("start worker: %w", err)
 	}
+	if w.cfg.OrphanAfter > 0 {
+		sw := newOrphanSweeper(w.rdb, w.cfg.Queue, w.cfg.OrphanAfter, w.log.With("component", "orphans"), func(string) { w.metrics.Orphans.Inc() })
+		sweepDone := make(chan struct{})
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		go func() { defer close(sweepDone); sw.run(sweepCtx) }()
+		defer func() { stopSweep(); <-sweepDone }()
+	}
 	<-ctx.Done()
 	w.log.Info("shutting down: finishing in-flight sends", "timeout", w.cfg.ShutdownTimeout)
 	close(w.stopping)

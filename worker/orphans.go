@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Orphaned tasks.
+//
+// Asynq marks a task "active" in the same script that hands it to a worker
+// (its dequeue) and gives it a 30 s lease, which the owning server's
+// heartbeat extends every 5 s while the task runs. Two things leave an
+// active task that no worker runs: a worker killed mid-task, and a dequeue
+// whose reply was lost because Redis died just after running it (the task
+// is active, nobody received it). Asynq's recoverer takes such tasks back
+// only once their lease has been expired for 30 s, and runs every minute:
+// 60–120 s. Its interval and cutoff are not configurable.
+//
+// The sweeper does it sooner, from outside Asynq: a task whose lease score
+// has not moved for Config.OrphanAfter — observed by this process, with
+// every observation answered by Redis, so an outage restarts the clock —
+// and that no live Asynq server lists among its active workers, is put back
+// at the head of its queue, in one script that first checks the lease is
+// still the one observed (a heartbeat in between wins). The move is the one
+// Asynq itself makes when a server shuts down with the task unfinished
+// (its Requeue: active → pending, lease dropped, state pending).
+//
+// A live task's lease moves with every heartbeat (5 s apart) except a first
+// one in the same second as the dequeue (the score is whole seconds), so it
+// stands still for at most ~6 s; OrphanAfter is at least 11 s (one missed
+// heartbeat more), 15 s by default. A worker frozen for longer than that
+// (its heartbeat stopped, its handler still to resume) may see its task run
+// again elsewhere; the re-run finds the earlier admission and, like any
+// unknown outcome, takes a fresh slot (rerun=at-least-once) or is archived
+// (at-most-once), so no window goes over.
+
+// requeueOrphanLua moves one task from active back to the head of pending
+// if its lease is still the one observed.
+//
+// KEYS[1] asynq:{q}:active  KEYS[2] asynq:{q}:lease
+// KEYS[3] asynq:{q}:pending KEYS[4] asynq:{q}:t:<id>
+// ARGV[1] task id           ARGV[2] lease score observed
+var requeueOrphan = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('RPUSH', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[4], 'state', 'pending')
+return 1
+`)
+
+// orphanSweeper watches one queue's leases.
+type orphanSweeper struct {
+	rdb      redis.UniversalClient
+	insp     *asynq.Inspector
+	queue    string
+	after    time.Duration
+	interval time.Duration
+	log      *slog.Logger
+	onFound  func(id string)
+
+	// seen holds each active task's lease score and when this process
+	// first saw it (monotonic clock).
+	seen map[string]leaseSeen
+}
+
+type leaseSeen struct {
+	score float64
+	since time.Time
+}
+
+func newOrphanSweeper(rdb redis.UniversalClient, queue string, after time.Duration, log *slog.Logger, onFound func(string)) *orphanSweeper {
+	return &orphanSweeper{
+		rdb:      rdb,
+		insp:     asynq.NewInspectorFromRedisClient(rdb),
+		queue:    queue,
+		after:    after,
+		interval: min(time.Second, after/4),
+		log:      log,
+		onFound:  onFound,
+		seen:     map[string]leaseSeen{},
+	}
+}
+
+func (s *orphanSweeper) keyPrefix() string { return "asynq:{" + s.queue + "}:" }
+
+// run sweeps every interval until ctx ends.
+func (s *orphanSweeper) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.sweep(ctx, time.Now()); err != nil && ctx.Err() == nil {
+				s.log.Debug("orphan sweep: redis did not answer; observations start again", "err", err)
+			}
+		}
+	}
+}
+
+// sweep observes the leases once at now and requeues the tasks found
+// orphaned; it returns their ids. Any error forgets every observation, so
+// time without answers from Redis never counts towards OrphanAfter.
+func (s *orphanSweeper) sweep(ctx context.Context, now time.Time) ([]string, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.interval)
+	defer cancel()
+	zs, err := s.rdb.ZRangeWithScores(cctx, s.keyPrefix()+"lease", 0, -1).Result()
+	if err != nil {
+		clear(s.seen)
+		return nil, err
+	}
+	next := make(map[string]leaseSeen, len(zs))
+	var stale []redis.Z
+	for _, z := range zs {
+		id, _ := z.Member.(string)
+		prev, ok := s.seen[id]
+		if !ok || prev.score != z.Score {
+			next[id] = leaseSeen{z.Score, now}
+			continue
+		}
+		next[id] = prev
+		if now.Sub(prev.since) >= s.after {
+			stale = append(stale, z)
+		}
+	}
+	s.seen = next
+	if len(stale) == 0 {
+		return nil, nil
+	}
+	servers, err := s.insp.Servers()
+	if err != nil {
+		clear(s.seen)
+		return nil, err
+	}
+	listed := map[string]bool{}
+	for _, srv := range servers {
+		for _, w := range srv.ActiveWorkers {
+			listed[w.TaskID] = true
+		}
+	}
+	var moved []string
+	var errs []error
+	for _, z := range stale {
+		id := z.Member.(string)
+		if listed[id] {
+			continue
+		}
+		p := s.keyPrefix()
+		n, err := requeueOrphan.Run(cctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + id}, id, z.Score).Int()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(s.seen, id)
+		if n == 1 {
+			moved = append(moved, id)
+			s.log.Info("requeued an orphaned task: Asynq held it active, but its lease had not been extended and no live worker listed it",
+				"task", id, "lease_unchanged_for", s.after)
+			if s.onFound != nil {
+				s.onFound(id)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		clear(s.seen)
+		return moved, err
+	}
+	return moved, nil
+}
