@@ -210,6 +210,43 @@ func TestIdempotentMember(t *testing.T) {
 	}
 }
 
+// A member already inside any key's window is a duplicate, even when the
+// check names a key it is not in: nothing is added anywhere (the admit path
+// learns it from ZADD NX and takes back what it added).
+func TestDuplicateInAnyKeyAddsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	day := throttle.Limit{Scope: "sms:tenant", Subject: "acme", Rule: throttle.Rule{Limit: 5, Window: 24 * time.Hour}}
+	minute := recipient(throttle.Rule{Limit: 1, Window: time.Minute})
+	hour := recipient(throttle.Rule{Limit: 3, Window: time.Hour})
+	id := member()
+	if d, err := b.lim.Allow(ctx, b.group, id, day); err != nil || !d.Allowed || d.Duplicate {
+		t.Fatalf("first: %+v %v", d, err)
+	}
+	// The member is in the day key only; asked with two fresh keys first.
+	for _, full := range []bool{false, true} {
+		if full { // the minute key full: the deny path must say duplicate too
+			if d, _ := b.lim.Allow(ctx, b.group, member(), minute); !d.Allowed {
+				t.Fatalf("filling the minute key: %+v", d)
+			}
+		}
+		d, err := b.lim.Allow(ctx, b.group, id, minute, hour, day)
+		if err != nil || !d.Allowed || !d.Duplicate {
+			t.Fatalf("full=%v: %+v %v, want an allowed duplicate", full, d, err)
+		}
+		wantMinute := int64(0)
+		if full {
+			wantMinute = 1
+		}
+		if m, h := b.client.ZCard(ctx, b.key(t, minute)).Val(), b.client.ZCard(ctx, b.key(t, hour)).Val(); m != wantMinute || h != 0 {
+			t.Fatalf("full=%v: minute key holds %d, hour key %d; want %d and 0: the duplicate was added", full, m, h, wantMinute)
+		}
+	}
+	if n := b.client.ZCard(ctx, b.key(t, day)).Val(); n != 1 {
+		t.Fatalf("day key holds %d entries, want 1", n)
+	}
+}
+
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
