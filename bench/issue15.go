@@ -117,7 +117,7 @@ func runIssue15(ctx context.Context, bin, dir, rules string, ns []tasks.Notifica
 				continue
 			}
 			switch {
-			case !once && strings.HasPrefix(line.Msg, "quota rule"):
+			case !once && line.Msg == "tenant plans in force": // logged last before the Asynq server starts
 				once = true
 				close(started)
 			case line.Msg == "sent (log sender)":
