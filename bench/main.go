@@ -12,6 +12,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,11 +24,12 @@ import (
 )
 
 var (
-	quick  = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
-	rounds = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
-	dur    = flag.Duration("dur", 2*time.Second, "length of one micro run")
-	docs   = flag.String("docs", "../docs", "where figures are written")
-	only   = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,memory,figures")
+	quick   = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds  = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	docs    = flag.String("docs", "../docs", "where figures are written")
+	cpuProf = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
+	only    = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,memory,figures")
 )
 
 type row struct {
@@ -56,6 +58,16 @@ func want(section string) bool {
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *quick {
 		*dur = time.Second
 	}
