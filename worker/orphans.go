@@ -39,7 +39,7 @@ import (
 // unknown outcome, takes a fresh slot (rerun=at-least-once) or is archived
 // (at-most-once), so no window goes over.
 
-// requeueOrphanLua moves one task from active back to the head of pending
+// requeueOrphan moves one task from active back to the head of pending
 // if its lease is still the one observed.
 //
 // KEYS[1] asynq:{q}:active  KEYS[2] asynq:{q}:lease
