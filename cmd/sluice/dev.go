@@ -122,7 +122,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(cfg.Queue)); err != nil {
 			stop()
 			<-done
-			return err
+			return interrupted(ctx, err)
 		}
 		if i < f.sends {
 			select {
@@ -146,7 +146,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	if err := act2Demo(ctx, p, producer, w, cfg.Queue, quietHours, done); err != nil {
 		stop()
 		<-done
-		return err
+		return interrupted(ctx, err)
 	}
 	if f.exitWhenDone {
 		stop()
@@ -154,6 +154,15 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	}
 	p.printf("serving until Ctrl-C (try: curl -s http://%s/metrics | grep sluice_)\n", ln.Addr())
 	return <-done
+}
+
+// interrupted is nil when err only reports the Ctrl-C that stopped the demo
+// (an enqueue cut short by it), else err.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // act2Demo shows the compliance rules: an OTP goes at once while

@@ -322,7 +322,7 @@ func TestDev(t *testing.T) {
 	}
 	cancel()
 	if code := <-done; code != 0 {
-		t.Fatalf("dev exited %d", code)
+		t.Fatalf("dev exited %d; output:\n%s", code, out.String())
 	}
 }
 
