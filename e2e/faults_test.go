@@ -31,7 +31,7 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	// 20 per recipient at 2 per 4 s: about 40 s of backlog, room for four
 	// kills 5 s apart while work remains.
 	e := newEnv(t, "sms:recipient=2/4s,sms:tenant=100000/1h")
-	e.sms.SetLatency(30 * time.Millisecond) // sends are in flight when the kill lands
+	e.sms.SetLatency(300 * time.Millisecond) // sends are in flight when the kill lands
 	workers := []*proc{e.worker("w0", nil), e.worker("w1", nil), e.worker("w2", nil)}
 	all := slices.Clone(workers)
 	ids := e.enqueueSMS(500, recipients(25), []string{"acme"})
@@ -42,16 +42,31 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	var orphans []orphan
 	for k := 0; k < 4; k++ {
 		e.sms.WaitCount(t, 60*(k+1), time.Minute)
-		// Kill while tasks are in flight (Asynq offers no signal for that: poll).
+		// Kill while tasks are in flight on every worker: sends take 300 ms
+		// at the provider, so a burst keeps each worker's slots busy (Asynq
+		// offers no signal for it: poll).
 		var active []string
-		for deadline := time.Now().Add(30 * time.Second); len(active) < 6; {
+		for deadline := time.Now().Add(30 * time.Second); len(active) < 9; {
 			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: fewer than 6 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
+				t.Fatalf("kill %d: fewer than 9 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
 			}
 			active = e.activeTasks()
 			time.Sleep(20 * time.Millisecond)
 		}
+		// Tasks cluster on one worker (the one whose forwarder moved them
+		// to the queue tends to dequeue them): kill the one Asynq's latest
+		// heartbeats list with the most tasks, else the next in turn.
 		i := k % len(workers)
+		if servers, err := e.insp.Servers(); err == nil {
+			most := 0
+			for j, w := range workers {
+				for _, srv := range servers {
+					if srv.PID == w.cmd.Process.Pid && len(srv.ActiveWorkers) > most {
+						i, most = j, len(srv.ActiveWorkers)
+					}
+				}
+			}
+		}
 		workers[i].kill()
 		killed := time.Now()
 		workers[i] = e.worker(fmt.Sprintf("w%d-restart%d", i, k), nil)
@@ -111,6 +126,8 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	}
 	slices.Sort(delays)
 	slices.Sort(requeues)
+
+
 	t.Logf("killed 4 times: %d notifications, %d receipts, %d lost, %d repeats, %d window violations; %d tasks in flight on killed workers: %d requeued by the orphan sweep after p50 %v max %v, delivered (at their recipients' slots) after p50 %v max %v",
 		len(ids), r.receipts, len(ids)-r.delivered, r.duplicates, r.violations, len(orphans), len(requeues), pct(requeues, 50), pct(requeues, 100), pct(delays, 50), pct(delays, 100))
 	if r.violations != 0 {
@@ -119,13 +136,14 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	if len(orphans) == 0 {
 		t.Fatal("no task was in flight on a killed worker: the kills tested nothing")
 	}
-	// Requeued ≤ 16 s after the kill (its lease last moved at or before the
-	// kill; ORPHAN_AFTER 15 s and a sweep), well under the 55 s Asynq's own
-	// recovery needs at the least; then sent at its recipient's slot.
+	// Requeued about 16 s after the kill (its lease last moved at or before
+	// the kill; ORPHAN_AFTER 15 s and a sweep; 17 s seen under CI's load),
+	// well under the 55 s Asynq's own recovery needs at the least; then
+	// sent at its recipient's slot.
 	if len(requeues) == 0 {
 		t.Fatal("no task of a killed worker was requeued by the orphan sweep")
 	}
-	if worst := requeues[len(requeues)-1]; worst > 20*time.Second {
+	if worst := requeues[len(requeues)-1]; worst > 25*time.Second {
 		t.Fatalf("a killed worker's task was requeued %v after the kill; want ORPHAN_AFTER (15 s) + a sweep", worst)
 	}
 	if qi, _ := e.insp.GetQueueInfo(tasks.DefaultQueue); qi.Archived != 0 {
