@@ -127,7 +127,6 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	slices.Sort(delays)
 	slices.Sort(requeues)
 
-
 	t.Logf("killed 4 times: %d notifications, %d receipts, %d lost, %d repeats, %d window violations; %d tasks in flight on killed workers: %d requeued by the orphan sweep after p50 %v max %v, delivered (at their recipients' slots) after p50 %v max %v",
 		len(ids), r.receipts, len(ids)-r.delivered, r.duplicates, r.violations, len(orphans), len(requeues), pct(requeues, 50), pct(requeues, 100), pct(delays, 50), pct(delays, 100))
 	if r.violations != 0 {
