@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,8 +34,9 @@ const (
 	KindMaxDefer                // CHANNEL[.CATEGORY]:max-defer=DURATION
 	KindRerun                   // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
 	KindZone                    // [TENANT/]tz=ZONE — the default zone for quiet hours
-	KindBulk                    // email[.CATEGORY]:bulk — needs a List-Unsubscribe (RFC 8058)
+	KindBulk                    // CHANNEL[.CATEGORY]:bulk — the bulk lane; email also needs a List-Unsubscribe (RFC 8058)
 	KindUnsubscribe             // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
+	KindShard                   // TENANT/shard=K — the tenant's queues get shard K to themselves
 )
 
 // Rerun policies (KindRerun).
@@ -57,6 +59,7 @@ type Entry struct {
 	Rerun    string        // KindRerun
 	Zone     string        // KindZone: an IANA zone name
 	Target   string        // KindUnsubscribe: https URL and/or mailto, {id} replaced by the notification id
+	Shard    int           // KindShard: the shard index (below SLUICE_QUEUE_SHARDS)
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -67,6 +70,10 @@ func (e Entry) String() string {
 	}
 	if e.Kind == KindZone {
 		b.WriteString("tz=" + e.Zone)
+		return b.String()
+	}
+	if e.Kind == KindShard {
+		b.WriteString("shard=" + strconv.Itoa(e.Shard))
 		return b.String()
 	}
 	b.WriteString(string(e.Channel))
@@ -110,6 +117,7 @@ func (e Entry) LimitScope() string {
 type Policy struct {
 	entries    []Entry
 	categories map[string]bool // the categories the entries name
+	pins       tasks.Pins      // TENANT/shard=K
 }
 
 // Names reports whether an entry of the policy names category.
@@ -118,9 +126,16 @@ func (p Policy) Names(category string) bool { return p.categories[category] }
 // index records what the entries name; every constructor calls it.
 func (p *Policy) index() {
 	p.categories = map[string]bool{}
+	p.pins = nil
 	for _, e := range p.entries {
 		if e.Category != "" {
 			p.categories[e.Category] = true
+		}
+		if e.Kind == KindShard && e.Tenant != "" {
+			if p.pins == nil {
+				p.pins = tasks.Pins{}
+			}
+			p.pins[e.Tenant] = e.Shard
 		}
 	}
 }
@@ -134,8 +149,9 @@ func (p *Policy) index() {
 //	[TENANT/]CHANNEL[.CATEGORY]:max-defer=DURATION          defer at most this long, then expire
 //	[TENANT/]CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
 //	[TENANT/]tz=ZONE                                        default zone for quiet hours
-//	[TENANT/]email[.CATEGORY]:bulk                          bulk mail: needs a List-Unsubscribe
+//	[TENANT/]CHANNEL[.CATEGORY]:bulk                        the bulk lane (email: needs a List-Unsubscribe)
 //	[TENANT/]email[.CATEGORY]:unsubscribe=TARGET            default List-Unsubscribe ({id} = id)
+//	TENANT/shard=K                                          the tenant's queues get shard K to themselves
 //
 // SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
 // whole days ("1d"). Errors wrap ErrBadRules and name the entry.
@@ -213,6 +229,16 @@ func parseEntry(s string) (Entry, error) {
 		}
 		e.Tenant, head = strings.TrimSpace(t), strings.TrimSpace(rest)
 	}
+	if head == "shard" {
+		// In a tenant's plan the entry needs no TENANT/; in SLUICE_RULES it
+		// does (Policy.CheckDefaults).
+		k, err := strconv.Atoi(strings.TrimSpace(value))
+		if !hasValue || err != nil || k < 0 || k >= tasks.MaxShards {
+			return e, fmt.Errorf("shard %q: want a shard number from 0 to %d (below SLUICE_QUEUE_SHARDS)", strings.TrimSpace(value), tasks.MaxShards-1)
+		}
+		e.Kind, e.Shard = KindShard, k
+		return e, nil
+	}
 	if head == "tz" {
 		if !hasValue {
 			return e, errors.New("want tz=ZONE, e.g. tz=America/New_York")
@@ -262,16 +288,14 @@ func parseEntry(s string) (Entry, error) {
 			return e, fmt.Errorf("max-defer %q: want a duration from 1s to %s (e.g. 6h, 2d)", value, throttle.FormatWindow(throttle.MaxWindow))
 		}
 		e.Kind, e.MaxDefer = KindMaxDefer, d
-	case "bulk", "unsubscribe":
+	case "bulk":
+		if hasValue {
+			return e, errors.New("bulk takes no value")
+		}
+		e.Kind = KindBulk
+	case "unsubscribe":
 		if e.Channel != tasks.Email {
 			return e, fmt.Errorf("%s is for email (List-Unsubscribe)", kind)
-		}
-		if kind == "bulk" {
-			if hasValue {
-				return e, errors.New("bulk takes no value")
-			}
-			e.Kind = KindBulk
-			break
 		}
 		if _, err := tasks.ParseListUnsubscribe(strings.ReplaceAll(value, "{id}", "x")); err != nil {
 			return e, err
@@ -318,6 +342,41 @@ func parseDuration(s string) (time.Duration, error) {
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	return time.ParseDuration(s)
+}
+
+// CheckDefaults reports entries that only a tenant can have, written
+// without one in the deployment's rules (SLUICE_RULES): shard=K.
+func (p Policy) CheckDefaults() error {
+	for _, e := range p.entries {
+		if e.Kind == KindShard && e.Tenant == "" {
+			return fmt.Errorf("%w: %q pins one tenant's queues: write it as TENANT/shard=K (or put shard=K in the tenant's plan)", ErrBadRules, e.String())
+		}
+	}
+	return nil
+}
+
+// Pins are the tenants the rules give shards of their own (TENANT/shard=K).
+// The map is shared: do not change it.
+func (p Policy) Pins() tasks.Pins { return p.pins }
+
+// Lane is the lane of a tenant's notifications of a channel and category:
+// priority when the category is exempt, bulk when it is marked bulk,
+// standard otherwise.
+func (m Match) Lane() tasks.Lane {
+	switch {
+	case m.Exempt:
+		return tasks.LanePriority
+	case m.Bulk:
+		return tasks.LaneBulk
+	}
+	return tasks.LaneStandard
+}
+
+// Queue is the queue of n under the policy in layout l: its lane's shard
+// for its tenant. Producers that know the rules route with it; workers
+// move a task found elsewhere.
+func (p Policy) Queue(l tasks.Layout, n tasks.Notification) string {
+	return l.Route(n.Tenant, p.Match(n.Tenant, n.Channel, n.Category).Lane(), p.pins)
 }
 
 // Entries returns every entry, in the order given.
@@ -373,7 +432,8 @@ type Match struct {
 	Rerun string
 	// Zone is the tenant's default zone for quiet hours; "" means the deployment's.
 	Zone string
-	// Bulk: the category is bulk mail, which must carry a List-Unsubscribe.
+	// Bulk: the category waits in the bulk lane; bulk mail must also carry
+	// a List-Unsubscribe.
 	Bulk bool
 	// Unsubscribe is the default List-Unsubscribe target ({id}: the
 	// notification id) for emails that name none; "" when none.

@@ -229,7 +229,7 @@ func TestBulkAndUnsubscribe(t *testing.T) {
 		t.Fatal("the default category is not bulk")
 	}
 	for s, want := range map[string]string{
-		"sms.marketing:bulk":                   "bulk is for email",
+		"sms.marketing:unsubscribe=https://x.example/u": "is for email",
 		"email:unsubscribe=http://x.example/u": "https",
 		"email.marketing:bulk=yes":             "bulk takes no value",
 	} {
@@ -255,5 +255,64 @@ func TestNames(t *testing.T) {
 	}
 	if (plans.Policy{}).Names("otp") {
 		t.Fatal("the zero policy names nothing")
+	}
+}
+
+// Lanes follow the rules: exempt categories are priority, bulk ones bulk;
+// a tenant's shard=K gives it a shard of its own.
+func TestLanesAndPins(t *testing.T) {
+	t.Parallel()
+	p := mustParse(t, "sms.otp:exempt, sms.marketing:bulk, email.news:bulk, acme/shard=3, sms:recipient=1/1m")
+	for _, tc := range []struct {
+		tenant string
+		ch     tasks.Channel
+		cat    string
+		want   tasks.Lane
+	}{
+		{"acme", tasks.SMS, "otp", tasks.LanePriority},
+		{"acme", tasks.SMS, "marketing", tasks.LaneBulk},
+		{"beta", tasks.Email, "news", tasks.LaneBulk},
+		{"beta", tasks.Email, "otp", tasks.LaneStandard}, // exempt on sms only
+		{"beta", tasks.SMS, "", tasks.LaneStandard},
+	} {
+		if got := p.Match(tc.tenant, tc.ch, tc.cat).Lane(); got != tc.want {
+			t.Errorf("%s %s %q: lane %s, want %s", tc.tenant, tc.ch, tc.cat, got, tc.want)
+		}
+	}
+	if pins := p.Pins(); len(pins) != 1 || pins["acme"] != 3 {
+		t.Fatalf("Pins = %v", pins)
+	}
+	l := tasks.Layout{Shards: 8}
+	otp := tasks.NewSMS("acme", "+14155550100", "code")
+	otp.Category = "otp"
+	if got := p.Queue(l, otp); got != "notifications.priority.3" {
+		t.Fatalf("acme's otp queue %q", got)
+	}
+	if got := p.Queue(l, tasks.NewSMS("beta", "+14155550100", "hi")); got == "notifications.standard.3" {
+		t.Fatal("another tenant routed to acme's pinned shard")
+	}
+	// A tenant's plan writes shard=K without the tenant; With binds it.
+	q, err := p.With("beta", mustParse(t, "shard=5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pins := q.Pins(); pins["beta"] != 5 || pins["acme"] != 3 {
+		t.Fatalf("after With: %v", q.Pins())
+	}
+	if err := p.CheckDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustParse(t, "shard=2").CheckDefaults(); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), "TENANT/shard=K") {
+		t.Fatalf("tenant-less shard in the defaults: %v", err)
+	}
+	for s, want := range map[string]string{
+		"acme/shard=64": "shard number", "acme/shard=-1": "shard number", "acme/shard": "shard number", "acme/shard=x": "shard number",
+	} {
+		if _, err := plans.Parse(s); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want %q", s, err, want)
+		}
+	}
+	if got := mustParse(t, "acme/shard=7").String(); got != "acme/shard=7" {
+		t.Fatalf("String = %q", got)
 	}
 }
