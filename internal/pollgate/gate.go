@@ -1,0 +1,469 @@
+// Package pollgate keeps idle Asynq servers from polling Redis.
+//
+// An Asynq server polls every queue it serves: a dequeue script per queue
+// each TaskCheckInterval while all are empty, a forward script for each
+// queue's scheduled and retry sets each DelayedTaskCheckInterval, and
+// housekeeping scripts (expired completed tasks, expired leases, stale
+// aggregation sets). With lanes × shards that is dozens of empty round trips
+// per poll. A Gate is a go-redis hook on the client the servers use: it
+// answers those scripts itself — "empty", "nothing due" — for keys it
+// knows the state of, and lets every other command through untouched.
+//
+// It knows a key's state from having read it (the script's own reply, or a
+// probe of a sorted set's lowest score), and it forgets it the moment any
+// client writes the key: the gate subscribes to Redis's client-side-caching
+// invalidations in broadcast mode (CLIENT TRACKING … BCAST PREFIX, one
+// subscription per master, Redis 6+), which every write of a tracked key
+// triggers, whoever makes it — Sluice's producers, a plain Asynq client, a
+// forwarder of another worker, an operator's redis-cli. No producer has to
+// ring a bell and no server setting is needed.
+//
+// Safety: every piece of knowledge also expires after Recheck (then the
+// script runs for real once); an observation is recorded only if no
+// invalidation of the key arrived since the call was sent (epochs); while a
+// subscription is down (reconnecting, a failover, CLIENT TRACKING refused
+// by an ACL or an old server) the gate passes everything through, which is
+// plain Asynq's behaviour.
+//
+// The scripts are recognised by the keys they name, which are Asynq's
+// private layout (asynq v0.26: "asynq:{<queue>}:pending" and friends); a
+// test pins the recognition to the Asynq version in go.mod by running a
+// real Asynq server through the gate.
+package pollgate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configure a Gate. The zero value of each field is its default.
+type Options struct {
+	// Recheck is the longest the gate trusts what it knows of a queue's
+	// pending list and delayed sets before letting a poll through again.
+	// Default 10s.
+	Recheck time.Duration
+	// Housekeeping is the same for the sets Asynq's janitor, recoverer and
+	// aggregator read (completed, lease, aggregation sets). Default 1m.
+	Housekeeping time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; default time.Now. Asynq scores are Unix seconds.
+	Now func() time.Time
+}
+
+// Stats counts what the gate did; see Gate.Stats.
+type Stats struct {
+	// Passed: polls that went to Redis (unknown state, stale, or due).
+	Passed uint64
+	// Skipped: polls the gate answered without a round trip.
+	Skipped uint64
+	// Probes: lowest-score reads the gate made to learn a sorted set's next due time.
+	Probes uint64
+	// Invalidations: keys Redis reported written.
+	Invalidations uint64
+}
+
+type kind uint8
+
+const (
+	kPending kind = iota + 1 // list: a dequeue finds nothing while it is empty
+	kDelayed                 // scheduled, retry: a forward moves nothing before the lowest score
+	kHouse                   // completed, lease, aggregation sets: likewise, checked rarely
+	kPaused                  // not polled: a write (pause/unpause) resets its queue's pending list
+)
+
+// state is what the gate knows of one key.
+type state struct {
+	kind  kind
+	epoch uint64 // bumped by every invalidation of the key
+	known bool
+	at    time.Time // when known was set
+	empty bool      // kPending: the list was empty
+	due   int64     // kDelayed, kHouse: lowest score (Unix s); math.MaxInt64 when empty
+	queue *state    // kPaused: the queue's pending list
+}
+
+// Gate answers Asynq's polls of keys it knows the state of. Use Hook on
+// the client the Asynq servers use, and Run to keep its subscriptions.
+type Gate struct {
+	rdb       redis.UniversalClient // for probes and subscriptions (not hooked)
+	recheck   time.Duration
+	house     time.Duration
+	log       *slog.Logger
+	now       func() time.Time
+	prefixes  []string
+	mu        sync.Mutex
+	keys      map[string]*state
+	actMu     sync.Mutex    // orders turning active on (Run) and off (a subscription's error)
+	kick      chan struct{} // a subscription came up: Run re-evaluates at once
+	active    atomic.Bool   // every subscription is up: knowledge may be used
+	passed    atomic.Uint64
+	skipped   atomic.Uint64
+	probes    atomic.Uint64
+	invalided atomic.Uint64
+}
+
+// New returns a gate for the given Asynq queues. rdb is used for its
+// probes and subscriptions; it must not carry the gate's own hook.
+func New(rdb redis.UniversalClient, queues []string, opts Options) *Gate {
+	g := &Gate{rdb: rdb, recheck: opts.Recheck, house: opts.Housekeeping, log: opts.Logger, now: opts.Now, keys: map[string]*state{}, kick: make(chan struct{}, 1)}
+	if g.recheck <= 0 {
+		g.recheck = 10 * time.Second
+	}
+	if g.house <= 0 {
+		g.house = time.Minute
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	for _, q := range queues {
+		p := "asynq:{" + q + "}:"
+		pending := &state{kind: kPending}
+		g.keys[p+"pending"] = pending
+		g.keys[p+"paused"] = &state{kind: kPaused, queue: pending}
+		g.keys[p+"scheduled"] = &state{kind: kDelayed}
+		g.keys[p+"retry"] = &state{kind: kDelayed}
+		g.keys[p+"completed"] = &state{kind: kHouse}
+		g.keys[p+"lease"] = &state{kind: kHouse}
+		g.keys[p+"aggregation_sets"] = &state{kind: kHouse}
+	}
+	for k := range g.keys {
+		// Each tracked key is a prefix of itself only: "…}:" ends every
+		// queue's name, so no prefix is another's (Redis refuses overlaps).
+		g.prefixes = append(g.prefixes, k)
+	}
+	return g
+}
+
+// Active reports whether the gate is answering polls (every subscription up).
+func (g *Gate) Active() bool { return g.active.Load() }
+
+// Stats returns the gate's counters.
+func (g *Gate) Stats() Stats {
+	return Stats{Passed: g.passed.Load(), Skipped: g.skipped.Load(), Probes: g.probes.Load(), Invalidations: g.invalided.Load()}
+}
+
+// forgetAll drops everything known: after a (re)subscription, a lost
+// message, or when the gate goes inactive.
+func (g *Gate) forgetAll() {
+	g.mu.Lock()
+	for _, s := range g.keys {
+		s.epoch++
+		s.known = false
+	}
+	g.mu.Unlock()
+}
+
+// invalidate records that Redis reported keys written.
+func (g *Gate) invalidate(keys []string) {
+	g.mu.Lock()
+	for _, k := range keys {
+		s := g.keys[k]
+		if s == nil {
+			continue
+		}
+		g.invalided.Add(1)
+		if s.kind == kPaused {
+			s = s.queue
+		}
+		s.epoch++
+		s.known = false
+	}
+	g.mu.Unlock()
+}
+
+// fresh reports whether s is known and young enough to trust. g.mu held.
+func (g *Gate) fresh(s *state, now time.Time) bool {
+	if !s.known {
+		return false
+	}
+	limit := g.recheck
+	if s.kind == kHouse {
+		limit = g.house
+	}
+	return now.Sub(s.at) < limit
+}
+
+// observe records what a read of s found, unless it was written since the
+// read was sent (epoch moved). g.mu not held.
+func (g *Gate) observe(s *state, epoch uint64, empty bool, due int64) {
+	g.mu.Lock()
+	if s.epoch == epoch {
+		s.known, s.at, s.empty, s.due = true, g.now(), empty, due
+	}
+	g.mu.Unlock()
+}
+
+// Epoch returns the current epoch of a tracked key, for Observe; ok is
+// false for a key the gate does not track or while it is inactive.
+func (g *Gate) Epoch(key string) (epoch uint64, ok bool) {
+	if !g.active.Load() {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.keys[key]
+	if s == nil || s.kind == kPaused {
+		return 0, false
+	}
+	return s.epoch, true
+}
+
+// KnownEmpty reports whether a tracked sorted set or list is known, freshly,
+// to hold nothing: a reader that would only find nothing can skip it.
+func (g *Gate) KnownEmpty(key string) bool {
+	if !g.active.Load() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.keys[key]
+	if s == nil || !g.fresh(s, g.now()) {
+		return false
+	}
+	if s.kind == kPending {
+		return s.empty
+	}
+	return s.due == math.MaxInt64
+}
+
+// Observe records what the caller's own read of key (begun at epoch) found:
+// whether it was empty and, for a sorted set, its lowest score in Unix
+// seconds (ignored when empty).
+func (g *Gate) Observe(key string, epoch uint64, empty bool, lowest int64) {
+	g.mu.Lock()
+	s := g.keys[key]
+	g.mu.Unlock()
+	if s == nil || s.kind == kPaused {
+		return
+	}
+	if empty {
+		lowest = math.MaxInt64
+	}
+	g.observe(s, epoch, empty, lowest)
+}
+
+// poll is a recognised Asynq script call.
+type poll struct {
+	s      *state
+	key    string
+	cutoff int64 // delayed and housekeeping scripts act on scores <= cutoff
+	reply  func(*redis.Cmd)
+}
+
+// classify recognises Asynq's polling scripts by the keys they name.
+func (g *Gate) classify(cmd redis.Cmder) (poll, bool) {
+	args := cmd.Args()
+	if len(args) < 4 {
+		return poll{}, false
+	}
+	name, _ := args[0].(string)
+	if name != "evalsha" && name != "eval" {
+		return poll{}, false
+	}
+	nk, ok := intArg(args[2])
+	if !ok || nk < 1 || nk > 4 || len(args) < 3+nk {
+		return poll{}, false
+	}
+	key0, _ := args[3].(string)
+	g.mu.Lock()
+	s := g.keys[key0]
+	g.mu.Unlock()
+	if s == nil {
+		return poll{}, false
+	}
+	key1 := func() string { k, _ := args[4].(string); return k }
+	switch {
+	case s.kind == kPending && nk == 4 && key1() == key0[:len(key0)-len("pending")]+"paused":
+		// dequeue: KEYS pending, paused, active, lease → a message or nil
+		return poll{s: s, key: key0, reply: func(c *redis.Cmd) { c.SetErr(redis.Nil) }}, true
+	case s.kind == kDelayed && nk == 2 && key1() == key0[:len(key0)-len(suffix(key0))]+"pending":
+		// forward: KEYS scheduled|retry, pending; ARGV[1] now → tasks moved
+		if cut, ok := argInt(args, 3+nk); ok {
+			return poll{s: s, key: key0, cutoff: cut, reply: func(c *redis.Cmd) { c.SetVal(int64(0)) }}, true
+		}
+	case s.kind == kHouse && nk == 1:
+		cut, ok := argInt(args, 4)
+		if !ok {
+			return poll{}, false
+		}
+		switch suffix(key0) {
+		case "completed": // janitor: expired completed tasks deleted → count
+			return poll{s: s, key: key0, cutoff: cut, reply: func(c *redis.Cmd) { c.SetVal(int64(0)) }}, true
+		case "lease": // recoverer: tasks whose lease expired → messages
+			return poll{s: s, key: key0, cutoff: cut, reply: func(c *redis.Cmd) { c.SetVal([]interface{}{}) }}, true
+		case "aggregation_sets": // recoverer: stale aggregation sets reclaimed → OK
+			return poll{s: s, key: key0, cutoff: cut, reply: func(c *redis.Cmd) { c.SetVal("OK") }}, true
+		}
+	}
+	return poll{}, false
+}
+
+// suffix is the part of an Asynq key after its last ':'.
+func suffix(key string) string {
+	for i := len(key) - 1; i >= 0; i-- {
+		if key[i] == ':' {
+			return key[i+1:]
+		}
+	}
+	return key
+}
+
+func intArg(v interface{}) (int, bool) {
+	switch x := v.(type) {
+	case int:
+		return x, true
+	case int64:
+		return int(x), true
+	case string:
+		n, err := strconv.Atoi(x)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+func argInt(args []interface{}, i int) (int64, bool) {
+	if i >= len(args) {
+		return 0, false
+	}
+	switch x := args[i].(type) {
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// Hook returns the go-redis hook to add to the client the Asynq servers use.
+func (g *Gate) Hook() redis.Hook { return hook{g} }
+
+// Client returns a new client on the options of the gate's own client,
+// with the gate's hook: for the Asynq servers, so that the gate's client
+// (and whoever else shares it) goes untouched. Close it after them.
+func (g *Gate) Client() (redis.UniversalClient, error) {
+	var c redis.UniversalClient
+	switch r := g.rdb.(type) {
+	case *redis.Client:
+		c = redis.NewClient(cloneOptions(r.Options()))
+	case *redis.ClusterClient:
+		o := *r.Options()
+		o.PushNotificationProcessor = nil
+		if o.MaintNotificationsConfig != nil {
+			m := *o.MaintNotificationsConfig
+			o.MaintNotificationsConfig = &m
+		}
+		c = redis.NewClusterClient(&o)
+	default:
+		return nil, fmt.Errorf("pollgate: %T is neither a single-node nor a Cluster client", g.rdb)
+	}
+	c.AddHook(g.Hook())
+	return c, nil
+}
+
+// cloneOptions copies client options for another client: without the
+// push-notification processor the first client stored in them (a second
+// client must register its own).
+func cloneOptions(base *redis.Options) *redis.Options {
+	o := *base
+	o.PushNotificationProcessor = nil
+	if o.MaintNotificationsConfig != nil {
+		m := *o.MaintNotificationsConfig
+		o.MaintNotificationsConfig = &m
+	}
+	return &o
+}
+
+type hook struct{ g *Gate }
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g := h.g
+		p, ok := g.classify(cmd)
+		if !ok {
+			return next(ctx, cmd)
+		}
+		c, isCmd := cmd.(*redis.Cmd)
+		if !isCmd || !g.active.Load() {
+			g.passed.Add(1)
+			return next(ctx, cmd)
+		}
+		now := g.now()
+		g.mu.Lock()
+		s := p.s
+		epoch := s.epoch
+		fresh := g.fresh(s, now)
+		skip := fresh && (s.kind == kPending && s.empty || s.kind != kPending && s.due > p.cutoff)
+		g.mu.Unlock()
+		if skip {
+			g.skipped.Add(1)
+			p.reply(c)
+			return c.Err()
+		}
+		if s.kind != kPending && !fresh {
+			// Learn the lowest score first: most sets have nothing due.
+			due, err := g.probe(ctx, p.key)
+			if err == nil {
+				g.observe(s, epoch, due == math.MaxInt64, due)
+				if due > p.cutoff {
+					g.mu.Lock()
+					stillKnown := s.epoch == epoch
+					g.mu.Unlock()
+					if stillKnown {
+						g.skipped.Add(1)
+						p.reply(c)
+						return c.Err()
+					}
+				}
+			}
+			g.mu.Lock()
+			epoch = s.epoch
+			g.mu.Unlock()
+		}
+		g.passed.Add(1)
+		err := next(ctx, cmd)
+		switch {
+		case s.kind == kPending && err == redis.Nil:
+			g.observe(s, epoch, true, 0)
+		case s.kind == kPending:
+			// A task, or an error: nothing learnt (it may hold more).
+		case err == nil:
+			// Everything due up to the cutoff is gone; the rest is not
+			// known until a probe (the script's writes invalidate it anyway).
+		}
+		return err
+	}
+}
+
+// probe reads the lowest score of a sorted set: math.MaxInt64 when empty.
+func (g *Gate) probe(ctx context.Context, key string) (int64, error) {
+	g.probes.Add(1)
+	zs, err := g.rdb.ZRangeWithScores(ctx, key, 0, 0).Result()
+	if err != nil {
+		return 0, err
+	}
+	if len(zs) == 0 {
+		return math.MaxInt64, nil
+	}
+	return int64(zs[0].Score), nil
+}
