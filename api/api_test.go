@@ -213,7 +213,11 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	defer lim.Close()
 	id0 := ba.Notifications[0].ID
-	if err := b.insp.DeleteTask(tasks.DefaultQueue, id0); err != nil {
+	ti0, err := b.task(t, id0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.insp.DeleteTask(ti0.Queue, id0); err != nil {
 		t.Fatal(err)
 	}
 	if err := lim.MarkDone(context.Background(), "acme", id0, 1, time.Hour); err != nil {

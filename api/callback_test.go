@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -267,7 +266,7 @@ func TestCallbackFeedsSuppression(t *testing.T) {
 	if got := len(b.sms.Deliveries()); got != 2 {
 		t.Fatalf("%d deliveries, want 2 (acme's first, globex's)", got)
 	}
-	ti, err := b.insp.GetTaskInfo(tasks.DefaultQueue, next)
+	ti, err := b.task(t, next)
 	if err != nil || ti.State != asynq.TaskStateArchived {
 		t.Fatalf("task %+v, %v", ti, err)
 	}

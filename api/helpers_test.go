@@ -180,13 +180,21 @@ func (b *bundle) queued(t *testing.T) []*asynq.TaskInfo {
 	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
 		b.insp.ListPendingTasks, b.insp.ListScheduledTasks, b.insp.ListRetryTasks, b.insp.ListActiveTasks, b.insp.ListArchivedTasks,
 	} {
-		ts, err := list(tasks.DefaultQueue, asynq.PageSize(1000))
-		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-			t.Fatal(err)
+		for _, q := range b.wcfg.Layout().Queues() {
+			ts, err := list(q, asynq.PageSize(1000))
+			if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+				t.Fatal(err)
+			}
+			all = append(all, ts...)
 		}
-		all = append(all, ts...)
 	}
 	return all
+}
+
+// task finds a notification's task in whichever queue holds it.
+func (b *bundle) task(t *testing.T, id string) (*asynq.TaskInfo, error) {
+	t.Helper()
+	return b.wcfg.Layout().FindTask(b.insp, "", nil, id)
 }
 
 func sms(to, body string) map[string]any {

@@ -160,6 +160,8 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 // retry completes the batch instead.
 func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed bool) ([]Accepted, error) {
 	out := make([]Accepted, len(ns))
+	queues := make([]string, len(ns)) // where each went, for the rollback
+	policy, layout := s.policy(), s.wcfg.Layout()
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
 		if keyed {
@@ -172,7 +174,8 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 				continue
 			}
 		}
-		_, err := tasks.Enqueue(ctx, s.client, s.keys, n, asynq.Queue(s.wcfg.Queue))
+		queues[i] = policy.Queue(layout, n)
+		_, err := tasks.Enqueue(ctx, s.client, s.keys, n, asynq.Queue(queues[i]))
 		if keyed && errors.Is(err, tasks.ErrDuplicate) {
 			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)
 			if serr != nil {
@@ -185,8 +188,8 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		}
 		if err != nil {
 			if !keyed {
-				for _, a := range out[:i] {
-					_ = s.insp.DeleteTask(s.wcfg.Queue, a.ID)
+				for j, a := range out[:i] {
+					_ = s.insp.DeleteTask(queues[j], a.ID)
 				}
 			}
 			return nil, err

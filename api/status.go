@@ -122,7 +122,7 @@ func (s *Server) notFound(w http.ResponseWriter) {
 // is the caller's; for the admin it may be empty, and then only queued
 // notifications are found.
 func (s *Server) status(ctx context.Context, tenant string, admin bool, id string) (Status, bool, error) {
-	info, err := s.insp.GetTaskInfo(s.wcfg.Queue, id)
+	info, err := s.wcfg.Layout().FindTask(s.insp, tenant, s.policy().Pins(), id)
 	switch {
 	case err == nil:
 		return s.taskStatus(ctx, tenant, admin, info)

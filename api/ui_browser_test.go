@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -243,9 +244,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			enqueue(map[string]any{"channel": "email", "to": to, "subject": "Hi", "body": "hello"})
 		}
 		eventually(t, 20*time.Second, "one message waiting and two archived", func() bool {
-			retry, _ := b.insp.ListRetryTasks(tasks.DefaultQueue)
-			archived, _ := b.insp.ListArchivedTasks(tasks.DefaultQueue)
-			return len(retry) == 1 && len(archived) == 2
+			var retry, archived int
+			for _, ti := range b.queued(t) {
+				switch ti.State {
+				case asynq.TaskStateRetry:
+					retry++
+				case asynq.TaskStateArchived:
+					archived++
+				}
+			}
+			return retry == 1 && archived == 2
 		})
 		must(t, admin, "reload acme's page", chromedp.Navigate(base+"/ui/tenants/acme"),
 			chromedp.WaitVisible(chromedp.CSS(`table.lost tr[data-reason="dropped"]`)),
@@ -265,7 +273,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		screenshot(t, admin, "dashboard.png")
 		must(t, admin, "the overview", chromedp.Navigate(base+"/ui"),
 			chromedp.WaitVisible(chromedp.CSS(`#live-tenants li[data-window="sms:tenant:3600000"][data-used="12"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`#live-queues tr[data-queue="notifications"]`)))
+			chromedp.WaitVisible(chromedp.CSS(`#live-queues tr[data-lane="priority"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#live-queues tr[data-lane="standard"][data-busy]`)))
 		screenshot(t, admin, "dashboard-overview.png")
 
 		t.Run("RecipientLookup", func(t *testing.T) {

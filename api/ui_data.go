@@ -235,36 +235,55 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 		{StateWaiting, s.insp.ListScheduledTasks},
 		{StateArchived, s.insp.ListArchivedTasks},
 	}
+	queues := s.wcfg.Layout().Queues()
+	if tenant != "" && tenant != "*" {
+		queues = s.wcfg.Layout().Candidates(tenant, policy.Pins())
+	}
+	exist, err := s.insp.Queues()
+	if err != nil {
+		return sc, fmt.Errorf("api: queues: %w", err)
+	}
+	queues = slices.DeleteFunc(queues, func(q string) bool { return !slices.Contains(exist, q) })
 	for _, l := range lists {
-		for page := 1; page <= uiScanLimit/uiScanPage; page++ {
-			if err := ctx.Err(); err != nil {
-				return sc, err
-			}
-			infos, err := l.list(s.wcfg.Queue, asynq.PageSize(uiScanPage), asynq.Page(page))
-			if errors.Is(err, asynq.ErrQueueNotFound) {
-				break
-			}
-			if err != nil {
-				return sc, fmt.Errorf("api: list %s tasks: %w", l.state, err)
-			}
-			for _, info := range infos {
-				sc.Scanned++
-				n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.wcfg.PayloadPlaintext == "accept")
+		left := uiScanLimit // tasks of this state read, over every queue
+	queue:
+		for _, q := range queues {
+			for page := 1; ; page++ {
+				if left <= 0 {
+					sc.Truncated = true
+					break queue
+				}
+				if err := ctx.Err(); err != nil {
+					return sc, err
+				}
+				infos, err := l.list(q, asynq.PageSize(uiScanPage), asynq.Page(page))
+				if errors.Is(err, asynq.ErrQueueNotFound) {
+					continue queue
+				}
 				if err != nil {
-					sc.Unreadable++
-					continue
+					return sc, fmt.Errorf("api: list %s tasks of %s: %w", l.state, q, err)
 				}
-				sc.Tenants[n.Tenant]++
-				if tenant == "" || (tenant != "*" && n.Tenant != tenant) {
-					continue
+				full := len(infos) == uiScanPage
+				if len(infos) > left {
+					infos, sc.Truncated = infos[:left], true
 				}
-				sc.Tasks = append(sc.Tasks, s.uiTaskOf(policy, l.state, info, n))
-			}
-			if len(infos) < uiScanPage {
-				break
-			}
-			if page == uiScanLimit/uiScanPage {
-				sc.Truncated = true
+				left -= len(infos)
+				for _, info := range infos {
+					sc.Scanned++
+					n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.wcfg.PayloadPlaintext == "accept")
+					if err != nil {
+						sc.Unreadable++
+						continue
+					}
+					sc.Tenants[n.Tenant]++
+					if tenant == "" || (tenant != "*" && n.Tenant != tenant) {
+						continue
+					}
+					sc.Tasks = append(sc.Tasks, s.uiTaskOf(policy, l.state, info, n))
+				}
+				if !full {
+					continue queue
+				}
 			}
 		}
 	}
@@ -395,36 +414,68 @@ func head[T any](s []T, n int) []T {
 	return s
 }
 
-// uiQueue is one Asynq queue's depths.
+// uiQueue is one Asynq queue's depths, or a lane's (its shards summed).
 type uiQueue struct {
 	Name                                                   string
+	Lane                                                   string // a lane's row: its name; else ""
+	Shards                                                 int    // a lane's row: its shards (busy ones are listed after it)
 	Pending, Active, Scheduled, Retry, Archived, Completed int
 	Latency                                                time.Duration
 	Paused                                                 bool
 	ProcessedToday, FailedToday                            int
 }
 
+func (q *uiQueue) add(info *asynq.QueueInfo) {
+	q.Pending, q.Active, q.Scheduled, q.Retry = q.Pending+info.Pending, q.Active+info.Active, q.Scheduled+info.Scheduled, q.Retry+info.Retry
+	q.Archived, q.Completed = q.Archived+info.Archived, q.Completed+info.Completed
+	q.ProcessedToday, q.FailedToday = q.ProcessedToday+info.Processed, q.FailedToday+info.Failed
+	q.Latency, q.Paused = max(q.Latency, info.Latency), q.Paused || info.Paused
+}
+
+func (q uiQueue) Busy() bool { return q.Pending+q.Active+q.Scheduled+q.Retry+q.Archived > 0 }
+
+// queueDepths lists each lane (its shards summed), after it the shards that
+// hold work, then the legacy queue and any other queue Asynq knows.
 func (s *Server) queueDepths() ([]uiQueue, error) {
 	names, err := s.insp.Queues()
 	if err != nil {
 		return nil, fmt.Errorf("api: queues: %w", err)
 	}
 	slices.Sort(names)
-	var out []uiQueue
+	layout := s.wcfg.Layout()
+	lanes := map[tasks.Lane]*uiQueue{}
+	shards := map[tasks.Lane][]uiQueue{}
+	var others []uiQueue
 	for _, q := range names {
 		info, err := s.insp.GetQueueInfo(q)
 		if err != nil {
 			return nil, fmt.Errorf("api: queue %s: %w", q, err)
 		}
-		out = append(out, uiQueue{Name: q, Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
-			Archived: info.Archived, Completed: info.Completed, Latency: info.Latency, Paused: info.Paused,
-			ProcessedToday: info.Processed, FailedToday: info.Failed})
+		row := uiQueue{Name: q}
+		row.add(info)
+		lane, _, ok := layout.Parse(q)
+		if !ok {
+			others = append(others, row)
+			continue
+		}
+		if lanes[lane] == nil {
+			lanes[lane] = &uiQueue{Name: string(lane) + " lane", Lane: string(lane), Shards: layout.Shards}
+		}
+		lanes[lane].add(info)
+		if row.Busy() {
+			shards[lane] = append(shards[lane], row)
+		}
 	}
-	if !slices.Contains(names, s.wcfg.Queue) {
-		// Asynq knows a queue from its first task on: until then it is empty.
-		out = append(out, uiQueue{Name: s.wcfg.Queue})
+	var out []uiQueue
+	for _, lane := range tasks.Lanes {
+		l := lanes[lane]
+		if l == nil {
+			l = &uiQueue{Name: string(lane) + " lane", Lane: string(lane), Shards: layout.Shards}
+		}
+		out = append(out, *l)
+		out = append(out, shards[lane]...)
 	}
-	return out, nil
+	return append(out, others...), nil
 }
 
 // knownTenants: tenants with a plan, named in the rules, holding a token,

@@ -130,7 +130,7 @@ func (e *env) waitDrained(timeout time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		qi, err := e.insp.GetQueueInfo(tasks.DefaultQueue)
+		qi, err := e.queueInfo()
 		if err == nil && qi.Size == 0 && qi.Active == 0 {
 			return
 		}

@@ -37,7 +37,7 @@ func TestClusterFailover(t *testing.T) {
 		ids[n.ID] = n.To
 	}
 	e.sms.WaitCount(t, 20, time.Minute)
-	master, err := cc.MasterForKey(ctx, "asynq:{"+tasks.DefaultQueue+"}:pending")
+	master, err := cc.MasterForKey(ctx, "asynq:{"+tasks.DefaultLayout.Route("t-a", tasks.LaneStandard, nil)+"}:pending")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,7 @@ func TestExpiredIsNeverSent(t *testing.T) {
 	for _, id := range expiring {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			ti, err := e.insp.GetTaskInfo(tasks.DefaultQueue, id)
+			ti, err := tasks.DefaultLayout.FindTask(e.insp, "", nil, id)
 			if err == nil && ti.State == asynq.TaskStateArchived {
 				if !strings.Contains(ti.LastErr, "expired") {
 					t.Fatalf("%s archived with %q", id, ti.LastErr)

@@ -145,7 +145,7 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	if worst := requeues[len(requeues)-1]; worst > 25*time.Second {
 		t.Fatalf("a killed worker's task was requeued %v after the kill; want ORPHAN_AFTER (15 s) + a sweep", worst)
 	}
-	if qi, _ := e.insp.GetQueueInfo(tasks.DefaultQueue); qi.Archived != 0 {
+	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Fatalf("%d tasks archived", qi.Archived)
 	}
 	// No PII at rest: no key holds a recipient in clear; every Sluice key expires.
@@ -307,7 +307,7 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	if len(orphans) > 3 {
 		t.Fatalf("%d tasks stuck active after the restart: more than Asynq's lost dequeue replies explain", len(orphans))
 	}
-	if qi, err := e.insp.GetQueueInfo(tasks.DefaultQueue); err != nil || qi.Archived != 0 {
+	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Fatalf("archived after the outage: %+v %v", qi, err)
 	}
 	if log := w.logText(); !strings.Contains(log, "redis unreachable") {

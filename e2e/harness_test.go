@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -280,13 +281,53 @@ func field(info, name string) string {
 // or orphaned by a dead worker until its lease is recovered).
 func (e *env) activeTasks() []string {
 	e.t.Helper()
-	ts, err := e.insp.ListActiveTasks(tasks.DefaultQueue, asynq.PageSize(1000))
+	var out []string
+	for _, q := range e.knownQueues() {
+		ts, err := e.insp.ListActiveTasks(q, asynq.PageSize(1000))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, ti := range ts {
+			out = append(out, ti.ID)
+		}
+	}
+	return out
+}
+
+// knownQueues are the queues of the default layout that Asynq knows (a
+// queue exists from its first task on).
+func (e *env) knownQueues() []string {
+	e.t.Helper()
+	exist, err := e.insp.Queues()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := make([]string, len(ts))
-	for i, ti := range ts {
-		out[i] = ti.ID
+	var out []string
+	for _, q := range tasks.DefaultLayout.Queues() {
+		if slices.Contains(exist, q) {
+			out = append(out, q)
+		}
 	}
 	return out
+}
+
+// queueInfo sums Asynq's counters over every queue of the default layout.
+func (e *env) queueInfo() (*asynq.QueueInfo, error) {
+	sum := &asynq.QueueInfo{}
+	exist, err := e.insp.Queues()
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range tasks.DefaultLayout.Queues() {
+		if !slices.Contains(exist, q) {
+			continue
+		}
+		qi, err := e.insp.GetQueueInfo(q)
+		if err != nil {
+			return nil, err
+		}
+		sum.Size, sum.Pending, sum.Active, sum.Scheduled = sum.Size+qi.Size, sum.Pending+qi.Pending, sum.Active+qi.Active, sum.Scheduled+qi.Scheduled
+		sum.Retry, sum.Archived, sum.Completed = sum.Retry+qi.Retry, sum.Archived+qi.Archived, sum.Completed+qi.Completed
+	}
+	return sum, nil
 }

@@ -44,7 +44,7 @@ func TestNoPIIAtRest(t *testing.T) {
 	e.sms.WaitCount(t, 5, 30*time.Second)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		qi, err := e.insp.GetQueueInfo(tasks.DefaultQueue)
+		qi, err := e.queueInfo()
 		if err == nil && qi.Archived == 1 && qi.Retry+qi.Scheduled == 6 && qi.Active == 0 {
 			break
 		}

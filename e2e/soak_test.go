@@ -160,7 +160,7 @@ func TestSoak(t *testing.T) {
 			case <-stopSampling:
 				return
 			case <-tick.C:
-				if qi, err := e.insp.GetQueueInfo(tasks.DefaultQueue); err == nil {
+				if qi, err := e.queueInfo(); err == nil {
 					mu.Lock()
 					samples = append(samples, qi.Retry+qi.Scheduled)
 					sampledAt = append(sampledAt, time.Now())

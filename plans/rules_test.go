@@ -230,8 +230,8 @@ func TestBulkAndUnsubscribe(t *testing.T) {
 	}
 	for s, want := range map[string]string{
 		"sms.marketing:unsubscribe=https://x.example/u": "is for email",
-		"email:unsubscribe=http://x.example/u": "https",
-		"email.marketing:bulk=yes":             "bulk takes no value",
+		"email:unsubscribe=http://x.example/u":          "https",
+		"email.marketing:bulk=yes":                      "bulk takes no value",
 	} {
 		if _, err := plans.Parse(s); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v, want %q", s, err, want)

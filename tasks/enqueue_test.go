@@ -21,7 +21,8 @@ func TestEnqueueRejectsDuplicateID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.ID != n.ID || info.Queue != tasks.DefaultQueue || info.MaxRetry != tasks.DefaultMaxRetry+1 {
+	route := tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil)
+	if info.ID != n.ID || info.Queue != route || info.MaxRetry != tasks.DefaultMaxRetry+1 {
 		t.Fatalf("info = %+v", info)
 	}
 	if _, err := tasks.Enqueue(ctx, c, nil, n); !errors.Is(err, tasks.ErrDuplicate) {
@@ -32,7 +33,7 @@ func TestEnqueueRejectsDuplicateID(t *testing.T) {
 		t.Fatalf("invalid enqueue: %v", err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	qi, err := insp.GetQueueInfo(tasks.DefaultQueue)
+	qi, err := insp.GetQueueInfo(route)
 	if err != nil || qi.Size != 1 {
 		t.Fatalf("queue holds %+v (%v), want exactly the one task", qi, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+
+	"github.com/hibiken/asynq"
 )
 
 // Lane is the part of the queue a notification waits in. Workers serve the
@@ -200,4 +202,48 @@ func DefaultLane(category string) Lane {
 		return LaneBulk
 	}
 	return LaneStandard
+}
+
+// Candidates lists the queues a tenant's task may be in, most likely
+// first: the tenant's shard of each lane under pins, its shard without
+// them (a task enqueued before a pin), and the legacy queue. A tenant of
+// "" (a reader that does not know it) gets every queue.
+func (l Layout) Candidates(tenant string, pins Pins) []string {
+	if tenant == "" {
+		return l.Queues()
+	}
+	var out []string
+	for _, s := range []int{l.Shard(tenant, pins), l.Shard(tenant, nil)} {
+		for _, lane := range Lanes {
+			if q := l.Queue(lane, s); !containsString(out, q) {
+				out = append(out, q)
+			}
+		}
+	}
+	return append(out, l.Legacy())
+}
+
+func containsString(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// FindTask looks up task id in the queues it may be in (Candidates). It
+// returns asynq.ErrTaskNotFound when none holds it.
+func (l Layout) FindTask(insp *asynq.Inspector, tenant string, pins Pins, id string) (*asynq.TaskInfo, error) {
+	for _, q := range l.Candidates(tenant, pins) {
+		info, err := insp.GetTaskInfo(q, id)
+		switch {
+		case err == nil:
+			return info, nil
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("task %s: %w", id, asynq.ErrTaskNotFound)
 }

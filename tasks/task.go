@@ -12,6 +12,8 @@ import (
 
 // Defaults of NewTask and Enqueue; each can be overridden with an asynq.Option.
 const (
+	// DefaultQueue is the base name of the default Layout (and the single
+	// queue of releases before lanes, still served).
 	DefaultQueue    = "notifications"
 	DefaultMaxRetry = 8
 	DefaultTimeout  = 30 * time.Second
@@ -36,6 +38,12 @@ var ErrDuplicate = errors.New("duplicate notification id")
 // the error is not a failure. So NewTask stores the real budget (MaxRetry,
 // DefaultMaxRetry unless given) in the task header HeaderRetryBudget and
 // gives Asynq one more; the worker archives on real failures by that header.
+//
+// Queue: the task goes to its lane's shard of DefaultLayout, the lane by
+// DefaultLane (the category's convention); asynq.Queue overrides it — a
+// producer with another layout, or with the rules (plans.Policy.Queue),
+// passes its route that way. A worker moves a task whose queue is not the
+// route under the rules in force, at its first check.
 //
 // NewTask carries no trace context; NewTaskContext does.
 func NewTask(n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, error) {
@@ -68,7 +76,7 @@ func NewTaskContext(ctx context.Context, n Notification, keys *Keyring, opts ...
 		payload = keys.Seal(n.ID, typ, payload)
 	}
 	budget := DefaultMaxRetry
-	all := []asynq.Option{asynq.Queue(DefaultQueue), asynq.Timeout(DefaultTimeout), asynq.Retention(DefaultRetention)}
+	all := []asynq.Option{asynq.Queue(DefaultLayout.Route(n.Tenant, DefaultLane(n.Category), nil)), asynq.Timeout(DefaultTimeout), asynq.Retention(DefaultRetention)}
 	for _, o := range opts {
 		if o.Type() == asynq.MaxRetryOpt {
 			budget = o.Value().(int)

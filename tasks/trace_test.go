@@ -35,7 +35,7 @@ func TestEnqueueCarriesTraceContext(t *testing.T) {
 	if _, err := tasks.Enqueue(ctx, c, nil, n); err != nil {
 		t.Fatal(err)
 	}
-	ti, err := insp.GetTaskInfo(tasks.DefaultQueue, n.ID)
+	ti, err := insp.GetTaskInfo(tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil), n.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestEnqueueCarriesTraceContext(t *testing.T) {
 	if _, err := tasks.Enqueue(context.Background(), c, nil, plain); err != nil {
 		t.Fatal(err)
 	}
-	ti, err = insp.GetTaskInfo(tasks.DefaultQueue, plain.ID)
+	ti, err = insp.GetTaskInfo(tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil), plain.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

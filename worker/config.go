@@ -30,19 +30,23 @@ var ErrConfig = errors.New("config")
 // variables. Every field has a default (envDefault) and a description
 // (desc), from which the README's table is generated.
 type Config struct {
-	RedisURL          string        `env:"REDIS_URL" envDefault:"redis://localhost:6379/0" desc:"Redis for queues and quotas: redis://[user:password@]host:port/db, or rediss:// for TLS." secret:"true"`
-	RedisClusterAddrs []string      `env:"REDIS_CLUSTER_ADDRS" envSeparator:"," desc:"Comma-separated host:port seeds of a Redis Cluster; when set it is used instead of REDIS_URL's host (REDIS_URL still gives user, password and TLS)."`
-	RedisCAFile       string        `env:"REDIS_CA_FILE" desc:"PEM file of CA certificates to trust for rediss:// instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. Each server's certificate must name the host it is dialed by (REDIS_URL's host; a Cluster node's announced address). Needs a rediss:// REDIS_URL."`
-	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Asynq queue the worker serves and 'sluice enqueue' writes to."`
-	Concurrency       int           `env:"CONCURRENCY" envDefault:"10" desc:"Tasks processed at once per worker."`
-	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"The rules, comma- or newline-separated (see Rules below): [TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop] with SCOPE recipient, tenant, sender or provider; CHANNEL.CATEGORY:exempt; CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, :max-defer=DURATION, :rerun=at-least-once|at-most-once; [TENANT/]tz=ZONE. A TENANT/ entry replaces the default of the same target for that tenant."`
-	PlanCheckInterval time.Duration `env:"PLAN_CHECK_INTERVAL" envDefault:"1s" desc:"How often a worker checks the version of the tenant plans in Redis (sluice tenant set), besides the pub/sub message each change sends: a change applies within about this long even if the message is lost."`
-	DefaultTZ         string        `env:"DEFAULT_TZ" envDefault:"UTC" desc:"IANA time zone for quiet hours of recipients whose zone is unknown (no tz in the notification, no zone from the number, no tenant tz= rule)."`
-	SubjectSecret     string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
-	PayloadKeys       string        `env:"PAYLOAD_KEYS" desc:"Required. Keys that seal notification payloads at rest (AES-256-GCM): ID:BASE64KEY[,ID:BASE64KEY...], 32-byte keys (sluice keygen prints one). The first seals, all open: add a new key first to rotate, drop the old one when no task sealed with it is left. Producers (enqueue, the API) need the same keys." secret:"true"`
-	PayloadPlaintext  string        `env:"PAYLOAD_PLAINTEXT" envDefault:"refuse" desc:"refuse: a task whose payload is not sealed is archived unsent; accept: plain JSON payloads are sent too (producers not yet sealing)."`
-	CompactMembers    bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
-	DedupeTTL         time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
+	RedisURL            string        `env:"REDIS_URL" envDefault:"redis://localhost:6379/0" desc:"Redis for queues and quotas: redis://[user:password@]host:port/db, or rediss:// for TLS." secret:"true"`
+	RedisClusterAddrs   []string      `env:"REDIS_CLUSTER_ADDRS" envSeparator:"," desc:"Comma-separated host:port seeds of a Redis Cluster; when set it is used instead of REDIS_URL's host (REDIS_URL still gives user, password and TLS)."`
+	RedisCAFile         string        `env:"REDIS_CA_FILE" desc:"PEM file of CA certificates to trust for rediss:// instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. Each server's certificate must name the host it is dialed by (REDIS_URL's host; a Cluster node's announced address). Needs a rediss:// REDIS_URL."`
+	Queue               string        `env:"QUEUE" envDefault:"notifications" desc:"Base name of the Asynq queues: each lane is split into QUEUE_SHARDS queues QUEUE.priority.N, QUEUE.standard.N and QUEUE.bulk.N, a tenant's notifications always in the same shard; QUEUE itself (the single queue of earlier releases) is still served. Producers (sluice enqueue, the API) and workers need the same value."`
+	QueueShards         int           `env:"QUEUE_SHARDS" envDefault:"8" desc:"Queues per lane (1-64): one tenant's flood delays only the tenants of its shard, and the shards spread over a Redis Cluster's masters. Producers and workers need the same value; a tenant plan's shard=K gives a tenant a shard of its own."`
+	Concurrency         int           `env:"CONCURRENCY" envDefault:"10" desc:"Standard and bulk tasks processed at once per worker."`
+	PriorityConcurrency int           `env:"PRIORITY_CONCURRENCY" envDefault:"4" desc:"Priority-lane tasks (exempt categories: OTPs, fraud alerts) processed at once per worker, on their own dequeuer and slots, so nothing in the standard or bulk lanes is ever ahead of them."`
+	BulkWeight          int           `env:"BULK_WEIGHT" envDefault:"1" desc:"Weight (1-16) of each bulk shard in the dequeuer it shares with the standard lane, against 4 for each standard shard: with work waiting in both, bulk gets about WEIGHT/(4+WEIGHT) of the picks (1: a fifth), so it never starves standard nor is starved."`
+	QueueRecheck        time.Duration `env:"QUEUE_RECHECK" envDefault:"10s" desc:"An idle worker does not poll queues Redis reported unchanged (client-side-caching invalidations, CLIENT TRACKING); it polls each anyway after this long. 0 turns that off: every queue is polled every POLL_INTERVAL and DELAYED_CHECK_INTERVAL, as plain Asynq does."`
+	Rules               string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"The rules, comma- or newline-separated (see Rules below): [TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop] with SCOPE recipient, tenant, sender or provider; CHANNEL.CATEGORY:exempt; CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, :max-defer=DURATION, :rerun=at-least-once|at-most-once; [TENANT/]tz=ZONE. A TENANT/ entry replaces the default of the same target for that tenant."`
+	PlanCheckInterval   time.Duration `env:"PLAN_CHECK_INTERVAL" envDefault:"1s" desc:"How often a worker checks the version of the tenant plans in Redis (sluice tenant set), besides the pub/sub message each change sends: a change applies within about this long even if the message is lost."`
+	DefaultTZ           string        `env:"DEFAULT_TZ" envDefault:"UTC" desc:"IANA time zone for quiet hours of recipients whose zone is unknown (no tz in the notification, no zone from the number, no tenant tz= rule)."`
+	SubjectSecret       string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
+	PayloadKeys         string        `env:"PAYLOAD_KEYS" desc:"Required. Keys that seal notification payloads at rest (AES-256-GCM): ID:BASE64KEY[,ID:BASE64KEY...], 32-byte keys (sluice keygen prints one). The first seals, all open: add a new key first to rotate, drop the old one when no task sealed with it is left. Producers (enqueue, the API) need the same keys." secret:"true"`
+	PayloadPlaintext    string        `env:"PAYLOAD_PLAINTEXT" envDefault:"refuse" desc:"refuse: a task whose payload is not sealed is archived unsent; accept: plain JSON payloads are sent too (producers not yet sealing)."`
+	CompactMembers      bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
+	DedupeTTL           time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
 
 	EmailSender        string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
 	SMTPHost           string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
@@ -136,13 +140,31 @@ func (c Config) Validate() error {
 			bad("REDIS_CA_FILE", "%v", err)
 		}
 	}
+	if err := c.Layout().Validate(); err != nil {
+		if c.QueueShards < 1 || c.QueueShards > tasks.MaxShards {
+			bad("QUEUE_SHARDS", "must be between 1 and %d, got %d", tasks.MaxShards, c.QueueShards)
+		} else {
+			bad("QUEUE", "%v", err)
+		}
+	}
 	if c.Queue == "" {
 		bad("QUEUE", "must not be empty")
+	}
+	if c.PriorityConcurrency < 1 || c.PriorityConcurrency > 10_000 {
+		bad("PRIORITY_CONCURRENCY", "must be between 1 and 10000, got %d", c.PriorityConcurrency)
+	}
+	if c.BulkWeight < 1 || c.BulkWeight > 16 {
+		bad("BULK_WEIGHT", "must be between 1 and 16, got %d", c.BulkWeight)
+	}
+	if c.QueueRecheck != 0 && (c.QueueRecheck < time.Second || c.QueueRecheck > 10*time.Minute) {
+		bad("QUEUE_RECHECK", "must be 0 (off) or between 1s and 10m, got %v", c.QueueRecheck)
 	}
 	if c.Concurrency < 1 || c.Concurrency > 10_000 {
 		bad("CONCURRENCY", "must be between 1 and 10000, got %d", c.Concurrency)
 	}
-	if _, err := plans.Parse(c.Rules); err != nil {
+	if p, err := plans.Parse(c.Rules); err != nil {
+		bad("RULES", "%v", err)
+	} else if err := p.CheckDefaults(); err != nil {
 		bad("RULES", "%v", err)
 	}
 	if _, err := plans.Zones(c.DefaultTZ, "", nil); err != nil {
@@ -468,6 +490,9 @@ func RedactedOf(cfg any) []string {
 	}
 	return out
 }
+
+// Layout is the queue layout of SLUICE_QUEUE and SLUICE_QUEUE_SHARDS.
+func (c Config) Layout() tasks.Layout { return tasks.Layout{Base: c.Queue, Shards: c.QueueShards} }
 
 // wakeLead bounds how late after its stored second Asynq starts a
 // rescheduled task: the delayed-task check, a poll, and 100 ms of work.

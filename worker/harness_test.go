@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 
 	"testing"
@@ -158,14 +159,39 @@ func (b *bundle) enqueue(t *testing.T, n tasks.Notification, opts ...asynq.Optio
 	}
 }
 
-// queueStats returns Asynq's counters for the queue.
+// queueStats returns Asynq's counters summed over every queue the worker
+// serves (lanes, shards and the legacy queue).
 func (b *bundle) queueStats(t *testing.T) *asynq.QueueInfo {
 	t.Helper()
-	qi, err := b.insp.GetQueueInfo(b.cfg.Queue)
+	return queueStats(t, b.insp, b.cfg.Layout())
+}
+
+func queueStats(t *testing.T, insp *asynq.Inspector, l tasks.Layout) *asynq.QueueInfo {
+	t.Helper()
+	sum := &asynq.QueueInfo{}
+	exist, err := insp.Queues()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return qi
+	for _, q := range l.Queues() {
+		if !slices.Contains(exist, q) {
+			continue
+		}
+		qi, err := insp.GetQueueInfo(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum.Size += qi.Size
+		sum.Pending += qi.Pending
+		sum.Active += qi.Active
+		sum.Scheduled += qi.Scheduled
+		sum.Retry += qi.Retry
+		sum.Archived += qi.Archived
+		sum.Completed += qi.Completed
+		sum.Processed += qi.Processed
+		sum.Failed += qi.Failed
+	}
+	return sum
 }
 
 // waitTask polls Asynq's view of a task until cond holds (Asynq offers no
@@ -174,7 +200,7 @@ func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond f
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ti, err := b.insp.GetTaskInfo(b.cfg.Queue, id)
+		ti, err := b.cfg.Layout().FindTask(b.insp, "", nil, id)
 		if err == nil && cond(ti) {
 			return ti
 		}

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/pollgate"
 )
 
 // Metrics are the worker's Prometheus metrics.
@@ -17,6 +19,7 @@ type Metrics struct {
 	DoneLost     prometheus.Counter
 	LateWakes    *prometheus.CounterVec
 	Orphans      prometheus.Counter
+	Moved        *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -71,6 +74,35 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",
 	})
 	reg.MustRegister(m.Orphans)
+	m.Moved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_moved_total",
+		Help: "Tasks found in another lane or shard than the rules in force route them to (a producer without the rules, or a changed plan), moved before any check.",
+	}, []string{"channel"})
+	reg.MustRegister(m.Moved)
 	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError, m.InlineWaits, m.Archived, m.DoneLost)
 	return m
+}
+
+// registerGateMetrics exposes what the queue gate saved and whether it is on.
+func registerGateMetrics(reg prometheus.Registerer, g *pollgate.Gate) {
+	polls := func(result string, f func(pollgate.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "sluice_queue_polls_total",
+			Help:        "Asynq's polls of the queues (dequeues, forwards of due tasks, housekeeping): sent to Redis, or answered by the worker because Redis reported the key unchanged since it was last read.",
+			ConstLabels: prometheus.Labels{"result": result},
+		}, func() float64 { return float64(f(g.Stats())) })
+	}
+	reg.MustRegister(
+		polls("sent", func(s pollgate.Stats) uint64 { return s.Passed }),
+		polls("answered", func(s pollgate.Stats) uint64 { return s.Skipped }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_queue_gate_active",
+			Help: "1 while every Redis master sends this worker its queue keys' invalidations (CLIENT TRACKING) and idle polls are answered locally; 0 while every poll goes to Redis.",
+		}, func() float64 {
+			if g.Active() {
+				return 1
+			}
+			return 0
+		}),
+	)
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/pollgate"
 )
 
 // Orphaned tasks.
@@ -55,40 +57,44 @@ redis.call('HSET', KEYS[4], 'state', 'pending')
 return 1
 `)
 
-// orphanSweeper watches one queue's leases.
+// orphanSweeper watches the leases of every queue the worker serves.
 type orphanSweeper struct {
 	rdb      redis.UniversalClient
 	insp     *asynq.Inspector
-	queue    string
+	queues   []string
+	gate     *pollgate.Gate // nil: every queue's leases are read every sweep
 	after    time.Duration
 	interval time.Duration
 	log      *slog.Logger
 	onFound  func(id string)
 
 	// seen holds each active task's lease score and when this process
-	// first saw it (monotonic clock).
-	seen map[string]leaseSeen
+	// first saw it (monotonic clock), by queue and task id.
+	seen map[taskRef]leaseSeen
 }
+
+type taskRef struct{ queue, id string }
 
 type leaseSeen struct {
 	score float64
 	since time.Time
 }
 
-func newOrphanSweeper(rdb redis.UniversalClient, queue string, after time.Duration, log *slog.Logger, onFound func(string)) *orphanSweeper {
+func newOrphanSweeper(rdb redis.UniversalClient, queues []string, after time.Duration, gate *pollgate.Gate, log *slog.Logger, onFound func(string)) *orphanSweeper {
 	return &orphanSweeper{
 		rdb:      rdb,
 		insp:     asynq.NewInspectorFromRedisClient(rdb),
-		queue:    queue,
+		queues:   queues,
+		gate:     gate,
 		after:    after,
 		interval: min(time.Second, after/4),
 		log:      log,
 		onFound:  onFound,
-		seen:     map[string]leaseSeen{},
+		seen:     map[taskRef]leaseSeen{},
 	}
 }
 
-func (s *orphanSweeper) keyPrefix() string { return "asynq:{" + s.queue + "}:" }
+func keyPrefix(queue string) string { return "asynq:{" + queue + "}:" }
 
 // run sweeps every interval until ctx ends.
 func (s *orphanSweeper) run(ctx context.Context) {
@@ -108,27 +114,63 @@ func (s *orphanSweeper) run(ctx context.Context) {
 
 // sweep observes the leases once at now and requeues the tasks found
 // orphaned; it returns their ids. Any error forgets every observation, so
-// time without answers from Redis never counts towards OrphanAfter.
+// time without answers from Redis never counts towards OrphanAfter. A
+// queue whose lease set the gate knows to be empty (no task was dequeued
+// from it since it was last read empty) is not read.
 func (s *orphanSweeper) sweep(ctx context.Context, now time.Time) ([]string, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.interval)
 	defer cancel()
-	zs, err := s.rdb.ZRangeWithScores(cctx, s.keyPrefix()+"lease", 0, -1).Result()
+	type read struct {
+		queue   string
+		epoch   uint64
+		tracked bool
+		cmd     *redis.ZSliceCmd
+	}
+	var reads []read
+	_, err := s.rdb.Pipelined(cctx, func(p redis.Pipeliner) error {
+		for _, q := range s.queues {
+			key := keyPrefix(q) + "lease"
+			r := read{queue: q}
+			if s.gate != nil {
+				if s.gate.KnownEmpty(key) {
+					continue
+				}
+				r.epoch, r.tracked = s.gate.Epoch(key)
+			}
+			r.cmd = p.ZRangeWithScores(cctx, key, 0, -1)
+			reads = append(reads, r)
+		}
+		return nil
+	})
 	if err != nil {
 		clear(s.seen)
 		return nil, err
 	}
-	next := make(map[string]leaseSeen, len(zs))
-	var stale []redis.Z
-	for _, z := range zs {
-		id, _ := z.Member.(string)
-		prev, ok := s.seen[id]
-		if !ok || prev.score != z.Score {
-			next[id] = leaseSeen{z.Score, now}
-			continue
+	next := make(map[taskRef]leaseSeen, len(s.seen))
+	var stale []taskRef
+	scores := map[taskRef]float64{}
+	for _, r := range reads {
+		zs := r.cmd.Val()
+		if r.tracked {
+			lowest := int64(0)
+			if len(zs) > 0 {
+				lowest = int64(zs[0].Score)
+			}
+			s.gate.Observe(keyPrefix(r.queue)+"lease", r.epoch, len(zs) == 0, lowest)
 		}
-		next[id] = prev
-		if now.Sub(prev.since) >= s.after {
-			stale = append(stale, z)
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			ref := taskRef{r.queue, id}
+			scores[ref] = z.Score
+			prev, ok := s.seen[ref]
+			if !ok || prev.score != z.Score {
+				next[ref] = leaseSeen{z.Score, now}
+				continue
+			}
+			next[ref] = prev
+			if now.Sub(prev.since) >= s.after {
+				stale = append(stale, ref)
+			}
 		}
 	}
 	s.seen = next
@@ -148,24 +190,23 @@ func (s *orphanSweeper) sweep(ctx context.Context, now time.Time) ([]string, err
 	}
 	var moved []string
 	var errs []error
-	for _, z := range stale {
-		id := z.Member.(string)
-		if listed[id] {
+	for _, ref := range stale {
+		if listed[ref.id] {
 			continue
 		}
-		p := s.keyPrefix()
-		n, err := requeueOrphan.Run(cctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + id}, id, z.Score).Int()
+		p := keyPrefix(ref.queue)
+		n, err := requeueOrphan.Run(cctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + ref.id}, ref.id, scores[ref]).Int()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		delete(s.seen, id)
+		delete(s.seen, ref)
 		if n == 1 {
-			moved = append(moved, id)
+			moved = append(moved, ref.id)
 			s.log.Info("requeued an orphaned task: Asynq held it active, but its lease had not been extended and no live worker listed it",
-				"task", id, "lease_unchanged_for", s.after)
+				"task", ref.id, "queue", ref.queue, "lease_unchanged_for", s.after)
 			if s.onFound != nil {
-				s.onFound(id)
+				s.onFound(ref.id)
 			}
 		}
 	}

@@ -99,6 +99,16 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 		traceNotification(ctx, n)
 		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
+		// A producer without the rules (or with older ones) may have put the
+		// task in another lane or shard: move it before any check.
+		policy, _ := w.currentPlans()
+		if have, _ := asynq.GetQueueName(ctx); have != w.layout.Legacy() {
+			if want := policy.Queue(w.layout, n); have != want {
+				if _, _, ours := w.layout.Parse(have); ours {
+					return w.move(ctx, t, n, have, want, log)
+				}
+			}
+		}
 		var d throttle.Decision
 		var limits []throttle.Limit
 		for round := 0; ; round++ {
@@ -488,6 +498,30 @@ func (w *Worker) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	}
 	log.Info("quota full and Asynq retries used up; rescheduled as a copy", "copy", copyID, "rule", rule)
 	return fmt.Errorf("%w: rescheduled as %s", asynq.RevokeTask, copyID)
+}
+
+// move re-enqueues a task, under its own id, in the queue the rules route
+// it to, and completes it here. Nothing was checked or sent for it yet. A
+// move repeated after a crash finds the copy there (its id is taken) and
+// completes this one too; a copy already sent is skipped by its done record.
+func (w *Worker) move(ctx context.Context, t *asynq.Task, n tasks.Notification, from, to string, log *slog.Logger) error {
+	taskID, _ := asynq.GetTaskID(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	budget := max(0, tasks.RetryBudget(t, maxRetry)-retried)
+	headers := map[string]string{}
+	for k, v := range t.Headers() {
+		headers[k] = v
+	}
+	headers[tasks.HeaderRetryBudget] = strconv.Itoa(budget)
+	_, err := w.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), t.Payload(), headers),
+		asynq.Queue(to), asynq.TaskID(taskID), asynq.MaxRetry(budget+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return &UnavailableError{Err: fmt.Errorf("move %s to %s: %w", taskID, to, err)}
+	}
+	w.metrics.Moved.WithLabelValues(string(n.Channel)).Inc()
+	log.Info("moved to the queue its rules route it to", "from", from, "to", to)
+	return nil
 }
 
 // slotTime rounds t up to a whole second: Asynq stores scheduled times in

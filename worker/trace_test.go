@@ -199,8 +199,8 @@ func TestTraceFollowsTheNotification(t *testing.T) {
 		status             codes.Code
 		channel, destQueue string
 	}{
-		{text, "done", "sent", codes.Unset, "sms", b.cfg.Queue},
-		{mail, "archived", "permanent", codes.Error, "email", b.cfg.Queue},
+		{text, "done", "sent", codes.Unset, "sms", b.cfg.Layout().Route("acme", tasks.LaneStandard, nil)},
+		{mail, "archived", "permanent", codes.Error, "email", b.cfg.Layout().Route("acme", tasks.LaneStandard, nil)},
 	} {
 		tasksOf := named(spans, worker.SpanTask, worker.AttrID, tc.n.ID)
 		if len(tasksOf) != 1 {

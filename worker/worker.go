@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -67,7 +69,10 @@ type Worker struct {
 	onPlan        func(int64)
 	defaultZone   *time.Location
 	client        *asynq.Client
-	server        *asynq.Server
+	layout        tasks.Layout
+	servers       []*asynq.Server       // the priority lane's, then standard and bulk's
+	asynqRDB      redis.UniversalClient // the servers' client, through the gate
+	gate          *pollgate.Gate        // nil: QUEUE_RECHECK=0, every queue polled
 	mux           *asynq.ServeMux
 	metrics       *Metrics
 	registry      *prometheus.Registry
@@ -135,9 +140,32 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		}
 	}
 	w.client = asynq.NewClientFromRedisClient(w.rdb)
-	w.server = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
-		Concurrency:              cfg.Concurrency + cfg.MaxWaiters,
-		Queues:                   map[string]int{cfg.Queue: 1},
+	w.layout = cfg.Layout()
+	w.asynqRDB = w.rdb
+	if cfg.QueueRecheck > 0 {
+		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Logger: w.log.With("component", "queue-gate")})
+		if w.asynqRDB, err = w.gate.Client(); err != nil {
+			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", ErrConfig, EnvPrefix, err)
+		}
+		registerGateMetrics(w.registry, w.gate)
+	}
+	w.servers = w.newServers()
+	w.mux = asynq.NewServeMux()
+	w.mux.Use(w.traceMiddleware, w.throttleMiddleware)
+	w.mux.Handle(tasks.TypeEmail, w.sendHandler(tasks.Email))
+	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
+	return w, nil
+}
+
+// newServers builds the Asynq servers: one for the priority lane, with its
+// own dequeuer and slots, so no standard or bulk task is ever ahead of a
+// priority one; one for the standard and bulk lanes and the legacy queue,
+// picking among the shards that hold work at random by weight (standard 4,
+// bulk BULK_WEIGHT), so one tenant's shard never starves another's and bulk
+// never starves standard.
+func (w *Worker) newServers() []*asynq.Server {
+	cfg := w.cfg
+	base := asynq.Config{
 		IsFailure:                isFailure,
 		RetryDelayFunc:           w.retryDelay,
 		ErrorHandler:             asynq.ErrorHandlerFunc(w.handleError),
@@ -146,13 +174,26 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		DelayedTaskCheckInterval: cfg.DelayedCheckInterval,
 		TaskCheckInterval:        cfg.PollInterval,
-	})
-	w.mux = asynq.NewServeMux()
-	w.mux.Use(w.traceMiddleware, w.throttleMiddleware)
-	w.mux.Handle(tasks.TypeEmail, w.sendHandler(tasks.Email))
-	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
-	return w, nil
+	}
+	prio, std := base, base
+	prio.Concurrency = cfg.PriorityConcurrency + cfg.MaxWaiters
+	prio.Queues = map[string]int{}
+	for _, q := range w.layout.LaneQueues(tasks.LanePriority) {
+		prio.Queues[q] = 1
+	}
+	std.Concurrency = cfg.Concurrency + cfg.MaxWaiters
+	std.Queues = map[string]int{w.layout.Legacy(): standardWeight}
+	for _, q := range w.layout.LaneQueues(tasks.LaneStandard) {
+		std.Queues[q] = standardWeight
+	}
+	for _, q := range w.layout.LaneQueues(tasks.LaneBulk) {
+		std.Queues[q] = cfg.BulkWeight
+	}
+	return []*asynq.Server{asynq.NewServerFromRedisClient(w.asynqRDB, prio), asynq.NewServerFromRedisClient(w.asynqRDB, std)}
 }
+
+// standardWeight is each standard shard's weight in its dequeuer (bulk's is BULK_WEIGHT).
+const standardWeight = 4
 
 // Keys returns the payload key ring.
 func (w *Worker) Keys() *tasks.Keyring { return w.keys }
@@ -239,7 +280,8 @@ func (w *Worker) categoryLabel(n tasks.Notification) string {
 // sends get Config.ShutdownTimeout to finish; unfinished tasks go back to
 // the queue. It returns an error if the worker cannot start.
 func (w *Worker) Run(ctx context.Context) error {
-	w.log.Info("starting worker", "queue", w.cfg.Queue, "concurrency", w.cfg.Concurrency)
+	w.log.Info("starting worker", "queues", w.layout.Legacy()+".{priority,standard,bulk}.0-"+strconv.Itoa(w.layout.Shards-1)+" and "+w.layout.Legacy(),
+		"concurrency", w.cfg.Concurrency, "priority_concurrency", w.cfg.PriorityConcurrency, "queue_recheck", w.cfg.QueueRecheck)
 	// Fail at start, clearly, on a Redis that cannot be used (wrong
 	// password, nothing listening); once running, outages are ridden out.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -287,15 +329,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.close()
 		return err
 	}
-	if err := w.server.Start(w.mux); err != nil {
-		if httpSrv != nil {
-			httpSrv.Close()
+	if w.gate != nil {
+		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(ctx))
+		gateDone := make(chan struct{})
+		go func() { defer close(gateDone); w.gate.Run(gateCtx) }()
+		defer func() { stopGate(); <-gateDone }()
+	}
+	for i, srv := range w.servers {
+		if err := srv.Start(w.mux); err != nil {
+			for _, started := range w.servers[:i] {
+				started.Shutdown()
+			}
+			if httpSrv != nil {
+				httpSrv.Close()
+			}
+			w.close()
+			return fmt.Errorf("start worker: %w", err)
 		}
-		w.close()
-		return fmt.Errorf("start worker: %w", err)
 	}
 	if w.cfg.OrphanAfter > 0 {
-		sw := newOrphanSweeper(w.rdb, w.cfg.Queue, w.cfg.OrphanAfter, w.log.With("component", "orphans"), func(string) { w.metrics.Orphans.Inc() })
+		sw := newOrphanSweeper(w.rdb, w.layout.Queues(), w.cfg.OrphanAfter, w.gate, w.log.With("component", "orphans"), func(string) { w.metrics.Orphans.Inc() })
 		sweepDone := make(chan struct{})
 		sweepCtx, stopSweep := context.WithCancel(ctx)
 		go func() { defer close(sweepDone); sw.run(sweepCtx) }()
@@ -304,7 +357,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.log.Info("shutting down: finishing in-flight sends", "timeout", w.cfg.ShutdownTimeout)
 	close(w.stopping)
-	w.server.Shutdown()
+	var wg sync.WaitGroup
+	for _, srv := range w.servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); srv.Shutdown() }()
+	}
+	wg.Wait()
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = httpSrv.Shutdown(sctx)
@@ -323,6 +381,9 @@ func (w *Worker) close() {
 		if c, ok := s.(io.Closer); ok {
 			_ = c.Close()
 		}
+	}
+	if w.asynqRDB != w.rdb {
+		_ = w.asynqRDB.Close()
 	}
 	if w.ownRedis {
 		_ = w.rdb.Close()

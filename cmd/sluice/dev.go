@@ -82,6 +82,10 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		"SLUICE_HTTP_ADDR":      "off",
 		"SLUICE_LOG_LEVEL":      "warn",
 		"SLUICE_POLL_INTERVAL":  "100ms",
+		// One shard per lane; miniredis has no CLIENT TRACKING, so the
+		// queue gate stays off and the few queues are polled as plain Asynq does.
+		"SLUICE_QUEUE_SHARDS":  "1",
+		"SLUICE_QUEUE_RECHECK": "0",
 	})
 	if err != nil {
 		return err
@@ -119,7 +123,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	for i := 1; i <= f.sends; i++ {
 		n := tasks.NewSMS("demo", "+14155550100", "demo message "+strconv.Itoa(i))
 		p.number(n.ID, "#"+strconv.Itoa(i))
-		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(cfg.Queue)); err != nil {
+		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(w.Policy().Queue(cfg.Layout(), n))); err != nil {
 			stop()
 			<-done
 			return interrupted(ctx, err)
@@ -143,7 +147,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		}
 	}
 	p.printf("\nall %d sent: %d at once, %d after the window freed, none failed or dropped.\n", f.sends, min(f.limit, f.sends), max(0, f.sends-f.limit))
-	if err := act2Demo(ctx, p, producer, w, cfg.Queue, quietHours, done); err != nil {
+	if err := act2Demo(ctx, p, producer, w, cfg.Layout(), quietHours, done); err != nil {
 		stop()
 		<-done
 		return interrupted(ctx, err)
@@ -168,13 +172,13 @@ func interrupted(ctx context.Context, err error) error {
 // act2Demo shows the compliance rules: an OTP goes at once while
 // marketing to the same number waits for its cap, and a promo waits for the
 // end of the recipient's quiet hours.
-func act2Demo(ctx context.Context, p *devPrinter, producer *asynq.Client, w *worker.Worker, queue, quietHours string, done <-chan error) error {
+func act2Demo(ctx context.Context, p *devPrinter, producer *asynq.Client, w *worker.Worker, layout tasks.Layout, quietHours string, done <-chan error) error {
 	p.printf("\nact 2: compliance rules — sms.marketing:recipient=1/1m, sms.otp:exempt (a priority lane) with its own cap 5/1h,\n")
 	p.printf("       and sms.promo:quiet=%s in the recipient's local time\n", quietHours)
 	p.printf("enqueueing 3 marketing SMS, then an OTP, to %s\n", tasks.Mask("+14155550200"))
 	enqueue := func(n tasks.Notification, label string) error {
 		p.number(n.ID, label)
-		_, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(queue))
+		_, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(w.Policy().Queue(layout, n)))
 		return err
 	}
 	for i := 1; i <= 3; i++ {

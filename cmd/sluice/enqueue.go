@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -87,15 +89,24 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 type prod struct {
 	client *asynq.Client
 	rdb    redis.UniversalClient
-	queue  string
+	layout tasks.Layout
+	policy plans.Policy   // SLUICE_RULES with the tenant plans in Redis: routes each notification
 	keys   *tasks.Keyring // nil: plain payloads (SLUICE_PAYLOAD_PLAINTEXT=accept)
 }
 
-// producer returns an Asynq client, the queue and the payload keys from the environment.
-func producer() (*prod, error) {
+// producer returns an Asynq client, the queue layout, the rules in force
+// and the payload keys from the environment.
+func producer(ctx context.Context) (*prod, error) {
 	cfg, err := worker.ReadConfig(nil)
 	if err != nil {
 		return nil, err
+	}
+	if err := cfg.Layout().Validate(); err != nil {
+		return nil, fmt.Errorf("%w: SLUICE_QUEUE / SLUICE_QUEUE_SHARDS: %w", worker.ErrConfig, err)
+	}
+	defaults, err := plans.Parse(cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("%w: SLUICE_RULES: %w", worker.ErrConfig, err)
 	}
 	keys, err := payloadKeys(cfg)
 	if err != nil {
@@ -105,8 +116,23 @@ func producer() (*prod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prod{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: cfg.Queue, keys: keys}, nil
+	// The tenants' plans decide lanes and pinned shards as they do for the
+	// workers. Routing by less (a plan that does not load) is safe: a
+	// worker moves a task it finds in another queue than its route.
+	policy := defaults
+	if snap, err := plans.NewStore(rdb, defaults).Load(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: routing without some tenant plans: %v\n", err)
+		if len(snap.Plans) > 0 {
+			policy = snap.Policy
+		}
+	} else {
+		policy = snap.Policy
+	}
+	return &prod{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, layout: cfg.Layout(), policy: policy, keys: keys}, nil
 }
+
+// queue is where n goes: its lane's shard under the rules in force.
+func (p *prod) queue(n tasks.Notification) string { return p.policy.Queue(p.layout, n) }
 
 // payloadKeys are the keys that seal what a producer enqueues.
 func payloadKeys(cfg worker.Config) (*tasks.Keyring, error) {
@@ -138,12 +164,12 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 	if err := n.Normalized().Validate(); err != nil {
 		return err // checked before connecting: bad input needs no Redis
 	}
-	p, err := producer()
+	p, err := producer(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer p.rdb.Close()
-	opts := []asynq.Option{asynq.Queue(p.queue), asynq.MaxRetry(f.maxRetry)}
+	opts := []asynq.Option{asynq.Queue(p.queue(n.Normalized())), asynq.MaxRetry(f.maxRetry)}
 	if f.in > 0 {
 		opts = append(opts, asynq.ProcessIn(f.in))
 	}
@@ -170,17 +196,16 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 		return fmt.Errorf("%s: %w (nothing enqueued)", f.file, err)
 	}
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	p, err := producer()
+	p, err := producer(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer p.rdb.Close()
-	queue := p.queue
 	// Ids already in Redis are bad lines too: find them before enqueueing anything.
 	insp := asynq.NewInspectorFromRedisClient(p.rdb)
 	kept := good[:0]
 	for _, g := range good {
-		if _, err := insp.GetTaskInfo(queue, g.Notification.ID); err == nil {
+		if _, err := p.layout.FindTask(insp, g.Notification.Tenant, p.policy.Pins(), g.Notification.ID); err == nil {
 			bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, g.Notification.ID)})
 			continue
 		} else if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
@@ -200,7 +225,7 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	progress := newProgress(errOut, len(good))
 	accepted := 0
 	for _, g := range good {
-		if _, err := tasks.Enqueue(cmd.Context(), p.client, p.keys, g.Notification, asynq.Queue(queue)); err != nil {
+		if _, err := tasks.Enqueue(cmd.Context(), p.client, p.keys, g.Notification, asynq.Queue(p.queue(g.Notification.Normalized()))); err != nil {
 			if errors.Is(err, tasks.ErrDuplicate) && f.continueOnError {
 				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
 				fmt.Fprintf(errOut, "%s: line %d: %v\n", f.file, g.Line, err)

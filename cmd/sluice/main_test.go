@@ -53,14 +53,25 @@ func env(t *testing.T) *redistest.Server {
 	return srv
 }
 
+// queueSize counts the tasks of every queue of the default layout.
 func queueSize(t *testing.T, srv *redistest.Server) int {
 	t.Helper()
+	return queueInfo(t, srv).Size
+}
+
+// queueInfo sums Asynq's counters over every queue of the default layout.
+func queueInfo(t *testing.T, srv *redistest.Server) asynq.QueueInfo {
+	t.Helper()
 	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
-	qi, err := insp.GetQueueInfo(tasks.DefaultQueue)
-	if err != nil {
-		return 0
+	var sum asynq.QueueInfo
+	for _, q := range tasks.DefaultLayout.Queues() {
+		qi, err := insp.GetQueueInfo(q)
+		if err != nil {
+			continue // a queue Asynq does not know yet holds nothing
+		}
+		sum.Size, sum.Pending, sum.Scheduled = sum.Size+qi.Size, sum.Pending+qi.Pending, sum.Scheduled+qi.Scheduled
 	}
-	return qi.Size
+	return sum
 }
 
 func TestHelpAndUsage(t *testing.T) {
@@ -107,17 +118,49 @@ func TestEnqueueOne(t *testing.T) {
 		t.Fatalf("missing --tenant: %+v", r)
 	}
 	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
-	ti, err := insp.GetTaskInfo(tasks.DefaultQueue, "order-42")
+	ti, err := insp.GetTaskInfo(tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil), "order-42")
 	if err != nil || ti.State != asynq.TaskStatePending {
-		t.Fatalf("order-42: %+v %v", ti, err)
+		t.Fatalf("order-42 not pending in acme's standard shard: %+v %v", ti, err)
 	}
 	keys, _ := tasks.ParseKeyring(testKeys)
 	n, err := tasks.Open(keys, ti.ID, ti.Type, ti.Payload, false)
 	if err != nil || n.To != "+14155550100" {
 		t.Fatalf("payload %+v %v", n, err)
 	}
-	if qi, _ := insp.GetQueueInfo(tasks.DefaultQueue); qi.Pending != 1 || qi.Scheduled != 1 {
+	if qi := queueInfo(t, srv); qi.Pending != 1 || qi.Scheduled != 1 {
 		t.Fatalf("queue: pending %d scheduled %d", qi.Pending, qi.Scheduled)
+	}
+}
+
+// sluice enqueue routes by the rules in force, tenant plans included: an
+// exempt category to the priority lane, a pinned tenant to its own shard.
+func TestEnqueueRoutesByTheRules(t *testing.T) {
+	srv := env(t)
+	t.Setenv("SLUICE_RULES", "sms.alerts:exempt, sms.promos:bulk, sms:recipient=2/1m")
+	ctx := context.Background()
+	store := plans.NewStore(srv.Client(t), plans.Policy{})
+	if _, err := store.Set(ctx, "acme", "shard=5", "test"); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "n.jsonl")
+	os.WriteFile(file, []byte(strings.Join([]string{
+		`{"id":"r-1","tenant":"acme","channel":"sms","to":"+14155550100","body":"one","category":"alerts"}`,
+		`{"id":"r-2","tenant":"acme","channel":"sms","to":"+14155550100","body":"two","category":"promos"}`,
+		`{"id":"r-3","tenant":"acme","channel":"sms","to":"+14155550100","body":"three"}`,
+		`{"id":"r-4","tenant":"globex","channel":"sms","to":"+14155550100","body":"four"}`,
+	}, "\n")), 0o600)
+	if r := sluice(t, "", "enqueue", "--file", file); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
+	for id, want := range map[string]string{"r-1": "notifications.priority.5", "r-2": "notifications.bulk.5", "r-3": "notifications.standard.5"} {
+		if _, err := insp.GetTaskInfo(want, id); err != nil {
+			t.Errorf("%s is not in %s: %v", id, want, err)
+		}
+	}
+	ti, err := tasks.DefaultLayout.FindTask(insp, "globex", tasks.Pins{"acme": 5}, "r-4")
+	if err != nil || ti.Queue == "notifications.standard.5" {
+		t.Fatalf("globex's task in %v (%v): another tenant was routed to acme's pinned shard", ti, err)
 	}
 }
 
