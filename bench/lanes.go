@@ -31,6 +31,10 @@ import (
 // built from git in the same run, or this binary with everything in the
 // single legacy queue, which it serves as the old one did.
 
+var lanesParts = flag.String("lanes", "flood,idle,saturated,cluster", "parts of the lanes section to run")
+
+func lanesPart(p string) bool { return strings.Contains(","+*lanesParts+",", ","+p+",") }
+
 var baselineRef = flag.String("baseline", "2f26761", "git ref of the binary the lanes figures compare with (main before issue 19)")
 
 const lanesRules = "sms.otp:exempt,sms.otp:recipient=10/1h,sms.marketing:bulk,sms.marketing:recipient=1/1h,sms:recipient=5/1m"
@@ -58,7 +62,9 @@ func startBin(bin string, env map[string]string) *binWorker {
 	if err := w.cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		once := false
@@ -70,6 +76,9 @@ func startBin(bin string, env map[string]string) *binWorker {
 				Level string    `json:"level"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				if !once {
+					fmt.Fprintf(os.Stderr, "    worker: %s\n", sc.Text())
+				}
 				continue
 			}
 			switch {
@@ -85,6 +94,8 @@ func startBin(bin string, env map[string]string) *binWorker {
 	}()
 	select {
 	case <-w.ready:
+	case <-exited:
+		log.Fatalf("lanes: %s exited before it started serving", bin)
 	case <-time.After(30 * time.Second):
 		log.Fatal("lanes: the worker did not start")
 	}
@@ -383,8 +394,12 @@ func saturated(ctx context.Context, bin, dir string, n, tenants int, single bool
 		q = tasks.DefaultQueue
 	}
 	enqueueParallel(ctx, rdb, ns, q)
-	env := baseEnv(srv.Addr, "sms:recipient=5/1m,sms:tenant=10000000/1h")
+	env := baseEnv(srv.Addr, "sms:recipient=5/1m,sms:tenant=1000000/1h")
 	env["SLUICE_SMS_SENDER"] = "log"
+	if x := os.Getenv("LANES_EXTRA"); x != "" && !single {
+		k, v, _ := strings.Cut(x, "=")
+		env[k] = v
+	}
 	c0 := readStats(ctx, rdb)
 	w := startBin(bin, env)
 	defer w.stop()
@@ -399,6 +414,8 @@ func saturated(ctx context.Context, bin, dir string, n, tenants int, single bool
 		}
 	}
 	c1 := readStats(ctx, rdb)
+	fmt.Printf("    saturated (%s, %d tenants): %.1f commands and %.2f scripts per task, %v Redis CPU per task\n", filepath.Base(bin), tenants,
+		(c1.cmds-c0.cmds)/float64(n), (c1.scripts-c0.scripts)/float64(n), (c1.cpu-c0.cpu)/time.Duration(n))
 	return (c1.cpu - c0.cpu) / time.Duration(n)
 }
 
@@ -423,6 +440,24 @@ func lanes(ctx context.Context) {
 	if *quick {
 		flood = 20_000
 	}
+	if lanesPart("flood") {
+		lanesFloods(ctx, bin, dir, flood)
+	}
+	if base == "" {
+		return
+	}
+	if lanesPart("idle") {
+		lanesIdle(ctx, bin, base, dir)
+	}
+	if lanesPart("saturated") {
+		lanesSaturated(ctx, bin, base, dir)
+	}
+	if lanesPart("cluster") {
+		lanesCluster(ctx, bin, base, dir)
+	}
+}
+
+func lanesFloods(ctx context.Context, bin, dir string, flood int) {
 	otp, cstd, drain := lanesFlood(ctx, bin, dir, flood, false)
 	fmt.Printf("    lanes: B's %d drained in %.1f s; %d OTPs p50 %v p99 %v max %v; %d of C's p50 %v p99 %v max %v\n", flood, drain.Seconds(),
 		len(otp), pct(otp, .5), pct(otp, .99), pct(otp, 1), len(cstd), pct(cstd, .5), pct(cstd, .99), pct(cstd, 1))
@@ -442,10 +477,9 @@ func lanes(ctx context.Context) {
 	mean, p95, pinned := sharing()
 	add(row{"lanes", fmt.Sprintf("of 16 random tenants, sharing B's shard (%d shards per lane)", tasks.DefaultShards),
 		fmt.Sprintf("mean %.2f, p95 %.0f; with B pinned (shard=K): %d", mean, p95, pinned), "", "(report)", ""})
+}
 
-	if base == "" {
-		return
-	}
+func lanesIdle(ctx context.Context, bin, base, dir string) {
 	d := 20 * time.Second
 	if *quick {
 		d = 8 * time.Second
@@ -464,13 +498,16 @@ func lanes(ctx context.Context) {
 	add(row{"lanes", fmt.Sprintf("idle worker, Redis commands/s (%d queues vs 1)", len(tasks.DefaultLayout.Queues())),
 		fmt.Sprintf("%.1f vs %.1f (CPU %v vs %v per s)", median(nc), median(bc), time.Duration(median(ncpu)).Round(time.Microsecond), time.Duration(median(bcpu)).Round(time.Microsecond)),
 		f2(ratio), "≤ 1.2×", verdict(ratio <= 1.2)})
+}
+
+func lanesSaturated(ctx context.Context, bin, base, dir string) {
 	n := 20_000
 	if *quick {
 		n = 5_000
 	}
 	for _, tenants := range []int{1, 8} {
 		var a, b []float64
-		for r := 0; r < 2; r++ {
+		for r := 0; r < 3; r++ {
 			a = append(a, float64(saturated(ctx, bin, dir, n, tenants, false)))
 			b = append(b, float64(saturated(ctx, base, dir, n, tenants, true)))
 		}
@@ -479,7 +516,6 @@ func lanes(ctx context.Context) {
 			fmt.Sprintf("%v vs %v", time.Duration(median(a)).Round(100*time.Nanosecond), time.Duration(median(b)).Round(100*time.Nanosecond)),
 			f2(ratio), "≤ 1.2×", verdict(ratio <= 1.2)})
 	}
-	lanesCluster(ctx, bin, base, dir)
 }
 
 // launchCluster starts a 3-master Redis Cluster (no replicas) on loopback.
@@ -542,7 +578,7 @@ func lanesCluster(ctx context.Context, bin, base, dir string) {
 			clients[i] = redis.NewClient(&redis.Options{Addr: a})
 			before[i] = readStats(ctx, clients[i])
 		}
-		env := baseEnv(addrs[0], "sms:recipient=5/1m,sms:tenant=10000000/1h")
+		env := baseEnv(addrs[0], "sms:recipient=5/1m,sms:tenant=1000000/1h")
 		env["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(addrs, ",")
 		env["SLUICE_SMS_SENDER"] = "log"
 		w := startBin(run.bin, env)

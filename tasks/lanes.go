@@ -122,6 +122,12 @@ func (l Layout) Queues() []string {
 	return append(out, l.Legacy())
 }
 
+// KeyPrefix is the one Redis key prefix every Asynq key of the layout's
+// queues starts with ("asynq:{<base>": the legacy queue's "asynq:{<base>}:…"
+// and every shard's "asynq:{<base>.…"). It may match other queues whose
+// names start with the base too.
+func (l Layout) KeyPrefix() string { return "asynq:{" + l.base() }
+
 // Parse tells which lane and shard a queue name of this layout is; ok is
 // false for the legacy queue and for names of other layouts.
 func (l Layout) Parse(queue string) (lane Lane, shard int, ok bool) {

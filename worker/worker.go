@@ -143,7 +143,8 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.layout = cfg.Layout()
 	w.asynqRDB = w.rdb
 	if cfg.QueueRecheck > 0 {
-		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Logger: w.log.With("component", "queue-gate")})
+		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Prefixes: []string{w.layout.KeyPrefix()},
+			Logger: w.log.With("component", "queue-gate")})
 		if w.asynqRDB, err = w.gate.Client(); err != nil {
 			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", ErrConfig, EnvPrefix, err)
 		}

@@ -57,6 +57,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Asynq scores are Unix seconds.
 	Now func() time.Time
+	// Prefixes are the key prefixes Redis is asked to report writes of;
+	// together they must cover every tracked key ("asynq:{<queue>}:…"),
+	// and none may be a prefix of another. Default: one per queue. Keep
+	// them few: Redis compares every key any client writes with every
+	// prefix (25 queues' worth doubled a saturated worker's Redis CPU), so
+	// a layout passes the one or two that cover all its queues.
+	Prefixes []string
 }
 
 // Stats counts what the gate did; see Gate.Stats.
@@ -138,10 +145,13 @@ func New(rdb redis.UniversalClient, queues []string, opts Options) *Gate {
 		g.keys[p+"lease"] = &state{kind: kHouse}
 		g.keys[p+"aggregation_sets"] = &state{kind: kHouse}
 	}
-	for k := range g.keys {
-		// Each tracked key is a prefix of itself only: "…}:" ends every
-		// queue's name, so no prefix is another's (Redis refuses overlaps).
-		g.prefixes = append(g.prefixes, k)
+	g.prefixes = opts.Prefixes
+	if len(g.prefixes) == 0 {
+		for _, q := range queues {
+			// "…}:" ends every queue's name, so no prefix is another's
+			// (Redis refuses overlaps).
+			g.prefixes = append(g.prefixes, "asynq:{"+q+"}:")
+		}
 	}
 	return g
 }
