@@ -332,7 +332,7 @@ func sharing() (mean, p95 float64, pinned int) {
 // redisStats reads total commands, scripts and CPU from one node.
 type redisStats struct {
 	cmds, scripts float64
-	cpu           time.Duration
+	cpu, sys      time.Duration
 }
 
 func readStats(ctx context.Context, rdb *redis.Client) redisStats {
@@ -350,7 +350,7 @@ func readStats(ctx context.Context, rdb *redis.Client) redisStats {
 	}
 	u, _ := strconv.ParseFloat(field(info, "used_cpu_user"), 64)
 	sy, _ := strconv.ParseFloat(field(info, "used_cpu_sys"), 64)
-	s.cpu = time.Duration((u + sy) * 1e9)
+	s.cpu, s.sys = time.Duration((u+sy)*1e9), time.Duration(sy*1e9)
 	return s
 }
 
@@ -364,7 +364,12 @@ func idle(ctx context.Context, bin, dir string, d time.Duration) (cmds, scripts 
 	defer srv.Stop()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
-	w := startBin(bin, baseEnv(srv.Addr, "sms:recipient=1/1m"))
+	env := baseEnv(srv.Addr, "sms:recipient=1/1m")
+	if x := os.Getenv("LANES_EXTRA"); x != "" && !strings.Contains(bin, "baseline") {
+		k, v, _ := strings.Cut(x, "=")
+		env[k] = v
+	}
+	w := startBin(bin, env)
 	defer w.stop()
 	time.Sleep(3 * time.Second) // past start-up (plans, first polls, subscriptions)
 	a := readStats(ctx, rdb)
@@ -581,6 +586,10 @@ func lanesCluster(ctx context.Context, bin, base, dir string) {
 		env := baseEnv(addrs[0], "sms:recipient=5/1m,sms:tenant=1000000/1h")
 		env["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(addrs, ",")
 		env["SLUICE_SMS_SENDER"] = "log"
+		if x := os.Getenv("LANES_EXTRA"); x != "" && !run.single {
+			k, v, _ := strings.Cut(x, "=")
+			env[k] = v
+		}
 		w := startBin(run.bin, env)
 		got := 0
 		for got < n {
@@ -594,11 +603,17 @@ func lanesCluster(ctx context.Context, bin, base, dir string) {
 		w.stop()
 		var cpus []time.Duration
 		var total time.Duration
+		var cmds, scripts float64
+		var sys time.Duration
 		for i, c := range clients {
-			d := readStats(ctx, c).cpu - before[i].cpu
-			cpus, total = append(cpus, d), total+d
+			after := readStats(ctx, c)
+			d := after.cpu - before[i].cpu
+			cpus, total, sys = append(cpus, d), total+d, sys+after.sys-before[i].sys
+			cmds, scripts = cmds+after.cmds-before[i].cmds, scripts+after.scripts-before[i].scripts
 			c.Close()
 		}
+		fmt.Printf("    cluster (%s): %.1f commands and %.2f scripts per task, %v Redis CPU per task (%v of it in the kernel)\n", run.name,
+			cmds/float64(n), scripts/float64(n), total/time.Duration(n), sys/time.Duration(n))
 		cc.Close()
 		for _, s := range nodes {
 			s.Stop()

@@ -285,10 +285,10 @@ func TestLanesAndPins(t *testing.T) {
 	l := tasks.Layout{Shards: 8}
 	otp := tasks.NewSMS("acme", "+14155550100", "code")
 	otp.Category = "otp"
-	if got := p.Queue(l, otp); got != "notifications.priority.3" {
+	if got := p.Queue(l, otp); got != l.Queue(tasks.LanePriority, 3) {
 		t.Fatalf("acme's otp queue %q", got)
 	}
-	if got := p.Queue(l, tasks.NewSMS("beta", "+14155550100", "hi")); got == "notifications.standard.3" {
+	if got := p.Queue(l, tasks.NewSMS("beta", "+14155550100", "hi")); got == l.Queue(tasks.LaneStandard, 3) {
 		t.Fatal("another tenant routed to acme's pinned shard")
 	}
 	// A tenant's plan writes shard=K without the tenant; With binds it.

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/hibiken/asynq"
 )
@@ -98,9 +99,55 @@ func (l Layout) Validate() error {
 // longer written by Sluice's producers.
 func (l Layout) Legacy() string { return l.base() }
 
-// Queue names shard of lane.
+// Queue names shard of lane: "<base>.<lane>.<shard>", with a "-K" suffix
+// where one is needed to put the name's Redis Cluster hash slot in the
+// shard's share of the slot space (shard i of n: slots [i·16384/n,
+// (i+1)·16384/n)), so the shards spread evenly over a Cluster's masters
+// instead of wherever CRC16 happens to put similar names.
 func (l Layout) Queue(lane Lane, shard int) string {
-	return l.base() + "." + string(lane) + "." + strconv.Itoa(shard)
+	key := queueKey{l.base(), l.shards(), lane, shard}
+	if q, ok := queueNames.Load(key); ok {
+		return q.(string)
+	}
+	name := l.base() + "." + string(lane) + "." + strconv.Itoa(shard)
+	lo, hi := shard*slots/key.n, (shard+1)*slots/key.n
+	q := name
+	for k := 1; k < 1<<16; k++ {
+		if s := int(crc16(q)) % slots; s >= lo && s < hi {
+			break
+		}
+		q = name + "-" + strconv.Itoa(k)
+	}
+	queueNames.Store(key, q)
+	return q
+}
+
+type queueKey struct {
+	base  string
+	n     int
+	lane  Lane
+	shard int
+}
+
+var queueNames sync.Map // queueKey → name
+
+// slots is the number of Redis Cluster hash slots.
+const slots = 16384
+
+// crc16 is Redis Cluster's key hash (CRC-16/XMODEM).
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }
 
 // LaneQueues lists the shards of one lane.
@@ -139,12 +186,13 @@ func (l Layout) Parse(queue string) (lane Lane, shard int, ok bool) {
 	if !found {
 		return "", 0, false
 	}
+	num, _, _ = strings.Cut(num, "-")
 	n, err := strconv.Atoi(num)
 	if err != nil || n < 0 || n >= l.shards() || strconv.Itoa(n) != num {
 		return "", 0, false
 	}
 	for _, ln := range Lanes {
-		if string(ln) == name {
+		if string(ln) == name && l.Queue(ln, n) == queue {
 			return ln, n, true
 		}
 	}

@@ -1,21 +1,24 @@
 package tasks_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
 func TestLayoutNamesAndParse(t *testing.T) {
 	t.Parallel()
 	l := tasks.Layout{Base: "notifications", Shards: 4}
-	if got := l.Queue(tasks.LaneStandard, 3); got != "notifications.standard.3" {
+	if got := l.Queue(tasks.LaneStandard, 3); !strings.HasPrefix(got, "notifications.standard.3") {
 		t.Fatalf("Queue = %q", got)
 	}
 	all := l.Queues()
-	if len(all) != 3*4+1 || all[0] != "notifications.priority.0" || all[len(all)-1] != "notifications" {
+	if len(all) != 3*4+1 || !strings.HasPrefix(all[0], "notifications.priority.0") || all[len(all)-1] != "notifications" {
 		t.Fatalf("Queues = %v", all)
 	}
 	seen := map[string]bool{}
@@ -29,7 +32,7 @@ func TestLayoutNamesAndParse(t *testing.T) {
 		}
 		seen[q] = true
 	}
-	for _, q := range []string{"notifications", "notifications.standard.4", "notifications.standard.01", "notifications.urgent.0",
+	for _, q := range []string{"notifications", "notifications.standard.4", "notifications.standard.01", "notifications.urgent.0", "notifications.standard.3",
 		"other.standard.0", "notifications.standard", "notifications.standard.-1", "notifications.standard.1.2"} {
 		if _, _, ok := l.Parse(q); ok {
 			t.Errorf("Parse(%q) ok, want not a queue of the layout", q)
@@ -131,5 +134,43 @@ func TestDefaultLane(t *testing.T) {
 		if got := tasks.DefaultLane(cat); got != want {
 			t.Errorf("DefaultLane(%q) = %s, want %s", cat, got, want)
 		}
+	}
+}
+
+// Each shard's name hashes into its share of the Cluster's slots, so the
+// shards of a lane spread evenly over the masters; the slot is the one a
+// real cluster-enabled redis-server computes (CLUSTER KEYSLOT).
+func TestShardNamesSpreadOverSlots(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	rdb := srv.Client(t)
+	for _, q := range tasks.DefaultLayout.Queues() {
+		got, err := rdb.ClusterKeySlot(context.Background(), "asynq:{"+q+"}:pending").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(tasks.KeySlot(q)); got != want {
+			t.Fatalf("%s: Redis puts its keys in slot %d, the layout computed %d", q, got, want)
+		}
+	}
+	for _, n := range []int{1, 3, 8, 16} {
+		l := tasks.Layout{Shards: n}
+		for _, lane := range tasks.Lanes {
+			for i := 0; i < n; i++ {
+				q := l.Queue(lane, i)
+				slot := int(tasks.KeySlot(q))
+				if lo, hi := i*16384/n, (i+1)*16384/n; slot < lo || slot >= hi {
+					t.Errorf("%d shards: %s hashes to slot %d, outside [%d, %d)", n, q, slot, lo, hi)
+				}
+				if got, shard, ok := l.Parse(q); !ok || got != lane || shard != i {
+					t.Errorf("Parse(%q) = %v %d %v", q, got, shard, ok)
+				}
+			}
+		}
+	}
+	// A suffix that does not belong to the shard's name is not a queue of the layout.
+	l := tasks.Layout{Shards: 8}
+	if _, _, ok := l.Parse(l.Queue(tasks.LaneStandard, 3) + "9"); ok {
+		t.Fatal("a name with a foreign suffix parsed")
 	}
 }

@@ -153,13 +153,14 @@ func TestEnqueueRoutesByTheRules(t *testing.T) {
 		t.Fatalf("enqueue: %+v", r)
 	}
 	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
-	for id, want := range map[string]string{"r-1": "notifications.priority.5", "r-2": "notifications.bulk.5", "r-3": "notifications.standard.5"} {
+	l := tasks.DefaultLayout
+	for id, want := range map[string]string{"r-1": l.Queue(tasks.LanePriority, 5), "r-2": l.Queue(tasks.LaneBulk, 5), "r-3": l.Queue(tasks.LaneStandard, 5)} {
 		if _, err := insp.GetTaskInfo(want, id); err != nil {
 			t.Errorf("%s is not in %s: %v", id, want, err)
 		}
 	}
 	ti, err := tasks.DefaultLayout.FindTask(insp, "globex", tasks.Pins{"acme": 5}, "r-4")
-	if err != nil || ti.Queue == "notifications.standard.5" {
+	if err != nil || ti.Queue == l.Queue(tasks.LaneStandard, 5) {
 		t.Fatalf("globex's task in %v (%v): another tenant was routed to acme's pinned shard", ti, err)
 	}
 }
