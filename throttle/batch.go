@@ -295,11 +295,11 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 		send(true)
 		res, err = script.Result()
 	}
-	if err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
-		// The slot moved (a failover): the next call asks the new master.
-		if cc, ok := b.client.(*redis.ClusterClient); ok {
-			cc.ReloadState(ctx)
-		}
+	if cc, ok := b.client.(*redis.ClusterClient); ok && err != nil {
+		// The slot's master may have changed (a failover: MOVED, READONLY,
+		// or a dead node): this call bypassed the client's redirects, so
+		// have it reload the slot map for the next one.
+		cc.ReloadState(ctx)
 	}
 	complete(cs, res, err)
 	if err != nil || !admits {

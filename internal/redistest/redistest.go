@@ -415,6 +415,13 @@ func (s *Server) MendReplication(tb testing.TB) {
 	s.waitLink(tb, true)
 }
 
+// WaitSynced waits until s is a replica whose link to its master is up
+// (e.g. an old master restarted after a failover, rejoining as a replica).
+func (s *Server) WaitSynced(tb testing.TB) {
+	tb.Helper()
+	s.waitLink(tb, true)
+}
+
 // waitLink waits until s's master_link_status is up (or down).
 func (s *Server) waitLink(tb testing.TB, up bool) {
 	tb.Helper()
