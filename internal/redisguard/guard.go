@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,6 +222,15 @@ func (g *Guard) apply(r Report, now time.Time) {
 		g.last[n.Addr] = n
 		if g.m != nil {
 			g.m.set(n)
+		}
+	}
+	for addr := range g.last {
+		if !slices.ContainsFunc(r.Nodes, func(n Node) bool { return n.Addr == addr }) {
+			// Gone from the client's view (a failed master after a failover).
+			delete(g.last, addr)
+			if g.m != nil {
+				g.m.drop(addr)
+			}
 		}
 	}
 	g.problems, g.warnings = nil, nil

@@ -77,3 +77,14 @@ func (m *metrics) set(n Node) {
 	}
 	m.safe.WithLabelValues(n.Addr).Set(safe)
 }
+
+// drop deletes the series of a node the client no longer lists.
+func (m *metrics) drop(addr string) {
+	for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.evicted, m.used, m.max, m.ratio, m.safe} {
+		v.DeleteLabelValues(addr)
+	}
+	if old, ok := m.labels[addr]; ok {
+		m.info.DeleteLabelValues(old...)
+		delete(m.labels, addr)
+	}
+}
