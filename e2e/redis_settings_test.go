@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -196,8 +195,8 @@ func TestMemoryFullNothingUnrecordedNoneLost(t *testing.T) {
 	if err != nil || u[0].Used != r.receipts {
 		t.Fatalf("the tenant window holds %+v (%v) for %d receipts: a send its window did not record", u, err, r.receipts)
 	}
-	if qi, _ := e.insp.GetQueueInfo(tasks.DefaultQueue); qi.Archived != 0 {
-		t.Fatalf("%d archived", qi.Archived)
+	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
+		t.Fatalf("archived: %+v, %v", qi, err)
 	}
 }
 

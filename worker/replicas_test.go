@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,8 +48,9 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		}
 		return m.Options().Addr
 	}
-	// A tenant's keys hash by {tenant}; a queue's by {queue}. The queues live
-	// on a master that is never killed, so Asynq is not part of the test.
+	// A tenant's keys hash by {tenant}; a queue's by {queue}. Every queue of
+	// a phase's layout (one shard per lane, and the legacy queue) lives on a
+	// master that is never killed, so Asynq is not part of the test.
 	var mu sync.Mutex
 	var masters []string
 	_ = cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
@@ -59,20 +61,22 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 	})
 	sort.Strings(masters)
 	queueMaster := masters[2]
-	pick := func(prefix, on string) string {
+	pick := func(prefix, on string, names func(string) []string) string {
 		for i := 0; ; i++ {
 			name := prefix + strconv.Itoa(i)
-			if masterOf("{"+name+"}") == on {
+			if !slices.ContainsFunc(names(name), func(n string) bool { return masterOf("{"+n+"}") != on }) {
 				return name
 			}
 		}
 	}
+	queuesOf := func(base string) []string { return tasks.Layout{Base: base, Shards: 1}.Queues() }
 	const limit = 3
 	rules := fmt.Sprintf("sms:recipient=%d/1m,sms:tenant=100000/1h", limit)
 
 	phase := func(name string, wait int, master string, rcptBase int) (receipts map[string]int, violations int) {
 		t.Helper()
-		tenant, queue := pick(name+"-tenant-", master), pick(name+"-queue-", queueMaster)
+		tenant := pick(name+"-tenant-", master, func(n string) []string { return []string{n} })
+		queue := pick(name+"-queue-", queueMaster, queuesOf)
 		var logs syncLog
 		cfg, err := worker.ParseConfig(map[string]string{
 			"SLUICE_REDIS_URL":            "redis://" + cl.Addrs[0],
@@ -80,6 +84,7 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 			"SLUICE_REDIS_WAIT_REPLICAS":  strconv.Itoa(wait),
 			"SLUICE_REDIS_WAIT_TIMEOUT":   "200ms",
 			"SLUICE_QUEUE":                queue,
+			"SLUICE_QUEUE_SHARDS":         "1",
 			"SLUICE_RULES":                rules,
 			"SLUICE_SUBJECT_SECRET":       "test-secret-0123456789",
 			"SLUICE_PAYLOAD_KEYS":         testKeys,
@@ -128,7 +133,8 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 			t.Helper()
 			for k := 0; k < each; k++ {
 				for _, to := range rcpts {
-					if _, err := tasks.Enqueue(ctx, client, mustKeys(t), tasks.NewSMS(tenant, to, name), asynq.Queue(queue)); err != nil {
+					route := asynq.Queue(cfg.Layout().Route(tenant, tasks.DefaultLane(""), nil))
+					if _, err := tasks.Enqueue(ctx, client, mustKeys(t), tasks.NewSMS(tenant, to, name), route); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -167,12 +173,12 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		// Settled: every task sent or booked for its slot a minute ahead.
 		insp := asynq.NewInspectorFromRedisClient(cc)
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			qi, err := insp.GetQueueInfo(queue)
-			if err == nil && qi.Pending == 0 && qi.Active == 0 {
+			qi := queueStats(t, insp, cfg.Layout())
+			if qi.Pending == 0 && qi.Active == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: tasks not settled after a minute: %+v %v", name, qi, err)
+				t.Fatalf("%s: tasks not settled after a minute: %+v", name, qi)
 			}
 		}
 		receipts = map[string]int{}
