@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -201,41 +202,60 @@ func TestMemoryFullNothingUnrecordedNoneLost(t *testing.T) {
 }
 
 // README: a Redis outage stops new admissions; sends admitted before it
-// may still go out — at most SLUICE_CONCURRENCY + SLUICE_MAX_WAITERS per
-// worker: Asynq runs that many tasks at once, each sends at most once, and
-// none can start without Redis. Measured: one worker at concurrency 4 with
-// 4 waiters, a provider taking 1 s, a backlog of sends that are all
-// admitted at once (so every running task is a send in flight); Redis is
-// killed and what the provider receives after the kill is counted.
+// may still go out — at most as many per worker as it runs tasks at once:
+// SLUICE_CONCURRENCY + SLUICE_MAX_WAITERS on the standard and bulk lanes'
+// server and SLUICE_PRIORITY_CONCURRENCY + SLUICE_MAX_WAITERS on the
+// priority lane's. Each task sends at most once, and none can start without
+// Redis. Measured: one worker at concurrency 4, priority concurrency 2 and
+// 4 waiters, a provider taking 1 s, a backlog in both lanes of sends that
+// are all admitted at once (so every running task is a send in flight);
+// Redis is killed and what the provider receives after the kill is counted.
 func TestOutageSendsOnlyWhatWasAdmitted(t *testing.T) {
 	t.Parallel()
-	const concurrency, waiters = 4, 4
-	e := newEnv(t, "sms:recipient=100/1m,sms:tenant=100000/1h", "--appendonly", "yes", "--appendfsync", "always")
+	const concurrency, priority, waiters = 4, 2, 4
+	const bound = concurrency + waiters + priority + waiters
+	e := newEnv(t, "sms:recipient=100/1m,sms:tenant=100000/1h,sms.otp:exempt", "--appendonly", "yes", "--appendfsync", "always")
 	e.sms.SetLatency(time.Second)
-	e.worker("w0", map[string]string{"SLUICE_CONCURRENCY": strconv.Itoa(concurrency), "SLUICE_MAX_WAITERS": strconv.Itoa(waiters)})
-	ids := e.enqueueSMS(80, recipients(40), []string{"acme"})
-	e.sms.WaitCount(t, 20, time.Minute)
+	e.worker("w0", map[string]string{"SLUICE_CONCURRENCY": strconv.Itoa(concurrency), "SLUICE_PRIORITY_CONCURRENCY": strconv.Itoa(priority),
+		"SLUICE_MAX_WAITERS": strconv.Itoa(waiters)})
+	ids, prio := map[string]string{}, map[string]bool{}
+	rcpts := recipients(40)
+	for i := 0; i < 120; i++ {
+		n := tasks.NewSMS("acme", rcpts[i%len(rcpts)], "outage "+strconv.Itoa(i))
+		if i%2 == 0 {
+			n.Category = "otp" // the priority lane
+			prio[n.ID] = true
+		}
+		if _, err := tasks.Enqueue(context.Background(), e.client, e.keys, n); err != nil {
+			t.Fatal(err)
+		}
+		ids[n.ID] = n.To
+	}
+	e.sms.WaitCount(t, 30, time.Minute)
 	e.redis.Stop()
 	killed := time.Now()
 	// A send admitted before the kill arrives within the provider's latency
 	// (or MAX_INLINE_WAIT, 2 s, for one waiting for its slot); nothing else
 	// may arrive while Redis is down.
 	time.Sleep(3 * time.Second)
-	var after int
+	var after, otp int
 	var last time.Duration
 	for _, d := range e.sms.Deliveries() {
 		if d.At.After(killed) {
 			after++
 			last = d.At.Sub(killed)
+			if prio[d.ID] {
+				otp++
+			}
 		}
 	}
 	e.redis.Restart(t)
 	ds := e.waitAllDelivered(ids, 2*time.Minute)
 	r := audit(ds, 100, time.Minute, byRecipient)
-	t.Logf("Redis killed under load: %d sends reached the provider after the kill, the last %v after it (bound: CONCURRENCY %d + MAX_WAITERS %d = %d); after the restart all %d delivered, %d repeats",
-		after, last.Round(time.Millisecond), concurrency, waiters, concurrency+waiters, len(ids), r.duplicates)
-	if after > concurrency+waiters {
-		t.Fatalf("%d sends after the kill, above CONCURRENCY + MAX_WAITERS = %d", after, concurrency+waiters)
+	t.Logf("Redis killed under load: %d sends reached the provider after the kill (%d of them priority), the last %v after it (bound: (CONCURRENCY %d + MAX_WAITERS %d) + (PRIORITY_CONCURRENCY %d + MAX_WAITERS %d) = %d); after the restart all %d delivered, %d repeats",
+		after, otp, last.Round(time.Millisecond), concurrency, waiters, priority, waiters, bound, len(ids), r.duplicates)
+	if after > bound {
+		t.Fatalf("%d sends after the kill, above the tasks a worker runs at once (%d)", after, bound)
 	}
 	if after == 0 {
 		t.Fatal("nothing was in flight at the kill: the test measured nothing")

@@ -21,7 +21,8 @@
 //     replicas not acknowledging the admission): nothing new is admitted and
 //     nothing is sent on an unacknowledged admission; the check is tried
 //     again every Config.UnavailableRetry, without spending a retry. Sends
-//     admitted before may still go out: at most Concurrency + MaxWaiters.
+//     admitted before may still go out: at most the tasks the worker runs
+//     at once, Concurrency + PriorityConcurrency + 2 × MaxWaiters.
 //
 // # Redis's settings
 //
