@@ -23,7 +23,7 @@ func TestWaitReplicas(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	mc, rc := master.Client(t), replica.Client(t)
-	lim, err := throttle.New(mc, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	lim, err := throttle.New(mc, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,10 +52,10 @@ func TestWaitReplicas(t *testing.T) {
 	if d != (throttle.Decision{}) {
 		t.Fatalf("a decision came with the error: %+v", d)
 	}
-	if took := time.Since(start); took < 200*time.Millisecond {
+	if took := time.Since(start); took < time.Second {
 		t.Fatalf("failed after %v, before WaitTimeout", took)
 	}
-	if !strings.Contains(err.Error(), "0 of 1 within 200ms") {
+	if !strings.Contains(err.Error(), "0 of 1 within 1s") {
 		t.Fatalf("error does not say how many acknowledged: %v", err)
 	}
 	// Nothing to acknowledge: a full window denies at once, without error.
@@ -67,6 +67,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 
 	replica.MendReplication(t)
+	caughtUp(t, mc)
 	d, err = reserve("n2", "run-2")
 	if err != nil || d.Status != throttle.StatusAdmitted || d.Attempt != 1 {
 		t.Fatalf("the same run asking again with the replica back: %+v, %v", d, err)
@@ -103,7 +104,7 @@ func TestWaitReplicasCoversARetryOnAnotherConnection(t *testing.T) {
 	}
 	fresh := redis.NewClient(&redis.Options{Addr: master.Addr})
 	defer fresh.Close()
-	acked, err := throttle.New(fresh, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+	acked, err := throttle.New(fresh, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +113,7 @@ func TestWaitReplicasCoversARetryOnAnotherConnection(t *testing.T) {
 		t.Fatalf("the run's own admission, not acknowledged by the replica, came back as %+v, %v; want ErrNotReplicated", d, err)
 	}
 	replica.Thaw(t)
+	caughtUp(t, fresh)
 	if d, err := acked.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{Nonce: "run-1"}, rule); err != nil || d.Status != throttle.StatusAdmitted || d.Attempt != 1 {
 		t.Fatalf("with the replica back: %+v, %v", d, err)
 	}
@@ -146,7 +148,7 @@ func TestWaitReplicasOptions(t *testing.T) {
 func TestWaitReplicasCluster(t *testing.T) {
 	t.Parallel()
 	cl, cc := redistest.NewCluster(t, 3, 1)
-	lim, err := throttle.New(cc, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: 150 * time.Millisecond})
+	lim, err := throttle.New(cc, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,4 +220,17 @@ func TestOutOfMemory(t *testing.T) {
 		t.Fatalf("Redis takes other writes (%v): the test did not run at maxmemory", err)
 	}
 	free()
+}
+
+// caughtUp waits until the replica of c's master has acknowledged
+// everything written so far (a write, then WAIT), so that the next check's
+// own WAIT does not race the replica's catching up.
+func caughtUp(t *testing.T, c *redis.Client) {
+	t.Helper()
+	if err := c.Set(ctx, "caught-up", time.Now().String(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Wait(ctx, 1, 10*time.Second).Result(); err != nil || n < 1 {
+		t.Fatalf("the replica did not catch up within 10 s: %d, %v", n, err)
+	}
 }
