@@ -317,9 +317,9 @@ func TestClusterEveryNode(t *testing.T) {
 	defer g.Stop()
 	// CLUSTER SLOTS lists a replica once the cluster's gossip knows it holds
 	// data, a little after it synced: the next reads find it.
-	for deadline := time.Now().Add(20 * time.Second); len(r.Nodes) < len(cl.Nodes); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(45 * time.Second); len(r.Nodes) < len(cl.Nodes); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("read %d nodes of %d after 20 s", len(r.Nodes), len(cl.Nodes))
+			t.Fatalf("read %d nodes of %d after 45 s", len(r.Nodes), len(cl.Nodes))
 		}
 		if r, err = g.Check(ctx); err != nil {
 			t.Fatal(err)
