@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -61,6 +62,7 @@ type Server struct {
 	registry      *prometheus.Registry
 	listener      net.Listener
 	stopping      atomic.Bool
+	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 }
 
 // New builds the API server from its configuration and the shared one
@@ -185,7 +187,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	fmt.Fprintln(w, "ready")
+	s.redisGuard.Load().Status().Write(w) // evictions, full memory (README, "Metrics and health")
 }
 
 // Run serves until ctx ends, then shuts down gracefully: /readyz turns
@@ -199,6 +201,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start api: redis (%sREDIS_URL): %w", worker.EnvPrefix, err)
 	}
+	stopGuard, err := s.startRedisGuard(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopGuard()
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	if err := s.WatchPlans(watchCtx); err != nil {

@@ -29,7 +29,7 @@ var (
 	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
 	docs    = flag.String("docs", "../docs", "where figures are written")
 	cpuProf = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	only    = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,lanes,memory,figures")
+	only    = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,lanes,memory,replicas,figures")
 )
 
 type row struct {
@@ -115,6 +115,10 @@ func main() {
 	if want("lanes") {
 		fmt.Println("\n== issue 19: lanes and shards — the real binary, one worker, log sender")
 		lanes(ctx)
+	}
+	if want("replicas") {
+		fmt.Println("\n== replica-acknowledged admissions (SLUICE_REDIS_WAIT_REPLICAS=1) on a master with one replica")
+		replicas(ctx)
 	}
 	if want("issue15") {
 		fmt.Println("\n== issue 15: the real binary, one worker, 150 SMS to 15 numbers")

@@ -9,6 +9,13 @@
 -- Returns {now_ms, reply_1, ..., reply_n}. A reply is an array of integers, or {-1, message}
 -- when that operation failed (bad arguments, a key of the wrong type): errors stay per operation.
 --
+-- Memory: at maxmemory under noeviction Redis refuses a script's first write when it could grow
+-- memory (ZADD, SET), and lets every write through once the script has written. Every operation
+-- that writes begins with a write Redis never refuses (a trim, ZREM, PEXPIRE), so it runs whole
+-- even then: what it admits is recorded in the windows, a done record replaces its admission's.
+-- (Asynq's enqueue, dequeue and scheduling scripts begin with a write Redis refuses: meanwhile no
+-- task is added or started.)
+--
 -- Opcode "R" — reserve: admit a member now, admit it for a near-future instant, or book a slot.
 --   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
 --            member's state key when a state policy is given (see below), then, with block = 1,
@@ -287,6 +294,9 @@ local function place(k0, a0, nkeys)
 end
 
 local function done(k0, a0)
+  -- A write Redis never refuses for memory comes first (see the top): at maxmemory the
+  -- record still replaces the admission's, a few bytes, so a re-run does not send again.
+  redis.call('PEXPIRE', KEYS[k0], ARGV[a0 + 1])
   redis.call('SET', KEYS[k0], 'd' .. ARGV[a0] .. ':' .. fmt(now), 'PX', ARGV[a0 + 1])
   return {1}
 end

@@ -66,6 +66,11 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 		o.NotBefore, o.late = t, agreeLead
 		d, err := l.reserve(ctx, group, id, policy, o, own.limits)
 		if err != nil {
+			if errors.Is(err, ErrNotReplicated) && d.Attempt > 0 {
+				// Admitted in the own group but not acknowledged: nothing
+				// will be sent on it, so give it back like the others.
+				_, _ = l.release(context.WithoutCancel(ctx), own, id, d.Attempt)
+			}
 			rollback()
 			return Decision{}, err
 		}

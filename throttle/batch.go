@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -54,10 +55,17 @@ type batcher struct {
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 	inflight  atomic.Int32 // script calls on the wire
+	// waitReplicas > 0: admissions wait for that many replicas (Options.WaitReplicas).
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 func newBatcher(client redis.UniversalClient, opts Options) *batcher {
-	b := &batcher{client: client, direct: opts.Direct, pipelines: opts.Pipelines, maxBatch: opts.MaxBatch, quit: make(chan struct{})}
+	b := &batcher{client: client, direct: opts.Direct, pipelines: opts.Pipelines, maxBatch: opts.MaxBatch, quit: make(chan struct{}),
+		waitReplicas: opts.WaitReplicas, waitTimeout: opts.WaitTimeout}
+	if b.waitTimeout <= 0 {
+		b.waitTimeout = defaultWaitTimeout
+	}
 	_, b.cluster = client.(*redis.ClusterClient)
 	if b.pipelines <= 0 {
 		b.pipelines = 2
@@ -185,10 +193,6 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	}()
 	// One script call per slot and clock reading (an explicit now, for
 	// tests and tools, is shared by a batch like Redis TIME is).
-	type group struct {
-		slot int
-		now  string
-	}
 	groups := map[group][]*call{}
 	var order []group
 	for _, c := range calls {
@@ -197,6 +201,10 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 			order = append(order, g)
 		}
 		groups[g] = append(groups[g], c)
+	}
+	if b.waitReplicas > 0 {
+		b.execAcked(ctx, groups, order)
+		return
 	}
 	if len(order) == 1 {
 		cs := groups[order[0]]
@@ -221,6 +229,121 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 		}
 		complete(groups[s], res, err)
 	}
+}
+
+// group is the calls of a batch that travel as one script call: one Cluster
+// slot, one clock reading.
+type group struct {
+	slot int
+	now  string
+}
+
+// execAcked sends each group's script call with a WAIT behind it on one
+// connection (Options.WaitReplicas), the groups in parallel: WAIT covers the
+// writes of the connection it is sent on, and a Cluster slot lives on one
+// master. An admission fewer replicas acknowledged fails with ErrNotReplicated.
+func (b *batcher) execAcked(ctx context.Context, groups map[group][]*call, order []group) {
+	if len(order) == 1 {
+		b.acked(ctx, groups[order[0]])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range order {
+		wg.Go(func() { b.acked(ctx, groups[g]) })
+	}
+	wg.Wait()
+}
+
+// acked runs one group's script call and, when it may admit, a WAIT, as one
+// pipeline on the connection of the group's master. Redis sets a
+// connection's WAIT offset after each of its commands, reads included, so
+// the WAIT covers every write before the script too: also an admission that
+// the script only reports (the same run asking again after a lost reply,
+// its admission written by another connection).
+func (b *batcher) acked(ctx context.Context, cs []*call) {
+	node, err := b.master(ctx, cs[0].op.keys[0])
+	if err != nil {
+		complete(cs, nil, err)
+		return
+	}
+	admits := false
+	for _, c := range cs {
+		admits = admits || c.op.code == "R" || c.op.code == "P"
+	}
+	keys, argv := encode(cs)
+	var script *redis.Cmd
+	var wait *redis.IntCmd
+	send := func(eval bool) {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				script = scripts.Limiter.Eval(ctx, p, keys, argv...)
+			} else {
+				script = scripts.Limiter.EvalSha(ctx, p, keys, argv...)
+			}
+			if admits {
+				// Pipeliner has no Wait; the pipeline's reads are bounded by
+				// the client's ReadTimeout, which New checks is longer.
+				wait = redis.NewIntCmd(ctx, "wait", b.waitReplicas, b.waitTimeout.Milliseconds())
+				_ = p.Process(ctx, wait)
+			}
+			return nil
+		})
+	}
+	send(false)
+	res, err := script.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		send(true)
+		res, err = script.Result()
+	}
+	if cc, ok := b.client.(*redis.ClusterClient); ok && err != nil {
+		// The slot's master may have changed (a failover: MOVED, READONLY,
+		// or a dead node): this call bypassed the client's redirects, so
+		// have it reload the slot map for the next one.
+		cc.ReloadState(ctx)
+	}
+	complete(cs, res, err)
+	if err != nil || !admits {
+		return
+	}
+	n, werr := wait.Result()
+	if werr == nil && int(n) >= b.waitReplicas {
+		return
+	}
+	why := fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, n, b.waitReplicas, b.waitTimeout)
+	if werr != nil {
+		why = fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, werr)
+	}
+	for _, c := range cs {
+		if c.err == nil && admitted(c) {
+			c.err = why
+		}
+	}
+}
+
+// admitted reports whether a completed call's reply lets its caller send:
+// a placement in another group (P), or a reservation admitted or answered
+// as a duplicate of an admission (R).
+func admitted(c *call) bool {
+	switch c.op.code {
+	case "P":
+		return true
+	case "R":
+		return len(c.reply) > 0 && (c.reply[0] == int64(StatusAdmitted) || c.reply[0] == int64(StatusDuplicate))
+	}
+	return false
+}
+
+// master is the client of the node that serves key: the single node, or the
+// master of key's slot on a Cluster (New allows no other client with
+// WaitReplicas).
+func (b *batcher) master(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := b.client.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Client:
+		return c, nil
+	}
+	return nil, fmt.Errorf("throttle: WaitReplicas needs a single-node or Cluster client, not %T", b.client)
 }
 
 func encode(cs []*call) ([]string, []any) {
@@ -276,6 +399,12 @@ func ints(v any) ([]int64, error) {
 	if len(arr) == 2 {
 		if code, ok := arr[0].(int64); ok && code == -1 {
 			msg, _ := arr[1].(string)
+			if strings.HasPrefix(msg, "OOM ") {
+				// Redis refuses a script's first write under noeviction at
+				// maxmemory (a write after another one goes through, so an op
+				// is all or nothing either way).
+				return nil, fmt.Errorf("%w: %s", ErrOutOfMemory, strings.TrimSpace(msg))
+			}
 			return nil, fmt.Errorf("script: %s", strings.TrimSpace(msg))
 		}
 	}

@@ -128,3 +128,14 @@ func scriptCalls(info string) int {
 	}
 	return n
 }
+
+// An op Redis refused for memory is told apart from other script errors.
+func TestOutOfMemoryReply(t *testing.T) {
+	_, err := ints([]any{int64(-1), "OOM command not allowed when used memory > 'maxmemory'."})
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("OOM reply: %v, want ErrOutOfMemory", err)
+	}
+	if _, err := ints([]any{int64(-1), "state key holds garbage"}); errors.Is(err, ErrOutOfMemory) || err == nil {
+		t.Fatalf("other script error: %v", err)
+	}
+}

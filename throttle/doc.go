@@ -29,6 +29,16 @@
 // check always touches one slot and runs as one script. Checks across groups
 // are not offered: ask once per group.
 //
+// # Replicas
+//
+// Redis replicates asynchronously: a master that fails takes with it the
+// admissions its replicas had not received. With Options.WaitReplicas every
+// check that admits is followed, on the same connection, by WAIT for that
+// many replicas (on a Cluster, to the master of the check's slot); an
+// admission fewer acknowledged is an error wrapping ErrNotReplicated, and
+// nothing may be sent on it. The same run asking again (ReserveOptions.Nonce)
+// gets its own admission back and waits again.
+//
 // # Memory
 //
 // A window holds at most its limit, so memory is bounded by

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -23,11 +24,24 @@ import (
 // with their windows.
 const DefaultPrefix = "sl1"
 
+// defaultWaitTimeout is Options.WaitTimeout's default.
+const defaultWaitTimeout = 500 * time.Millisecond
+
 var (
 	// ErrNoSecret reports a limiter built without an HMAC secret for subjects.
 	ErrNoSecret = errors.New("throttle: a subject secret of at least 16 bytes is required")
 	// ErrClosed reports a call on a closed Limiter.
 	ErrClosed = errors.New("throttle: limiter closed")
+	// ErrOutOfMemory reports a check Redis refused because it is at its
+	// maxmemory under the noeviction policy: nothing was written. Retrying
+	// once memory is freed is safe.
+	ErrOutOfMemory = errors.New("throttle: redis is out of memory (maxmemory reached, noeviction): nothing was written")
+	// ErrNotReplicated reports an admission that fewer than
+	// Options.WaitReplicas replicas acknowledged within Options.WaitTimeout.
+	// The admission may be lost if its master fails now: the caller must
+	// not send. Retrying with the same ReserveOptions.Nonce is safe: the run
+	// gets its own admission back and waits for the replicas again.
+	ErrNotReplicated = errors.New("throttle: admission not acknowledged by enough Redis replicas")
 )
 
 // Limit applies a Rule to one subject of a group: "at most 1 SMS per minute
@@ -87,6 +101,20 @@ type Options struct {
 	Pipelines int
 	// MaxBatch bounds the calls of one batch. Default 32.
 	MaxBatch int
+	// WaitReplicas, when above 0, makes every check that admits wait until
+	// this many replicas of its Redis master have acknowledged the
+	// admission: the script and a WAIT travel as one pipeline on one
+	// connection (WAIT is not allowed inside a script), on a Cluster to
+	// the master of the check's slot. An admission acknowledged by fewer
+	// within WaitTimeout is an error wrapping ErrNotReplicated, so a
+	// failover cannot lose an admission its caller acted on (Redis
+	// replicates asynchronously). Checks that admit nothing, MarkDone and
+	// Release do not wait. Default 0: no wait. Needs a single-node or a
+	// Cluster client.
+	WaitReplicas int
+	// WaitTimeout bounds the wait for replicas; it must be shorter than
+	// the client's ReadTimeout (5 s by default). Default 500ms.
+	WaitTimeout time.Duration
 }
 
 // Limiter is an exact sliding-window-log limiter in Redis: one sorted set per
@@ -110,6 +138,23 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	if len(opts.Secret) < 16 {
 		return nil, ErrNoSecret
+	}
+	if opts.WaitReplicas < 0 || opts.WaitTimeout < 0 {
+		return nil, fmt.Errorf("throttle: WaitReplicas %d and WaitTimeout %v must not be negative", opts.WaitReplicas, opts.WaitTimeout)
+	}
+	if opts.WaitReplicas > 0 {
+		var read time.Duration
+		switch c := client.(type) {
+		case *redis.Client:
+			read = c.Options().ReadTimeout
+		case *redis.ClusterClient:
+			read = c.Options().ReadTimeout
+		default:
+			return nil, fmt.Errorf("throttle: WaitReplicas needs a single-node or Cluster client, not %T", client)
+		}
+		if wt := cmp.Or(opts.WaitTimeout, defaultWaitTimeout); read > 0 && wt >= read {
+			return nil, fmt.Errorf("throttle: WaitTimeout %v must be shorter than the client's ReadTimeout %v", wt, read)
+		}
 	}
 	l := &Limiter{client: client, prefix: opts.Prefix, secret: append([]byte(nil), opts.Secret...), now: opts.Now, clock: opts.Clock, compact: opts.CompactMembers}
 	if l.prefix == "" {
@@ -143,7 +188,11 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 	if l.batch.cluster && spansGroups(group, limits) {
 		return Decision{}, fmt.Errorf("%w: on Redis Cluster, Allow's limits must live in the check's group (Reserve takes limits of several groups)", ErrInvalidKey)
 	}
-	return l.reserve(ctx, group, member, "", ReserveOptions{}, limits)
+	d, err := l.reserve(ctx, group, member, "", ReserveOptions{}, limits)
+	if err != nil {
+		return Decision{}, err
+	}
+	return d, nil
 }
 
 // Reserve is the check of a sender that keeps a record per id: it admits
@@ -171,7 +220,11 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 	if l.batch.cluster && spansGroups(group, limits) {
 		return l.reserveAcross(ctx, group, id, opts.Policy, opts, limits)
 	}
-	return l.reserve(ctx, group, id, opts.Policy, opts, limits)
+	d, err := l.reserve(ctx, group, id, opts.Policy, opts, limits)
+	if err != nil {
+		return Decision{}, err
+	}
+	return d, nil
 }
 
 func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPolicy, opts ReserveOptions, limits []Limit) (Decision, error) {
@@ -222,7 +275,7 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		return Decision{}, fmt.Errorf("%w: a block key needs a state policy (Reserve)", ErrInvalidRule)
 	}
 	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
-	if err != nil {
+	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {
 		return Decision{}, fmt.Errorf("throttle: check: %w", err)
 	}
 	if len(reply) != 6 && !(len(reply) == 7 && reply[0] == int64(StatusBlocked)) {
@@ -231,6 +284,12 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	d := Decision{Now: time.UnixMilli(now)}
 	if err := d.fill(reply, len(limits), l.clock); err != nil {
 		return Decision{}, fmt.Errorf("throttle: check: %w", err)
+	}
+	if err != nil {
+		// Not acknowledged: the decision is returned beside the error only
+		// for reserveAcross, which gives the admission back; the public
+		// methods return none.
+		return d, fmt.Errorf("throttle: check: %w", err)
 	}
 	return d, nil
 }

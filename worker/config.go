@@ -48,6 +48,12 @@ type Config struct {
 	CompactMembers      bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
 	DedupeTTL           time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
 
+	RedisAllowEviction bool          `env:"REDIS_ALLOW_EVICTION" envDefault:"false" desc:"Run even where a Redis node's maxmemory-policy is not noeviction (or cannot be read). Without it workers and the API refuse to start, naming the node and the policy: an evicted key is a quota window that forgot its sends, a done record, an idempotency key or a queued task. With it they start with a warning, and /readyz lists it."`
+	RedisCheckInterval time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"How often workers and the API read every Redis node's settings and evicted_keys again (CONFIG GET, else INFO; a Cluster's masters and replicas): an eviction, a policy changed at runtime or full memory shows within about this long in the metrics, an error log and /readyz."`
+	RedisDegradedFor   time.Duration `env:"REDIS_DEGRADED_FOR" envDefault:"5m" desc:"After Redis evicted keys, how long /readyz answers 503 (degraded), from the last eviction seen; 0: evictions are counted and logged but do not degrade /readyz."`
+	RedisWaitReplicas  int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"Replicas that must acknowledge each admission (Redis WAIT, right after the quota check on the same connection; on a Cluster to the master of the tenant's slot) before the send goes out, so a failover cannot lose an admission a send went out on. Fewer within REDIS_WAIT_TIMEOUT: nothing is sent and the task tries again, as when Redis is unreachable. 0: no wait (Redis replicates asynchronously)."`
+	RedisWaitTimeout   time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"500ms" desc:"How long an admission waits for REDIS_WAIT_REPLICAS acknowledgements (1ms to 2s)."`
+
 	EmailSender        string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing)."`
 	SMTPHost           string        `env:"SMTP_HOST" envDefault:"localhost" desc:"SMTP server host."`
 	SMTPPort           int           `env:"SMTP_PORT" envDefault:"587" desc:"SMTP server port."`
@@ -146,6 +152,18 @@ func (c Config) Validate() error {
 		} else {
 			bad("QUEUE", "%v", err)
 		}
+	}
+	if c.RedisCheckInterval < 100*time.Millisecond || c.RedisCheckInterval > 10*time.Minute {
+		bad("REDIS_CHECK_INTERVAL", "must be between 100ms and 10m, got %v", c.RedisCheckInterval)
+	}
+	if c.RedisDegradedFor < 0 || c.RedisDegradedFor > 24*time.Hour {
+		bad("REDIS_DEGRADED_FOR", "must be between 0 (never) and 24h, got %v", c.RedisDegradedFor)
+	}
+	if c.RedisWaitReplicas < 0 || c.RedisWaitReplicas > 16 {
+		bad("REDIS_WAIT_REPLICAS", "must be between 0 (no wait) and 16, got %d", c.RedisWaitReplicas)
+	}
+	if c.RedisWaitTimeout < time.Millisecond || c.RedisWaitTimeout > 2*time.Second {
+		bad("REDIS_WAIT_TIMEOUT", "must be between 1ms and 2s (below the Redis client's 5 s read timeout), got %v", c.RedisWaitTimeout)
 	}
 	if c.Queue == "" {
 		bad("QUEUE", "must not be empty")

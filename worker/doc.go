@@ -17,8 +17,20 @@
 //     re-run task will not send again). A definite non-send releases the
 //     quota slot. Permanent provider errors archive; transient ones retry
 //     with backoff (honouring Retry-After) until the retry budget is spent.
-//  5. Redis unreachable: nothing is sent; the task is tried again after
-//     Config.UnavailableRetry, without spending a retry.
+//  5. Redis unreachable (or out of memory, or, with Config.RedisWaitReplicas,
+//     replicas not acknowledging the admission): nothing new is admitted and
+//     nothing is sent on an unacknowledged admission; the check is tried
+//     again every Config.UnavailableRetry, without spending a retry. Sends
+//     admitted before may still go out: at most the tasks the worker runs
+//     at once, Concurrency + PriorityConcurrency + 2 × MaxWaiters.
+//
+// # Redis's settings
+//
+// Run reads every Redis node's settings (internal/redisguard): it refuses a
+// maxmemory-policy that may evict unless Config.RedisAllowEviction, logs
+// each node's durability, warns about rule limits above
+// zset-max-listpack-entries, and keeps watching: an eviction or full memory
+// makes /readyz degraded.
 //
 // # Orphaned tasks
 //

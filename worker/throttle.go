@@ -354,7 +354,7 @@ func (w *Worker) withRedis(ctx context.Context, log *slog.Logger, what string, f
 			return err
 		}
 		if tries == 1 {
-			log.Warn("redis unreachable; nothing is sent meanwhile, trying again", "what", what, "every", w.cfg.UnavailableRetry, "err", err)
+			log.Warn(unavailableWhy(err)+"; nothing is sent meanwhile, trying again", "what", what, "every", w.cfg.UnavailableRetry, "err", err)
 		}
 		select {
 		case <-time.After(w.cfg.UnavailableRetry):
@@ -364,16 +364,22 @@ func (w *Worker) withRedis(ctx context.Context, log *slog.Logger, what string, f
 	}
 }
 
-// unavailable tells Redis being away (network, loading, failover) from
-// answers that retrying cannot change (bad input, a script error).
+// unavailable tells Redis being away (network, loading, failover, memory
+// full, replicas not acknowledging) from answers that retrying cannot
+// change (bad input, a script error).
 func unavailable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, throttle.ErrInvalidRule) || errors.Is(err, throttle.ErrInvalidKey) || errors.Is(err, throttle.ErrTooManyRules) {
 		return false
 	}
+	if errors.Is(err, throttle.ErrNotReplicated) || errors.Is(err, throttle.ErrOutOfMemory) {
+		return true
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		// OOM: at maxmemory under noeviction; NOREPLICAS: min-replicas-to-write;
+		// MOVED/ASK: a slot's master changed under a WAITing check.
+		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "OOM ", "NOREPLICAS", "MOVED ", "ASK "} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}
@@ -384,6 +390,18 @@ func unavailable(err error) bool {
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) ||
 		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "EOF") ||
 		strings.Contains(err.Error(), "connection reset")
+}
+
+// unavailableWhy says in a few words why Redis could not be used.
+func unavailableWhy(err error) string {
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, throttle.ErrNotReplicated):
+		return "redis replicas did not acknowledge the admission (REDIS_WAIT_REPLICAS)"
+	case errors.Is(err, throttle.ErrOutOfMemory), errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "OOM "):
+		return "redis is out of memory (maxmemory, noeviction)"
+	}
+	return "redis unreachable"
 }
 
 // nonce names one run of a task's handler.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/pollgate"
+	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -54,6 +55,10 @@ type Options struct {
 	// default: the global provider, which records nothing unless the
 	// process installed one (cmd/sluice does when OTEL_TRACES_EXPORTER asks).
 	TracerProvider trace.TracerProvider
+	// NoRedisChecks skips reading Redis's settings (eviction policy,
+	// durability; README, "Redis requirements"): for dev mode's embedded
+	// miniredis, which has none to read and never evicts.
+	NoRedisChecks bool
 }
 
 // Worker is a throttled Asynq server: it takes notification tasks from the
@@ -85,6 +90,8 @@ type Worker struct {
 	suppressCodes map[int]bool  // SMS_SUPPRESS_CODES; nil: no suppression list
 	waiters       chan struct{} // tokens of tasks waiting in process for their slot
 	stopping      chan struct{} // closed when shutdown starts
+	noRedisChecks bool
+	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 }
 
 // New builds a worker; it does not connect until Run.
@@ -100,7 +107,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %sDEFAULT_TZ: %w", ErrConfig, EnvPrefix, err)
 	}
-	w := &Worker{cfg: cfg, defaultZone: zones[0], log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener, onDecide: opts.OnDecision}
+	w := &Worker{cfg: cfg, defaultZone: zones[0], log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener, onDecide: opts.OnDecision, noRedisChecks: opts.NoRedisChecks}
 	if w.log == nil {
 		w.log = NewLogger(os.Stderr, cfg)
 	}
@@ -126,7 +133,8 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.defaults, w.onPlan = policy, opts.OnPlanChange
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
 	w.stopping = make(chan struct{})
-	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers}); err != nil {
+	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers,
+		WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout}); err != nil {
 		return nil, err
 	}
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
@@ -222,30 +230,6 @@ func (w *Worker) currentPlans() (plans.Policy, int64) {
 	return w.defaults, 0
 }
 
-// checkListpack warns about rules whose limit is above Redis's
-// zset-max-listpack-entries: their full windows are skiplists, about 5× the
-// memory per entry (README, "Memory"). Managed Redis may refuse CONFIG GET;
-// then there is nothing to check.
-func (w *Worker) checkListpack(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	res, err := w.rdb.ConfigGet(cctx, "zset-max-listpack-entries").Result()
-	if err != nil || res["zset-max-listpack-entries"] == "" {
-		w.log.Debug("cannot read zset-max-listpack-entries; not checking rule limits against it", "err", err)
-		return
-	}
-	max, err := strconv.Atoi(res["zset-max-listpack-entries"])
-	if err != nil {
-		return
-	}
-	for _, e := range w.currentPolicy().Entries() {
-		if e.Kind == plans.KindRate && e.Rule.Limit > max {
-			w.log.Warn("a rule's limit is above Redis's zset-max-listpack-entries: its full windows are skiplists (~5x the memory per entry); raise the setting to at least the limit",
-				"rule", e.String(), "limit", e.Rule.Limit, "zset_max_listpack_entries", max)
-		}
-	}
-}
-
 // watchPlans starts following the tenant plans in Redis.
 func (w *Worker) watchPlans(ctx context.Context) error {
 	store := plans.NewStore(w.rdb, w.defaults)
@@ -303,7 +287,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, e := range w.currentPolicy().Entries() {
 		w.log.Info("rule", "rule", e.String())
 	}
-	w.checkListpack(ctx)
+	stopGuard, err := w.startRedisGuard(ctx)
+	if err != nil {
+		w.close()
+		return err
+	}
+	defer stopGuard()
 	var httpSrv *http.Server
 	if w.listener != nil || (w.cfg.HTTPAddr != "" && w.cfg.HTTPAddr != "off") {
 		ln := w.listener
@@ -392,7 +381,8 @@ func (w *Worker) close() {
 }
 
 // HTTPHandler serves /metrics, /healthz (the process is up) and /readyz
-// (Redis answers).
+// (Redis answers, and has not evicted keys lately nor filled its memory:
+// redisguard.Status).
 func (w *Worker) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
@@ -406,7 +396,7 @@ func (w *Worker) HTTPHandler() http.Handler {
 			http.Error(rw, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(rw, "ready")
+		w.redisGuard.Load().Status().Write(rw) // evictions, full memory (README, "Metrics and health")
 	})
 	return mux
 }

@@ -35,6 +35,9 @@ func TestComposeFile(t *testing.T) {
 	if !slices.Contains(redis.Command, "--appendonly") || redis.HealthCheck == nil || len(redis.Volumes) == 0 {
 		t.Errorf("redis needs AOF, a healthcheck and a volume: %+v", redis)
 	}
+	if i := slices.Index(redis.Command, "--maxmemory-policy"); i < 0 || i+1 >= len(redis.Command) || redis.Command[i+1] != "noeviction" {
+		t.Errorf("redis must set maxmemory-policy noeviction (workers refuse others): %v", redis.Command)
+	}
 	w, _ := p.GetService("worker")
 	if w.Deploy == nil || w.Deploy.Replicas == nil || *w.Deploy.Replicas != 2 {
 		t.Errorf("worker replicas: %+v", w.Deploy)

@@ -103,6 +103,8 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		Logger:     worker.NewLogger(out, cfg),
 		Senders:    map[tasks.Channel]worker.Sender{tasks.SMS: p, tasks.Email: p},
 		OnDecision: p.decision,
+		// miniredis has no settings to read, and never evicts.
+		NoRedisChecks: true,
 	})
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -362,5 +363,194 @@ func (c *Cluster) WaitHealthy(tb testing.TB, client *redis.ClusterClient) {
 			tb.Fatalf("redistest: cluster not healthy after 30s")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// StartReplica runs a redis-server replicating master (extra arguments as
+// for Start) and waits until its link is up and it holds master's data; it
+// is stopped when the test ends.
+func StartReplica(tb testing.TB, master *Server, extra ...string) *Server {
+	tb.Helper()
+	m := master.newClient()
+	err := m.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err() // sync at once, not after 5 s
+	m.Close()
+	if err != nil {
+		tb.Fatalf("redistest: replica of %s: %v", master.Addr, err)
+	}
+	host, port, _ := net.SplitHostPort(master.Addr)
+	s := Start(tb, slices.Concat([]string{"--replicaof", host, port}, extra)...)
+	s.waitLink(tb, true)
+	return s
+}
+
+// BreakReplication cuts the link of s, a replica of master, and keeps it
+// cut: master drops its replica connections and s's handshakes fail (a wrong
+// masterauth), so writes on master from now on reach no replica — what a
+// master's crash loses under Redis's asynchronous replication. The replica
+// keeps what it had. MendReplication undoes it.
+func (s *Server) BreakReplication(tb testing.TB, master *Server) {
+	tb.Helper()
+	ctx := context.Background()
+	c, m := s.newClient(), master.newClient()
+	defer c.Close()
+	defer m.Close()
+	if err := c.ConfigSet(ctx, "masterauth", "redistest-wrong-password").Err(); err != nil {
+		tb.Fatalf("redistest: break replication: %v", err)
+	}
+	if err := m.Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
+		tb.Fatalf("redistest: break replication: %v", err)
+	}
+	s.waitLink(tb, false)
+}
+
+// MendReplication lets s, a replica whose link BreakReplication cut,
+// reconnect, and waits until the link is up (Redis retries every second).
+func (s *Server) MendReplication(tb testing.TB) {
+	tb.Helper()
+	c := s.newClient()
+	defer c.Close()
+	if err := c.ConfigSet(context.Background(), "masterauth", "").Err(); err != nil {
+		tb.Fatalf("redistest: mend replication: %v", err)
+	}
+	s.waitLink(tb, true)
+}
+
+// WaitSynced waits until s is a replica whose link to its master is up
+// (e.g. an old master restarted after a failover, rejoining as a replica).
+func (s *Server) WaitSynced(tb testing.TB) {
+	tb.Helper()
+	s.waitLink(tb, true)
+}
+
+// waitLink waits until s's master_link_status is up (or down).
+func (s *Server) waitLink(tb testing.TB, up bool) {
+	tb.Helper()
+	c := s.newClient()
+	defer c.Close()
+	want := "master_link_status:down"
+	if up {
+		want = "master_link_status:up"
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: replica %s: no %s after 30s (%v)", s.Addr, want, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ReplicaOf returns the running node of the cluster that replicates master.
+func (c *Cluster) ReplicaOf(tb testing.TB, master *Server) *Server {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	for _, s := range c.Nodes {
+		if s == master || !s.Running() {
+			continue
+		}
+		n := s.newClient()
+		info, err := n.Info(context.Background(), "replication").Result()
+		n.Close()
+		if err == nil && strings.Contains(info, "master_host:"+host+"\r\n") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			return s
+		}
+	}
+	tb.Fatalf("redistest: no running replica of %s", master.Addr)
+	return nil
+}
+
+// Node returns the cluster's server listening on addr.
+func (c *Cluster) Node(tb testing.TB, addr string) *Server {
+	tb.Helper()
+	for _, s := range c.Nodes {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	tb.Fatalf("redistest: no cluster node at %s", addr)
+	return nil
+}
+
+// Running reports whether the server's process has not exited.
+func (s *Server) Running() bool {
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Overfill puts the server over its memory limit, as another application
+// filling it would: it writes 2 MiB of values without a TTL (keys
+// redistest:fill:N) and sets maxmemory 1 MiB below the memory then in use.
+// Under maxmemory-policy noeviction Redis refuses every write that could
+// grow memory until the values are gone; free deletes them.
+func (s *Server) Overfill(tb testing.TB) (free func()) {
+	tb.Helper()
+	ctx := context.Background()
+	c := s.newClient()
+	defer c.Close()
+	v := strings.Repeat("x", 256<<10)
+	var keys []string
+	for i := 0; i < 8; i++ {
+		keys = append(keys, "redistest:fill:"+strconv.Itoa(i))
+		if err := c.Set(ctx, keys[i], v, 0).Err(); err != nil {
+			tb.Fatalf("redistest: overfill: %v", err)
+		}
+	}
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		tb.Fatalf("redistest: overfill: %v", err)
+	}
+	used, _ := strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-1<<20, 10)).Err(); err != nil {
+		tb.Fatalf("redistest: overfill: %v", err)
+	}
+	if err := c.Set(ctx, "redistest:probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		tb.Fatalf("redistest: overfill: Redis still takes writes (%v); is maxmemory-policy noeviction?", err)
+	}
+	return func() {
+		c := s.newClient()
+		defer c.Close()
+		if err := c.Del(ctx, keys...).Err(); err != nil {
+			tb.Errorf("redistest: free: %v", err)
+		}
+	}
+}
+
+// infoField is one field of an INFO reply ("" when absent).
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Freeze stops the server's process (SIGSTOP) without closing its
+// connections: a frozen replica stays connected to its master but
+// acknowledges nothing. Thaw resumes it; the test's end does too.
+func (s *Server) Freeze(tb testing.TB) {
+	tb.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("redistest: freeze %s: %v", s.Addr, err)
+	}
+	tb.Cleanup(func() { _ = s.cmd.Process.Signal(syscall.SIGCONT) })
+}
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw(tb testing.TB) {
+	tb.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		tb.Fatalf("redistest: thaw %s: %v", s.Addr, err)
 	}
 }

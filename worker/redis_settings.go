@@ -1,0 +1,57 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/redisguard"
+	"github.com/sluicehq/sluice/plans"
+)
+
+// GuardOptions are the redisguard options of cfg (REDIS_ALLOW_EVICTION,
+// REDIS_CHECK_INTERVAL, REDIS_DEGRADED_FOR, REDIS_WAIT_REPLICAS), for the
+// worker and the API alike.
+func (c Config) GuardOptions() redisguard.Options {
+	o := redisguard.Options{Interval: c.RedisCheckInterval, AllowEviction: c.RedisAllowEviction, DegradedFor: c.RedisDegradedFor, WaitReplicas: c.RedisWaitReplicas}
+	if o.DegradedFor == 0 {
+		o.DegradedFor = -1 // 0 means never here; the guard's zero is its default
+	}
+	return o
+}
+
+// startRedisGuard checks every Redis node's settings (README, "Redis
+// requirements"): it refuses an eviction policy unless REDIS_ALLOW_EVICTION,
+// logs durability, warns about rule limits above zset-max-listpack-entries,
+// and keeps watching for evictions until stop.
+func (w *Worker) startRedisGuard(ctx context.Context) (stop func(), err error) {
+	if w.noRedisChecks {
+		return func() {}, nil
+	}
+	o := w.cfg.GuardOptions()
+	o.Logger, o.Registerer = w.log.With("component", "redis"), w.registry
+	g := redisguard.New(w.rdb, o)
+	r, err := g.Start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	w.redisGuard.Store(g)
+	w.checkListpack(r.ListpackEntries())
+	return g.Stop, nil
+}
+
+// checkListpack warns about rules whose limit is above Redis's
+// zset-max-listpack-entries (max; -1 where CONFIG GET is refused: nothing
+// to check): their full windows are skiplists, about 5× the memory per
+// entry (README, "Memory").
+func (w *Worker) checkListpack(max int) {
+	if max < 0 {
+		w.log.Debug("cannot read zset-max-listpack-entries; not checking rule limits against it")
+		return
+	}
+	for _, e := range w.currentPolicy().Entries() {
+		if e.Kind == plans.KindRate && e.Rule.Limit > max {
+			w.log.Warn("a rule's limit is above Redis's zset-max-listpack-entries: its full windows are skiplists (~5x the memory per entry); raise the setting to at least the limit",
+				"rule", e.String(), "limit", e.Rule.Limit, "zset_max_listpack_entries", max)
+		}
+	}
+}
