@@ -85,7 +85,7 @@ func TestBatchAllOrNothing(t *testing.T) {
 	}
 	for _, want := range []string{
 		"1 to /notifications/1/to", "1 body /notifications/1/body", "1 tz /notifications/1/tz", "1 category /notifications/1/category",
-		"3 subject /notifications/3/subject", "3 colour /notifications/3/colour", "3 id /notifications/3/id",
+		"3 subject /notifications/3", "3 colour /notifications/3/colour", "3 id /notifications/3/id",
 		"4 channel /notifications/4/channel", "5 notification /notifications/5",
 	} {
 		if !got[want] {

@@ -88,10 +88,11 @@ func FuzzDecodeNotification(f *testing.F) {
 			return
 		}
 		for _, raw := range items {
-			n, bad := decodeNotification(json.RawMessage(raw), now)
-			if len(bad) > 0 {
+			d := decodeNotification(json.RawMessage(raw), now)
+			if len(d.Bad) > 0 {
 				continue
 			}
+			n := d.N
 			n.ID, n.Tenant = "fuzz", "fuzz"
 			if err := n.Validate(); err != nil {
 				t.Fatalf("%s decoded without complaint but does not validate: %v", raw, err)

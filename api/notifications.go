@@ -113,19 +113,26 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		if batch {
 			prefix, idx = "/notifications/"+strconv.Itoa(i), &i
 		}
-		n, bad := decodeNotification(raw, now)
+		d := decodeNotification(raw, now)
+		n := d.N
 		if n.Tenant != "" && n.Tenant != tenant {
-			forbidden = append(forbidden, InvalidParam{Name: "tenant", Reason: fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, tenant), Index: idx, Pointer: prefix + "/tenant"})
+			forbidden = append(forbidden, bodyParam("tenant", fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, tenant), prefix+d.pointer("tenant", "")))
+			forbidden[len(forbidden)-1].Index = idx
 		}
 		n.Tenant = tenant
-		for _, b := range bad {
-			b.Index, b.Pointer = idx, prefix+b.Pointer
-			invalid = append(invalid, b)
-		}
 		if hasKey {
 			n.ID = NotificationID(tenant, key, i)
 		} else {
 			n.ID = tasks.NewID()
+		}
+		n.EnqueuedAt = now.UTC().Truncate(time.Millisecond)
+		bad := d.Bad
+		if len(bad) == 0 {
+			bad = s.checkPlan(d, &n)
+		}
+		for _, b := range bad {
+			b.Index, b.Pointer = idx, prefix+b.Pointer
+			invalid = append(invalid, b)
 		}
 		ns[i] = n
 	}
@@ -305,14 +312,14 @@ func splitBatch(body []byte) ([]json.RawMessage, bool, *Problem) {
 	var params []InvalidParam
 	for k := range top {
 		if k != "notifications" {
-			params = append(params, InvalidParam{Name: k, Reason: "a batch holds only \"notifications\"", Pointer: "/" + k})
+			params = append(params, bodyParam(k, "a batch holds only \"notifications\"", "/"+pointerToken(k)))
 		}
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		params = append(params, InvalidParam{Name: "notifications", Reason: "must be an array of notifications", Pointer: "/notifications"})
+		params = append(params, bodyParam("notifications", "must be an array of notifications", "/notifications"))
 	} else if len(items) == 0 || len(items) > MaxBatch {
-		params = append(params, InvalidParam{Name: "notifications", Reason: fmt.Sprintf("holds %d notifications; a batch holds 1 to %d", len(items), MaxBatch), Pointer: "/notifications"})
+		params = append(params, bodyParam("notifications", fmt.Sprintf("holds %d notifications; a batch holds 1 to %d", len(items), MaxBatch), "/notifications"))
 	}
 	if len(params) > 0 {
 		slices.SortFunc(params, func(a, b InvalidParam) int { return cmpString(a.Name, b.Name) })

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/mail"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -305,9 +307,9 @@ func (n Notification) Validate() error {
 	if len(n.Metadata) > MaxMetadata {
 		return invalid("metadata", fmt.Sprintf("has %d entries, over %d", len(n.Metadata), MaxMetadata))
 	}
-	for k, v := range n.Metadata {
-		if k == "" || len(k) > MaxMetaKeyLen || len(v) > MaxMetaValueLen || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return invalid("metadata", fmt.Sprintf("key %q: keys 1–%d bytes, values up to %d bytes, UTF-8", k, MaxMetaKeyLen, MaxMetaValueLen))
+	for _, k := range slices.Sorted(maps.Keys(n.Metadata)) { // the same input always gives the same error
+		if v := n.Metadata[k]; k == "" || len(k) > MaxMetaKeyLen || len(v) > MaxMetaValueLen || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalidEntry("metadata", k, fmt.Sprintf("keys are 1–%d bytes, values up to %d bytes, UTF-8", MaxMetaKeyLen, MaxMetaValueLen))
 		}
 	}
 	return nil
