@@ -70,7 +70,7 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 	for _, k := range keys {
 		v := m[k]
 		d.keys[strings.ToLower(k)] = k // of two spellings, the last decoded wins, as below
-		switch strings.ToLower(k) { // encoding/json matches names case-insensitively
+		switch strings.ToLower(k) {    // encoding/json matches names case-insensitively
 		case "expires_at":
 			var s string
 			if err := json.Unmarshal(v, &s); err != nil {
