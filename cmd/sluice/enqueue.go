@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -21,6 +23,7 @@ import (
 type enqueueFlags struct {
 	tenant, to, from, id string
 	subject, body, text  string
+	category, unsub      string
 	in                   time.Duration
 	maxRetry             int
 	file                 string
@@ -42,6 +45,10 @@ enqueued, its line number is printed and the exit code is 1, unless
 --continue-on-error enqueues the good lines (exit code 3 when some lines were
 rejected). Give ids to make a re-run safe:
 ids already enqueued are reported as duplicates, never sent twice.
+
+Bulk mail (a category the rules mark email[.CATEGORY]:bulk, in SLUICE_RULES
+or the tenant's plan) needs a List-Unsubscribe, its own or an unsubscribe=
+default: without one it is refused here and nothing is enqueued.
 
 Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 		Args: argsError(cobra.NoArgs),
@@ -71,9 +78,11 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 		fl.StringVar(&f.id, "id", "", "notification id (default: a new UUIDv7); the same id is never enqueued twice")
 		fl.DurationVar(&f.in, "in", 0, "send no earlier than this from now, e.g. 10m")
 		fl.IntVar(&f.maxRetry, "max-retry", tasks.DefaultMaxRetry, "retries for provider failures (throttling never spends them)")
+		fl.StringVar(&f.category, "category", "", "category (otp, marketing, ...): rules can target it")
 		if ch == tasks.Email {
 			fl.StringVar(&f.subject, "subject", "", "subject (required)")
 			fl.StringVar(&f.body, "body", "", "text body (required)")
+			fl.StringVar(&f.unsub, "list-unsubscribe", "", "List-Unsubscribe: an https URL and/or a mailto: URI, comma-separated (required for bulk mail without an unsubscribe= default)")
 		} else {
 			fl.StringVar(&f.text, "text", "", "message text (required)")
 		}
@@ -89,6 +98,21 @@ type prod struct {
 	rdb    redis.UniversalClient
 	queue  string
 	keys   *tasks.Keyring // nil: plain payloads (SLUICE_PAYLOAD_PLAINTEXT=accept)
+	rules  string         // SLUICE_RULES
+}
+
+// policy is the rules in force: SLUICE_RULES with the tenant plans in Redis.
+func (p *prod) policy(ctx context.Context) (plans.Policy, error) {
+	defaults, err := plans.Parse(p.rules)
+	if err != nil {
+		return plans.Policy{}, fmt.Errorf("SLUICE_RULES: %w", err)
+	}
+	snap, err := plans.NewStore(p.rdb, defaults).Load(ctx)
+	if err != nil && len(snap.Policy.Entries()) < len(defaults.Entries()) {
+		return plans.Policy{}, fmt.Errorf("tenant plans: %w", err) // Redis trouble: no snapshot at all
+	}
+	// A stored plan that no longer validates is left out, as the workers do.
+	return snap.Policy, nil
 }
 
 // producer returns an Asynq client, the queue and the payload keys from the environment.
@@ -105,7 +129,7 @@ func producer() (*prod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prod{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: cfg.Queue, keys: keys}, nil
+	return &prod{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: cfg.Queue, keys: keys, rules: cfg.Rules}, nil
 }
 
 // payloadKeys are the keys that seal what a producer enqueues.
@@ -126,9 +150,9 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 			return usageError{fmt.Errorf("%s is required", name)}
 		}
 	}
-	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from}
+	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from, Category: f.category}
 	if ch == tasks.Email {
-		n.Subject, n.Body = f.subject, f.body
+		n.Subject, n.Body, n.ListUnsubscribe = f.subject, f.body, f.unsub
 	} else {
 		n.Body = f.text
 	}
@@ -143,6 +167,13 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 		return err
 	}
 	defer p.rdb.Close()
+	policy, err := p.policy(cmd.Context())
+	if err != nil {
+		return err
+	}
+	if err := policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
+		return fmt.Errorf("%w (nothing enqueued; give --list-unsubscribe)", err)
+	}
 	opts := []asynq.Option{asynq.Queue(p.queue), asynq.MaxRetry(f.maxRetry)}
 	if f.in > 0 {
 		opts = append(opts, asynq.ProcessIn(f.in))
@@ -176,10 +207,20 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	}
 	defer p.rdb.Close()
 	queue := p.queue
-	// Ids already in Redis are bad lines too: find them before enqueueing anything.
+	policy, err := p.policy(cmd.Context())
+	if err != nil {
+		return fmt.Errorf("%w (nothing enqueued)", err)
+	}
+	// Ids already in Redis, and bulk mail without a List-Unsubscribe, are bad
+	// lines too: find them before enqueueing anything.
 	insp := asynq.NewInspectorFromRedisClient(p.rdb)
 	kept := good[:0]
 	for _, g := range good {
+		n := g.Notification
+		if err := policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
+			bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
+			continue
+		}
 		if _, err := insp.GetTaskInfo(queue, g.Notification.ID); err == nil {
 			bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, g.Notification.ID)})
 			continue
