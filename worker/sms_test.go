@@ -81,7 +81,7 @@ func TestSenderRuleCountsTheMessagingService(t *testing.T) {
 		t.Fatalf("second delivery %s (%s); want the one through service B", ds[1].ID, ds[1].Body)
 	}
 	ti := b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateRetry })
-	if !strings.HasPrefix(ti.LastErr, "throttled by sms:sender 1/1h") {
+	if !strings.HasPrefix(ti.LastErr, worker.DeferredPrefix+"throttled by sms:sender 1/1h") {
 		t.Fatalf("the second message through service A waits with %q; want the sender rule", ti.LastErr)
 	}
 	// The quota report's default sender is the configured service too.

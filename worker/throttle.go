@@ -32,8 +32,10 @@ type ThrottledError struct {
 	Booked bool
 }
 
+// Error starts with DeferredPrefix: Asynq shows it as the task's LastErr in
+// its Retry list, where it must not read as a failure. ReadTaskError reads it.
 func (e *ThrottledError) Error() string {
-	return fmt.Sprintf("throttled by %s until %s", e.Rule, e.RetryAt.Format(time.RFC3339Nano))
+	return fmt.Sprintf("%sthrottled by %s until %s", DeferredPrefix, e.Rule, e.RetryAt.UTC().Format(time.RFC3339Nano))
 }
 
 // Is matches any *ThrottledError, so errors.Is(err, &ThrottledError{}) works.
@@ -48,7 +50,7 @@ func (e *ThrottledError) Is(target error) bool {
 type UnavailableError struct{ Err error }
 
 func (e *UnavailableError) Error() string {
-	return "quota check unavailable, nothing sent: " + e.Err.Error()
+	return DeferredPrefix + "quota check unavailable, nothing sent: " + e.Err.Error()
 }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
