@@ -17,6 +17,10 @@ import (
 // MaxTTL bounds the ttl field.
 const MaxTTL = 400 * 24 * time.Hour
 
+// MinExpiry is how far ahead expires_at (or ttl) must be: a notification
+// must still be unexpired when it is enqueued.
+const MinExpiry = time.Second
+
 // decoded is one notification of a request as the API read it.
 type decoded struct {
 	N   tasks.Notification
@@ -86,6 +90,10 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 				add(k, "is already past")
 				continue
 			}
+			if t.Before(now.Add(MinExpiry)) {
+				add(k, fmt.Sprintf("is less than %v ahead", MinExpiry))
+				continue
+			}
 			if t.UTC().Year() > 9999 {
 				add(k, "is after the year 9999")
 				continue
@@ -98,8 +106,8 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 				continue
 			}
 			dur, err := time.ParseDuration(s)
-			if err != nil || dur < time.Millisecond || dur > MaxTTL {
-				add(k, fmt.Sprintf("%q is not a duration between 1ms and %v (e.g. \"10m\", \"1h30m\")", s, MaxTTL))
+			if err != nil || dur < MinExpiry || dur > MaxTTL {
+				add(k, fmt.Sprintf("%q is not a duration between %v and %v (e.g. \"10m\", \"1h30m\")", s, MinExpiry, MaxTTL))
 				continue
 			}
 			ttl, hasTTL = dur, true

@@ -149,6 +149,13 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
 	defer cancel()
 	out, err := s.enqueue(ctx, ns, hasKey)
+	var fe *tasks.FieldError
+	if errors.As(err, &fe) {
+		// Checked above; only time can make it fail now (an expiry that passed).
+		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", "nothing was enqueued",
+			bodyParam(fe.Name(), fe.Reason, ""))
+		return
+	}
 	if err != nil {
 		s.unavailable(w, r, err)
 		return
@@ -253,6 +260,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 func (s *Server) tenantOf(w http.ResponseWriter, r *http.Request, id identity) (string, bool) {
 	named := r.URL.Query().Get("tenant")
 	if id.Admin {
+		if named == "" {
+			// Allowed by the schema, which cannot tie the parameter to the token.
+			writeProblem(w, http.StatusUnprocessableEntity, "tenant-required", "an admin token must name the tenant it acts for: ?tenant=ID",
+				InvalidParam{Name: "tenant", Reason: "is required with the admin token"})
+			return "", false
+		}
 		if err := tasks.CheckTenant(named); err != nil {
 			writeProblem(w, http.StatusBadRequest, "invalid-request", "an admin token must name the tenant: ?tenant=ID",
 				InvalidParam{Name: "tenant", Reason: fieldReason(err)})

@@ -87,6 +87,7 @@ var problemTitles = map[string]string{
 	"idempotency-in-flight": "A request with this Idempotency-Key is still being processed",
 	"rate-limited":          "Too many requests for this token",
 	"no-rules":              "No quota rules apply",
+	"tenant-required":       "An admin token must name the tenant",
 	"unavailable":           "Redis cannot be reached; nothing was done",
 	"internal":              "Internal error",
 }
