@@ -12,6 +12,9 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 )
 
+// newPointer is the RFC 6901 implementation the tests resolve pointers with.
+var newPointer = jsonpointer.New
+
 // resolvePointers checks every pointer of a problem answer with
 // go-openapi's RFC 6901 implementation against the request body it
 // answers: each invalid param must have one ("" is the whole body), and it
