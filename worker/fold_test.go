@@ -50,11 +50,7 @@ func TestListUnsubscribeFoldedAndSigned(t *testing.T) {
 	for name, gen := range map[string]func(*testing.T) crypto.Signer{"RSA": genRSA, "Ed25519": genEd25519} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			path, record := dkimKey(t, gen(t))
-			b := setup(t, "email:recipient=10/1m")
-			b.cfg.SMTPFrom = "notify@acme.example"
-			b.cfg.DKIMDomain, b.cfg.DKIMSelector, b.cfg.DKIMKeyFile = "acme.example", "s2026", path
-			b.start(t, b.cfg)
+			b, record := dkimWorker(t, gen(t))
 			n := richEmail()
 			https := "https://acme.example/u/3f9a0c5e7d1b?list=weekly&l=1"
 			mailto := "mailto:unsubscribe@lists.acme.example?subject=unsubscribe%203f9a0c5e7d1b"
