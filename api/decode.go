@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -16,19 +17,52 @@ import (
 // MaxTTL bounds the ttl field.
 const MaxTTL = 400 * 24 * time.Hour
 
+// MinExpiry is how far ahead expires_at (or ttl) must be: a notification
+// must still be unexpired when it is enqueued.
+const MinExpiry = time.Second
+
+// decoded is one notification of a request as the API read it.
+type decoded struct {
+	N   tasks.Notification
+	Bad []InvalidParam // every bad field; Pointer relative to the notification ("/to")
+	// keys maps each field's JSON name (lowercase) to the member name the
+	// body used for it: encoding/json matches names case-insensitively, so
+	// {"To": …} sets "to", and a pointer must name "/To".
+	keys map[string]string
+	// expiryField is the member that set ExpiresAt ("ttl" or "expires_at"), or "".
+	expiryField string
+}
+
+// pointer is the JSON Pointer, relative to the notification, of field (a
+// payload's JSON name) and, for an object field, of its entry key: the
+// member as the body spelled it, or "" (the notification itself) for a
+// field the body does not have.
+func (d *decoded) pointer(field, key string) string {
+	k, ok := d.keys[strings.ToLower(field)]
+	if !ok {
+		return ""
+	}
+	p := "/" + pointerToken(k)
+	if key != "" {
+		p += "/" + pointerToken(key)
+	}
+	return p
+}
+
 // decodeNotification reads one notification of a request: the payload's
 // fields (without id and enqueued_at, which the API sets), and ttl as an
 // alternative to expires_at. It returns every bad field, not just the
-// first; Pointer is relative to the notification ("/to").
-func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification, []InvalidParam) {
-	var n tasks.Notification
-	var bad []InvalidParam
-	add := func(field, reason string) {
-		bad = append(bad, InvalidParam{Name: field, Reason: reason, Pointer: "/" + field})
+// first.
+func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
+	d := &decoded{keys: map[string]string{}}
+	n := &d.N
+	add := func(member, reason string) {
+		d.Bad = append(d.Bad, bodyParam(member, reason, "/"+pointerToken(member)))
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return n, []InvalidParam{{Name: "notification", Reason: "is not a JSON object"}}
+		d.Bad = []InvalidParam{bodyParam("notification", "is not a JSON object", "")}
+		return d
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -39,7 +73,8 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 	hasTTL, hasExpiry := false, false
 	for _, k := range keys {
 		v := m[k]
-		switch strings.ToLower(k) { // encoding/json matches names case-insensitively
+		d.keys[strings.ToLower(k)] = k // of two spellings, the last decoded wins, as below
+		switch strings.ToLower(k) {    // encoding/json matches names case-insensitively
 		case "expires_at":
 			var s string
 			if err := json.Unmarshal(v, &s); err != nil {
@@ -55,6 +90,14 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 				add(k, "is already past")
 				continue
 			}
+			if t.Before(now.Add(MinExpiry)) {
+				add(k, fmt.Sprintf("is less than %v ahead", MinExpiry))
+				continue
+			}
+			if t.UTC().Year() > 9999 {
+				add(k, "is after the year 9999")
+				continue
+			}
 			n.ExpiresAt, hasExpiry = t.UTC(), true
 		case "ttl":
 			var s string
@@ -62,12 +105,12 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 				add(k, "must be a duration string like \"10m\" or \"1h30m\"")
 				continue
 			}
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 || d > MaxTTL {
-				add(k, fmt.Sprintf("%q is not a duration between 1ms and %v (e.g. \"10m\", \"1h30m\")", s, MaxTTL))
+			dur, err := time.ParseDuration(s)
+			if err != nil || dur < MinExpiry || dur > MaxTTL {
+				add(k, fmt.Sprintf("%q is not a duration between %v and %v (e.g. \"10m\", \"1h30m\")", s, MinExpiry, MaxTTL))
 				continue
 			}
-			ttl, hasTTL = d, true
+			ttl, hasTTL = dur, true
 		case "id":
 			add(k, "is set by the API; send an Idempotency-Key header to make retries safe")
 		case "enqueued_at":
@@ -75,19 +118,22 @@ func decodeNotification(raw json.RawMessage, now time.Time) (tasks.Notification,
 		default:
 			// Every other field of the payload, by its JSON name: fields
 			// added to tasks.Notification are taken without a change here.
-			if reason := decodeField(&n, k, v); reason != "" {
+			if reason := decodeField(n, k, v); reason != "" {
 				add(k, reason)
 			}
 		}
 	}
-	if hasTTL && hasExpiry {
-		add("ttl", "give expires_at or ttl, not both")
-	} else if hasTTL {
-		n.ExpiresAt = now.Add(ttl).UTC().Truncate(time.Millisecond)
+	switch {
+	case hasTTL && hasExpiry:
+		d.Bad = append(d.Bad, bodyParam("ttl", "give expires_at or ttl, not both", d.pointer("ttl", "")))
+	case hasTTL:
+		n.ExpiresAt, d.expiryField = now.Add(ttl).UTC().Truncate(time.Millisecond), d.keys["ttl"]
+	case hasExpiry:
+		d.expiryField = d.keys["expires_at"]
 	}
-	n = n.Normalized()
-	bad = append(bad, fieldErrors(n, bad)...)
-	return n, bad
+	*n = n.Normalized()
+	d.Bad = append(d.Bad, d.fieldErrors()...)
+	return d
 }
 
 // decodeField sets the field of n whose JSON name is name; it returns why
@@ -133,20 +179,22 @@ func jsonKind(t reflect.Type) string {
 	return "an object"
 }
 
-// fieldErrors validates n field by field: after each bad field it puts a
-// valid stand-in in its place and validates again, so that every bad field
-// is named, not only the first. Fields already reported are skipped.
-func fieldErrors(n tasks.Notification, already []InvalidParam) []InvalidParam {
+// fieldErrors validates the notification field by field: after each bad
+// field it puts a valid stand-in in its place and validates again, so that
+// every bad field is named, not only the first. Fields already reported are
+// skipped.
+func (d *decoded) fieldErrors() []InvalidParam {
 	reported := map[string]bool{}
-	for _, b := range already {
-		reported[b.Name] = true
+	for _, b := range d.Bad {
+		reported[strings.ToLower(b.Name)] = true
 	}
+	n := d.N
 	n.ID, n.EnqueuedAt = "x", time.Time{}
 	if n.Tenant == "" {
 		n.Tenant = "x" // the request's tenant; checked by the caller
 	}
 	var out []InvalidParam
-	for range 32 {
+	for range 64 {
 		err := n.Validate()
 		if err == nil {
 			break
@@ -157,29 +205,29 @@ func fieldErrors(n tasks.Notification, already []InvalidParam) []InvalidParam {
 				reason = "is required: email or sms"
 			}
 			if !reported["channel"] {
-				out = append(out, InvalidParam{Name: "channel", Reason: reason, Pointer: "/channel"})
+				out = append(out, bodyParam("channel", reason, d.pointer("channel", "")))
 			}
 			break // the other fields' rules depend on the channel
 		}
 		var fe *tasks.FieldError
 		if !errors.As(err, &fe) {
-			out = append(out, InvalidParam{Name: "notification", Reason: err.Error()})
+			out = append(out, bodyParam("notification", err.Error(), ""))
 			break
 		}
-		if !reported[fe.Field] {
-			out = append(out, InvalidParam{Name: fe.Field, Reason: fe.Reason, Pointer: "/" + fe.Field})
-			reported[fe.Field] = true
+		if name := strings.ToLower(fe.Name()); !reported[name] && !reported[fe.Field] {
+			out = append(out, bodyParam(fe.Name(), fe.Reason, d.pointer(fe.Field, fe.Key)))
+			reported[name] = true
 		}
-		if !standIn(&n, fe.Field) {
+		if !standIn(&n, fe) {
 			break
 		}
 	}
 	return out
 }
 
-// standIn replaces field with a value that passes validation.
-func standIn(n *tasks.Notification, field string) bool {
-	switch field {
+// standIn replaces the field fe names with a value that passes validation.
+func standIn(n *tasks.Notification, fe *tasks.FieldError) bool {
+	switch fe.Field {
 	case "body":
 		n.Body = "x"
 	case "to":
@@ -194,9 +242,25 @@ func standIn(n *tasks.Notification, field string) bool {
 		}
 	case "tenant":
 		n.Tenant = "x"
+	case "headers", "metadata":
+		if fe.Key == "" {
+			return zeroField(n, fe.Field)
+		}
+		// Drop only the bad entry: the others are checked too.
+		m := n.Headers
+		if fe.Field == "metadata" {
+			m = n.Metadata
+		}
+		m = maps.Clone(m)
+		delete(m, fe.Key)
+		if fe.Field == "metadata" {
+			n.Metadata = m
+		} else {
+			n.Headers = m
+		}
 	default:
 		// An optional field: leave it out.
-		return zeroField(n, field)
+		return zeroField(n, fe.Field)
 	}
 	return true
 }
@@ -230,4 +294,23 @@ func fieldReason(err error) string {
 		return fe.Reason
 	}
 	return err.Error()
+}
+
+// checkPlan checks a decoded notification, with its id and enqueue time
+// set, against what the request alone does not show: the rules in force
+// (bulk mail needs a List-Unsubscribe, its own or the plan's default) and
+// the size of the payload it encodes to, which escaping can push past
+// tasks.MaxPayloadBytes. Pointers are relative to the notification.
+func (s *Server) checkPlan(d *decoded, n *tasks.Notification) []InvalidParam {
+	if n.Channel == tasks.Email {
+		m := s.policy().Match(n.Tenant, n.Channel, n.Category)
+		var fe *tasks.FieldError
+		if err := m.CheckUnsubscribe(*n); errors.As(err, &fe) {
+			return []InvalidParam{bodyParam(fe.Name(), fe.Reason, d.pointer(fe.Field, ""))}
+		}
+	}
+	if _, err := n.Encode(); err != nil {
+		return []InvalidParam{bodyParam("notification", fieldReason(err), "")}
+	}
+	return nil
 }

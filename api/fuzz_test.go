@@ -56,24 +56,6 @@ func FuzzParseStateRecord(f *testing.F) {
 	})
 }
 
-func FuzzParseLastErr(f *testing.F) {
-	for _, s := range []string{"throttled by sms:recipient 1/1m until 2026-01-02T03:04:05.678Z", "throttled by quiet hours until 2026-01-02T03:04:05Z",
-		"expired: the earliest slot", "quota check unavailable, nothing sent: EOF", "throttled by x until y", "smtp 451"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		for _, waiting := range []bool{true, false} {
-			le := parseLastErr(s, waiting)
-			if le.Reason == "" {
-				t.Fatalf("%q: no reason", s)
-			}
-			if le.Rule != "" && !strings.Contains(s, le.Rule) {
-				t.Fatalf("%q: rule %q is not in the message", s, le.Rule)
-			}
-		}
-	})
-}
-
 // Any body decodes without panicking; what decodes without errors is a
 // notification that validates.
 func FuzzDecodeNotification(f *testing.F) {
@@ -88,10 +70,11 @@ func FuzzDecodeNotification(f *testing.F) {
 			return
 		}
 		for _, raw := range items {
-			n, bad := decodeNotification(json.RawMessage(raw), now)
-			if len(bad) > 0 {
+			d := decodeNotification(json.RawMessage(raw), now)
+			if len(d.Bad) > 0 {
 				continue
 			}
+			n := d.N
 			n.ID, n.Tenant = "fuzz", "fuzz"
 			if err := n.Validate(); err != nil {
 				t.Fatalf("%s decoded without complaint but does not validate: %v", raw, err)

@@ -99,7 +99,7 @@ func checkKeyLen(k string) (string, error) {
 }
 
 // NotificationID is the id of the index-th notification of a request that
-// carried Idempotency-Key key for tenant: "ik-" and 32 hex digits of
+// carried Idempotency-Key key for tenant: "ik_" and 32 hex digits of
 // SHA-256(tenant, key, index). A retry of the request gets the same ids, so
 // it can never enqueue a notification twice — even when the idempotency
 // record is gone (the id is then refused as still enqueued, or skipped by
@@ -109,7 +109,9 @@ func NotificationID(tenant, key string, index int) string {
 	h := sha256.New()
 	h.Write([]byte("sluice-api-v1\x00" + tenant + "\x00"))
 	h.Write([]byte(strconv.Itoa(len(key)) + ":" + key + "\x00" + strconv.Itoa(index)))
-	return "ik-" + hex.EncodeToString(h.Sum(nil)[:16])
+	// "_", not "-": asynqmon lists a task by its id up to the first '-',
+	// which would show every keyed notification as "ik".
+	return "ik_" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // IdempotencyRedisKey is the Redis key of tenant's record for key: the

@@ -113,19 +113,26 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		if batch {
 			prefix, idx = "/notifications/"+strconv.Itoa(i), &i
 		}
-		n, bad := decodeNotification(raw, now)
+		d := decodeNotification(raw, now)
+		n := d.N
 		if n.Tenant != "" && n.Tenant != tenant {
-			forbidden = append(forbidden, InvalidParam{Name: "tenant", Reason: fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, tenant), Index: idx, Pointer: prefix + "/tenant"})
+			forbidden = append(forbidden, bodyParam("tenant", fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, tenant), prefix+d.pointer("tenant", "")))
+			forbidden[len(forbidden)-1].Index = idx
 		}
 		n.Tenant = tenant
-		for _, b := range bad {
-			b.Index, b.Pointer = idx, prefix+b.Pointer
-			invalid = append(invalid, b)
-		}
 		if hasKey {
 			n.ID = NotificationID(tenant, key, i)
 		} else {
 			n.ID = tasks.NewID()
+		}
+		n.EnqueuedAt = now.UTC().Truncate(time.Millisecond)
+		bad := d.Bad
+		if len(bad) == 0 {
+			bad = s.checkPlan(d, &n)
+		}
+		for _, b := range bad {
+			b.Index, b.Pointer = idx, prefix+b.Pointer
+			invalid = append(invalid, b)
 		}
 		ns[i] = n
 	}
@@ -142,6 +149,13 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
 	defer cancel()
 	out, err := s.enqueue(ctx, ns, hasKey)
+	var fe *tasks.FieldError
+	if errors.As(err, &fe) {
+		// Checked above; only time can make it fail now (an expiry that passed).
+		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", "nothing was enqueued",
+			bodyParam(fe.Name(), fe.Reason, ""))
+		return
+	}
 	if err != nil {
 		s.unavailable(w, r, err)
 		return
@@ -249,6 +263,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 func (s *Server) tenantOf(w http.ResponseWriter, r *http.Request, id identity) (string, bool) {
 	named := r.URL.Query().Get("tenant")
 	if id.Admin {
+		if named == "" {
+			// Allowed by the schema, which cannot tie the parameter to the token.
+			writeProblem(w, http.StatusUnprocessableEntity, "tenant-required", "an admin token must name the tenant it acts for: ?tenant=ID",
+				InvalidParam{Name: "tenant", Reason: "is required with the admin token"})
+			return "", false
+		}
 		if err := tasks.CheckTenant(named); err != nil {
 			writeProblem(w, http.StatusBadRequest, "invalid-request", "an admin token must name the tenant: ?tenant=ID",
 				InvalidParam{Name: "tenant", Reason: fieldReason(err)})
@@ -308,14 +328,14 @@ func splitBatch(body []byte) ([]json.RawMessage, bool, *Problem) {
 	var params []InvalidParam
 	for k := range top {
 		if k != "notifications" {
-			params = append(params, InvalidParam{Name: k, Reason: "a batch holds only \"notifications\"", Pointer: "/" + k})
+			params = append(params, bodyParam(k, "a batch holds only \"notifications\"", "/"+pointerToken(k)))
 		}
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		params = append(params, InvalidParam{Name: "notifications", Reason: "must be an array of notifications", Pointer: "/notifications"})
+		params = append(params, bodyParam("notifications", "must be an array of notifications", "/notifications"))
 	} else if len(items) == 0 || len(items) > MaxBatch {
-		params = append(params, InvalidParam{Name: "notifications", Reason: fmt.Sprintf("holds %d notifications; a batch holds 1 to %d", len(items), MaxBatch), Pointer: "/notifications"})
+		params = append(params, bodyParam("notifications", fmt.Sprintf("holds %d notifications; a batch holds 1 to %d", len(items), MaxBatch), "/notifications"))
 	}
 	if len(params) > 0 {
 		slices.SortFunc(params, func(a, b InvalidParam) int { return cmpString(a.Name, b.Name) })

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -166,9 +167,11 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	}
 }
 
-// The document's NotificationInput lists exactly the payload's fields
-// (tasks.Notification's JSON names) less id and enqueued_at, plus ttl: a
-// field added to the payload must be documented, and is then accepted.
+// The document's NotificationInput (its email and SMS branches together)
+// lists exactly the payload's fields (tasks.Notification's JSON names) less
+// id and enqueued_at, plus ttl: a field added to the payload must be
+// documented, and is then accepted. Its pattern of reserved header names
+// is tasks.ReservedHeader's list.
 func TestOpenAPINotificationFields(t *testing.T) {
 	t.Parallel()
 	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
@@ -176,8 +179,10 @@ func TestOpenAPINotificationFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	documented := map[string]bool{}
-	for name := range doc.Components.Schemas["NotificationInput"].Value.Properties {
-		documented[name] = true
+	for _, branch := range doc.Components.Schemas["NotificationInput"].Value.OneOf {
+		for name := range branch.Value.Properties {
+			documented[name] = true
+		}
 	}
 	want := map[string]bool{"ttl": true}
 	ty := reflect.TypeFor[tasks.Notification]()
@@ -195,6 +200,25 @@ func TestOpenAPINotificationFields(t *testing.T) {
 	for name := range documented {
 		if !want[name] {
 			t.Errorf("openapi.yaml's NotificationInput documents %q, which is no field of tasks.Notification", name)
+		}
+	}
+}
+
+func TestOpenAPIReservedHeaders(t *testing.T) {
+	t.Parallel()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := doc.Components.Schemas["EmailNotification"].Value.Properties["headers"].Value.PropertyNames.Value
+	reserved := regexp.MustCompile(names.Not.Value.Pattern)
+	for _, h := range []string{"From", "to", "CC", "Bcc", "Subject", "Message-ID", "Date", "Reply-To", "Sender", "MIME-Version",
+		"Content-Type", "content-disposition", "Content-ID", "Content-Transfer-Encoding", "List-Unsubscribe", "List-Unsubscribe-Post",
+		"DKIM-Signature", "DomainKey-Signature", "ARC-Seal", "ARC-Message-Signature", "ARC-Authentication-Results",
+		"Authentication-Results", "Received", "Received-SPF", "Return-Path", "Delivered-To", "Resent-From", "X-Sluice-Tenant",
+		"X-Campaign", "Fromage", "X-From", "Tos", "Datex", "List-Unsubscribe-Posts", "Contents", "X-Sluice", "User-Agent", "X-Mailer"} {
+		if got, want := reserved.MatchString(h), tasks.ReservedHeader(h); got != want {
+			t.Errorf("%s: openapi.yaml says reserved=%v, tasks.ReservedHeader %v", h, got, want)
 		}
 	}
 }

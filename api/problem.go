@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Problem is an RFC 9457 problem detail: every error the API answers is one,
@@ -31,8 +32,40 @@ type InvalidParam struct {
 	Reason string `json:"reason"`
 	// Index is the notification's position in a batch (absent for a single one).
 	Index *int `json:"index,omitempty"`
-	// Pointer is the JSON Pointer (RFC 6901) of the field in the request body.
+	// Pointer is the JSON Pointer (RFC 6901) of the field in the request
+	// body: "/notifications/3/headers/X-Campaign", with "~" and "/" in a
+	// name escaped as "~0" and "~1". A field that is missing points at the
+	// object that should hold it ("" is the whole body). Absent for query
+	// parameters and headers, which are not in the body.
 	Pointer string `json:"pointer,omitempty"`
+	// inBody: the field is in the body, so Pointer is written even when it
+	// is "" (the whole body).
+	inBody bool
+}
+
+// bodyParam is an InvalidParam about the body member at pointer.
+func bodyParam(name, reason, pointer string) InvalidParam {
+	return InvalidParam{Name: name, Reason: reason, Pointer: pointer, inBody: true}
+}
+
+// MarshalJSON writes the pointer of a body member even when it is "" (the
+// whole body), which omitempty would drop.
+func (p InvalidParam) MarshalJSON() ([]byte, error) {
+	type plain InvalidParam
+	out := struct {
+		plain
+		Pointer *string `json:"pointer,omitempty"`
+	}{plain: plain(p)}
+	if p.inBody || p.Pointer != "" {
+		out.Pointer = &p.Pointer
+	}
+	return json.Marshal(out)
+}
+
+// pointerToken escapes one reference token of a JSON Pointer (RFC 6901
+// section 3): "~" as "~0", then "/" as "~1".
+func pointerToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // ProblemBase prefixes every problem type: a URN, since no page is served
@@ -54,6 +87,7 @@ var problemTitles = map[string]string{
 	"idempotency-in-flight": "A request with this Idempotency-Key is still being processed",
 	"rate-limited":          "Too many requests for this token",
 	"no-rules":              "No quota rules apply",
+	"tenant-required":       "An admin token must name the tenant",
 	"unavailable":           "Redis cannot be reached; nothing was done",
 	"internal":              "Internal error",
 }

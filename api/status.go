@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // Status is what GET /v1/notifications/{id} answers.
@@ -196,7 +197,7 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 			st.State = StateQueued // enqueued to be sent later
 			break
 		}
-		le := parseLastErr(info.LastErr, true)
+		le := worker.ReadTaskError(info.LastErr, true)
 		st.Reason, st.Rule = le.Reason, le.Rule
 		if st.Slot.IsZero() && !le.Until.IsZero() {
 			st.Slot = le.Until
@@ -208,7 +209,7 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 		}
 	case asynq.TaskStateArchived:
 		st.State = StateArchived
-		st.Reason = parseLastErr(info.LastErr, false).Reason
+		st.Reason = worker.ReadTaskError(info.LastErr, false).Reason
 		st.Slot = time.Time{}
 	case asynq.TaskStateCompleted:
 		st.State, st.SentAt, st.Slot = StateSent, info.CompletedAt.UTC(), time.Time{}

@@ -303,10 +303,10 @@ func (s *Server) uiTaskOf(policy plans.Policy, state string, info *asynq.TaskInf
 			t.Reason = "scheduled" // enqueued to be sent later
 			break
 		}
-		le := parseLastErr(info.LastErr, true)
+		le := worker.ReadTaskError(info.LastErr, true)
 		t.Reason, t.Rule, t.Slot = le.Reason, le.Rule, le.Until
 	case StateArchived:
-		t.Reason = parseLastErr(info.LastErr, false).Reason
+		t.Reason = worker.ReadTaskError(info.LastErr, false).Reason
 	}
 	if !n.ExpiresAt.IsZero() {
 		t.Deadline = n.ExpiresAt

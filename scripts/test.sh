@@ -46,7 +46,7 @@ if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
                 plans:FuzzParse worker:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
-                api:FuzzParseIdempotencyKey api:FuzzParseStateRecord api:FuzzParseLastErr api:FuzzDecodeNotification \
+                api:FuzzParseIdempotencyKey api:FuzzParseStateRecord worker:FuzzReadTaskError api:FuzzDecodeNotification \
                 api:FuzzParseStatusCallback delivery:FuzzParseRecord; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"

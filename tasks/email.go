@@ -76,7 +76,7 @@ func (n Notification) validateEmailExtras() error {
 }
 
 // checkHeaders validates a notification's custom headers; errors name the
-// field as headers[NAME].
+// field "headers" and the entry's name as their Key.
 func checkHeaders(h map[string]string) error {
 	if len(h) > MaxHeaders {
 		return invalid("headers", fmt.Sprintf("has %d entries, over %d", len(h), MaxHeaders))
@@ -88,62 +88,61 @@ func checkHeaders(h map[string]string) error {
 	slices.Sort(names) // the same input always gives the same error
 	seen := make(map[string]string, len(h))
 	for _, name := range names {
-		field := fmt.Sprintf("headers[%q]", name)
-		if err := checkFieldName(field, name); err != nil {
-			return err
+		if why := checkFieldName(name); why != "" {
+			return invalidEntry("headers", name, why)
 		}
 		lower := strings.ToLower(name)
 		if other, dup := seen[lower]; dup {
-			return invalid(field, fmt.Sprintf("and %q are the same header (names are case-insensitive)", other))
+			return invalidEntry("headers", name, fmt.Sprintf("and %q are the same header (names are case-insensitive)", other))
 		}
 		seen[lower] = name
 		if ReservedHeader(name) {
-			return invalid(field, "is a header Sluice sets or only a mail system may add; it cannot be set or overridden")
+			return invalidEntry("headers", name, "is a header Sluice sets or only a mail system may add; it cannot be set or overridden")
 		}
-		if err := checkHeaderValue(field, h[name]); err != nil {
-			return err
+		if why := checkHeaderValue(h[name]); why != "" {
+			return invalidEntry("headers", name, why)
 		}
 	}
 	return nil
 }
 
-// checkFieldName checks that name is an RFC 5322 field name (1*ftext:
+// checkFieldName says why name is not an RFC 5322 field name (1*ftext:
 // printable ASCII but ':') made only of token characters (letters, digits
 // and !#$%&'*+-.^_`|~), the subset parsers such as Go's net/mail accept: a
 // name with '(' or '"' is valid RFC 5322 and still makes them refuse the
-// whole message.
-func checkFieldName(field, name string) error {
+// whole message. "" when it is one.
+func checkFieldName(name string) string {
 	if name == "" || len(name) > MaxHeaderNameLen {
-		return invalid(field, fmt.Sprintf("name must be 1–%d characters", MaxHeaderNameLen))
+		return fmt.Sprintf("name must be 1–%d characters", MaxHeaderNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return invalid(field, "name is not a header field name (letters, digits and !#$%&'*+-.^_`|~ only)")
+			return "name is not a header field name (letters, digits and !#$%&'*+-.^_`|~ only)"
 		}
 	}
-	return nil
+	return ""
 }
 
-// checkHeaderValue rejects a value that could break out of its header
-// field: CR, LF, NUL, any other control character but tab, and the Unicode
-// line and paragraph separators.
-func checkHeaderValue(field, v string) error {
+// checkHeaderValue says why a value could break out of its header field
+// (CR, LF, NUL, any other control character but tab, the Unicode line and
+// paragraph separators) or is unusable; "" when it is fine.
+func checkHeaderValue(v string) string {
 	if len(v) > MaxHeaderValueLen {
-		return invalid(field, fmt.Sprintf("value is %d bytes, over %d", len(v), MaxHeaderValueLen))
+		return fmt.Sprintf("value is %d bytes, over %d", len(v), MaxHeaderValueLen)
 	}
 	if !utf8.ValidString(v) {
-		return invalid(field, "value is not valid UTF-8")
+		return "value is not valid UTF-8"
 	}
 	if strings.TrimSpace(v) == "" {
-		return invalid(field, "value is empty")
+		return "value is empty"
 	}
 	for _, r := range v {
 		if r != '\t' && (unicode.IsControl(r) || r == '\u2028' || r == '\u2029') {
-			return invalid(field, "value contains a line break or control character (header injection)")
+			return "value contains a line break or control character (header injection)"
 		}
 	}
-	return nil
+	return ""
 }
 
 // Unsubscribe is a parsed Notification.ListUnsubscribe: at most one https

@@ -2,10 +2,13 @@ package tasks
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/mail"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -60,8 +63,8 @@ var (
 // Notification is one message to one recipient: the payload of a Sluice task.
 type Notification struct {
 	// ID is the notification's stable id: the task id, the limiter member,
-	// the dedupe key and the Message-ID. Default: a new UUIDv7. 1–64 of
-	// [A-Za-z0-9._-].
+	// the dedupe key and the Message-ID. Default: NewID, a new UUIDv7 in 32
+	// hex digits. 1–64 of [A-Za-z0-9._-].
 	ID string `json:"id"`
 	// Tenant owns the notification and its quotas. 1–64 of [A-Za-z0-9._-].
 	Tenant string `json:"tenant"`
@@ -149,13 +152,18 @@ func NewSMS(tenant, to, text string) Notification {
 	return Notification{ID: NewID(), Tenant: tenant, Channel: SMS, To: to, Body: text}
 }
 
-// NewID returns a new notification id (UUIDv7: time-ordered).
+// NewID returns a new notification id: a UUIDv7 (time-ordered, 74 random
+// bits) written as 32 hex digits without hyphens, "0197c5e2a1b27c3d8e4f…".
+// Without hyphens because Asynq's web UI (asynqmon) lists a task by its id
+// up to the first '-': the hyphenated form shows only the first 8 digits,
+// the top of the millisecond clock, which every id of a burst shares.
+// Sorting the ids still sorts them by time.
 func NewID() string {
 	id, err := uuid.NewV7()
 	if err != nil { // only when the random source fails
-		return uuid.NewString()
+		id = uuid.New()
 	}
-	return id.String()
+	return hex.EncodeToString(id[:])
 }
 
 // TaskType returns the Asynq task type of a channel.
@@ -305,9 +313,9 @@ func (n Notification) Validate() error {
 	if len(n.Metadata) > MaxMetadata {
 		return invalid("metadata", fmt.Sprintf("has %d entries, over %d", len(n.Metadata), MaxMetadata))
 	}
-	for k, v := range n.Metadata {
-		if k == "" || len(k) > MaxMetaKeyLen || len(v) > MaxMetaValueLen || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return invalid("metadata", fmt.Sprintf("key %q: keys 1–%d bytes, values up to %d bytes, UTF-8", k, MaxMetaKeyLen, MaxMetaValueLen))
+	for _, k := range slices.Sorted(maps.Keys(n.Metadata)) { // the same input always gives the same error
+		if v := n.Metadata[k]; k == "" || len(k) > MaxMetaKeyLen || len(v) > MaxMetaValueLen || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalidEntry("metadata", k, fmt.Sprintf("keys are 1–%d bytes, values up to %d bytes, UTF-8", MaxMetaKeyLen, MaxMetaValueLen))
 		}
 	}
 	return nil

@@ -209,3 +209,27 @@ func FuzzNormalizeRecipient(f *testing.F) {
 		_ = tasks.Mask(s)
 	})
 }
+
+// NewID gives valid, unique ids whose part before the first '-' — what
+// asynqmon lists — differs between ids of one burst (hyphenated UUIDv7s of
+// a burst share their first 8 digits), and that still sort by time.
+func TestNewIDDistinctInAsynqmon(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	prev := ""
+	for i := 0; i < 5000; i++ {
+		id := tasks.NewID()
+		if err := tasks.CheckID(id); err != nil || len(id) != 32 || id[12] != '7' {
+			t.Fatalf("NewID() = %q (%v): want 32 hex digits of a UUIDv7", id, err)
+		}
+		shown, _, _ := strings.Cut(id, "-") // asynqmon's uuidPrefix
+		if seen[shown] {
+			t.Fatalf("two ids of a burst show as %q in asynqmon", shown)
+		}
+		seen[shown] = true
+		if id[:12] < prev { // the millisecond clock, in front
+			t.Fatalf("ids out of time order: %q after %q", id, prev)
+		}
+		prev = id[:12]
+	}
+}

@@ -177,7 +177,7 @@ func TestBulkMailNeedsUnsubscribe(t *testing.T) {
 	bare.Category = "news"
 	b.enqueue(t, bare)
 	ti := b.waitTask(t, bare.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
-	if !strings.Contains(ti.LastErr, "bulk mail: list_unsubscribe is required") {
+	if !strings.Contains(ti.LastErr, "list_unsubscribe is required: category news is bulk mail") {
 		t.Fatalf("archived with %q", ti.LastErr)
 	}
 	n := tasks.NewEmail("acme", "ann@example.com", "News", "text")

@@ -85,8 +85,41 @@ func ParseDKIMKey(raw []byte) (crypto.Signer, error) {
 	}
 }
 
+// MaxTXTString is the longest character-string a DNS TXT record holds
+// (RFC 1035 3.3: one length octet). A longer record value is published as
+// several strings, which resolvers hand to DKIM verifiers joined (RFC 6376
+// 3.6.2.2).
+const MaxTXTString = 255
+
+// DKIMRecordName is the DNS name a selector's public key is published at,
+// SELECTOR._domainkey.DOMAIN, after checking both.
+func DKIMRecordName(selector, domain string) (string, error) {
+	if err := checkDKIMSelector(selector); err != nil {
+		return "", fmt.Errorf("%w: DKIM selector %w", ErrConfig, err)
+	}
+	if err := checkDKIMDomain(domain); err != nil {
+		return "", fmt.Errorf("%w: DKIM domain %w", ErrConfig, err)
+	}
+	return selector + "._domainkey." + domain, nil
+}
+
+// DKIMRecordStrings splits a TXT record value into character-strings of at
+// most MaxTXTString bytes, as a zone file or a DNS provider takes them
+// (an RSA-2048 record is about 410 bytes).
+func DKIMRecordStrings(value string) []string {
+	var out []string
+	for len(value) > MaxTXTString {
+		out = append(out, value[:MaxTXTString])
+		value = value[MaxTXTString:]
+	}
+	return append(out, value)
+}
+
 // DKIMPublicKeyRecord returns the DNS TXT record value that publishes the
-// public half of key at SELECTOR._domainkey.DOMAIN ("v=DKIM1; k=rsa; p=…").
+// public half of key at SELECTOR._domainkey.DOMAIN: for RSA "v=DKIM1;
+// k=rsa; p=" and the base64 DER SubjectPublicKeyInfo (RFC 6376 3.6.1), for
+// Ed25519 "v=DKIM1; k=ed25519; p=" and the base64 of the raw 32-byte key
+// (RFC 8463 4.2; not its SubjectPublicKeyInfo, which verifiers refuse).
 func DKIMPublicKeyRecord(key crypto.Signer) (string, error) {
 	switch pub := key.Public().(type) {
 	case *rsa.PublicKey:

@@ -192,6 +192,18 @@ func dkimKey(t *testing.T, key crypto.Signer) (path, record string) {
 	return path, record
 }
 
+// dkimWorker starts a worker that signs with key for d=acme.example,
+// s=s2026, from notify@acme.example; it returns the DNS record to verify with.
+func dkimWorker(t *testing.T, key crypto.Signer) (*bundle, string) {
+	t.Helper()
+	path, record := dkimKey(t, key)
+	b := setup(t, "email:recipient=10/1m")
+	b.cfg.SMTPFrom = "notify@acme.example"
+	b.cfg.DKIMDomain, b.cfg.DKIMSelector, b.cfg.DKIMKeyFile = "acme.example", "s2026", path
+	b.start(t, b.cfg)
+	return b, record
+}
+
 // verifyDKIM runs go-msgauth's verifier on a received message, resolving
 // only SELECTOR._domainkey.DOMAIN, to record.
 func verifyDKIM(raw []byte, domain, selector, record string) ([]*dkim.Verification, error) {
@@ -230,11 +242,7 @@ func TestDKIMSignatureVerifies(t *testing.T) {
 	for name, gen := range map[string]func(*testing.T) crypto.Signer{"RSA": genRSA, "Ed25519": genEd25519} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			path, record := dkimKey(t, gen(t))
-			b := setup(t, "email:recipient=10/1m")
-			b.cfg.SMTPFrom = "notify@acme.example"
-			b.cfg.DKIMDomain, b.cfg.DKIMSelector, b.cfg.DKIMKeyFile = "acme.example", "s2026", path
-			b.start(t, b.cfg)
+			b, record := dkimWorker(t, gen(t))
 			n := richEmail()
 			b.enqueue(t, n)
 			raw := b.smtp.WaitCount(t, 1, 15*time.Second)[0].Raw

@@ -81,8 +81,13 @@ func TestSenderRuleCountsTheMessagingService(t *testing.T) {
 		t.Fatalf("second delivery %s (%s); want the one through service B", ds[1].ID, ds[1].Body)
 	}
 	ti := b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateRetry })
-	if !strings.HasPrefix(ti.LastErr, "throttled by sms:sender 1/1h") {
+	if !strings.HasPrefix(ti.LastErr, worker.DeferredPrefix+"throttled by sms:sender 1/1h") {
 		t.Fatalf("the second message through service A waits with %q; want the sender rule", ti.LastErr)
+	}
+	// What Asynq's Inspector (and asynqmon's Retry tab) shows of a deferral:
+	// the marker, no retry spent, and the reader's view of it.
+	if te := worker.ReadTaskError(ti.LastErr, true); ti.Retried != 0 || !te.Deferred || te.Reason != "throttled" || te.Rule != "sms:sender 1/1h" {
+		t.Fatalf("a deferral reads as %+v with %d retries; want a deferral by sms:sender 1/1h, no retry spent", te, ti.Retried)
 	}
 	// The quota report's default sender is the configured service too.
 	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})

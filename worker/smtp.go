@@ -149,7 +149,8 @@ func (s *SMTPSender) Message(n tasks.Notification) (*mail.Msg, error) {
 		if err != nil {
 			return nil, &SendError{Err: err, Permanent: true, NotSent: true}
 		}
-		m.SetListUnsubscribe(u.URIs()...)
+		// Folded at the commas (RFC 5322 2.2.3); go-mail writes it as given.
+		m.SetGenHeaderPreformatted(mail.HeaderListUnsubscribe, FoldListUnsubscribe(u.URIs()))
 		if u.OneClick() {
 			m.SetListUnsubscribePost() // RFC 8058: List-Unsubscribe=One-Click
 		}
@@ -159,6 +160,41 @@ func (s *SMTPSender) Message(n tasks.Notification) (*mail.Msg, error) {
 		m.AddAlternativeString(mail.TypeTextHTML, n.HTML)
 	}
 	return m, nil
+}
+
+// MaxHeaderLine is the line length RFC 5322 (2.1.1) says a header SHOULD
+// keep to, CRLF excluded.
+const MaxHeaderLine = 78
+
+// FoldListUnsubscribe is the value of a List-Unsubscribe field (after
+// "List-Unsubscribe: ") listing uris in angle brackets, comma-separated,
+// folded at the whitespace after a comma wherever the line would otherwise
+// pass MaxHeaderLine. A URI is never broken: one longer than a line stays
+// whole on its own (the field stays within RFC 5322's 998-byte limit, as
+// tasks.MaxListUnsubscribeLen bounds it). DKIM's relaxed header
+// canonicalization unfolds it, so a signature holds.
+func FoldListUnsubscribe(uris []string) string {
+	var b strings.Builder
+	line := len("List-Unsubscribe: ")
+	for i, u := range uris {
+		part := "<" + u + ">"
+		if i < len(uris)-1 {
+			part += ","
+		}
+		switch {
+		case i == 0:
+		case line+1+len(part) > MaxHeaderLine:
+			b.WriteString("\r\n")
+			line = 0
+			fallthrough
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(part)
+		line += len(part)
+	}
+	return b.String()
 }
 
 // goMailHeader names a custom header for go-mail. go-mail adds User-Agent

@@ -32,8 +32,10 @@ type ThrottledError struct {
 	Booked bool
 }
 
+// Error starts with DeferredPrefix: Asynq shows it as the task's LastErr in
+// its Retry list, where it must not read as a failure. ReadTaskError reads it.
 func (e *ThrottledError) Error() string {
-	return fmt.Sprintf("throttled by %s until %s", e.Rule, e.RetryAt.Format(time.RFC3339Nano))
+	return fmt.Sprintf("%sthrottled by %s until %s", DeferredPrefix, e.Rule, e.RetryAt.UTC().Format(time.RFC3339Nano))
 }
 
 // Is matches any *ThrottledError, so errors.Is(err, &ThrottledError{}) works.
@@ -48,7 +50,7 @@ func (e *ThrottledError) Is(target error) bool {
 type UnavailableError struct{ Err error }
 
 func (e *UnavailableError) Error() string {
-	return "quota check unavailable, nothing sent: " + e.Err.Error()
+	return DeferredPrefix + "quota check unavailable, nothing sent: " + e.Err.Error()
 }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
@@ -115,15 +117,15 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			policy, version := w.currentPlans()
 			c := w.plan(policy, n)
 			if n.Channel == tasks.Email {
-				// Bulk mail and its default List-Unsubscribe, under the same plan as the check.
-				if n.ListUnsubscribe == "" && c.match.Unsubscribe != "" {
-					n.ListUnsubscribe = strings.ReplaceAll(c.match.Unsubscribe, "{id}", n.ID)
-				}
-				if c.match.Bulk && n.ListUnsubscribe == "" {
+				// Bulk mail and its default List-Unsubscribe, under the same plan as
+				// the check. Producers refuse bulk mail without one (the API, sluice
+				// enqueue); this is the last line for other producers and for a plan
+				// that changed since the enqueue.
+				n.ListUnsubscribe = c.match.ListUnsubscribe(n)
+				if err := c.match.CheckUnsubscribe(n); err != nil {
 					w.archived(n, ReasonInvalid)
 					log.Warn("archiving bulk mail without a List-Unsubscribe")
-					return fmt.Errorf("%w: category %s is bulk mail: list_unsubscribe is required (RFC 8058), or an unsubscribe= rule for it: %w",
-						tasks.ErrInvalid, n.CategoryOrDefault(), asynq.SkipRetry)
+					return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 				}
 			}
 			limits = c.limits

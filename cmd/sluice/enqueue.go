@@ -23,6 +23,7 @@ import (
 type enqueueFlags struct {
 	tenant, to, from, id string
 	subject, body, text  string
+	category, unsub      string
 	in                   time.Duration
 	maxRetry             int
 	file                 string
@@ -44,6 +45,10 @@ enqueued, its line number is printed and the exit code is 1, unless
 --continue-on-error enqueues the good lines (exit code 3 when some lines were
 rejected). Give ids to make a re-run safe:
 ids already enqueued are reported as duplicates, never sent twice.
+
+Bulk mail (a category the rules mark email[.CATEGORY]:bulk, in SLUICE_RULES
+or the tenant's plan) needs a List-Unsubscribe, its own or an unsubscribe=
+default: without one it is refused here and nothing is enqueued.
 
 Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 		Args: argsError(cobra.NoArgs),
@@ -73,9 +78,11 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 		fl.StringVar(&f.id, "id", "", "notification id (default: a new UUIDv7); the same id is never enqueued twice")
 		fl.DurationVar(&f.in, "in", 0, "send no earlier than this from now, e.g. 10m")
 		fl.IntVar(&f.maxRetry, "max-retry", tasks.DefaultMaxRetry, "retries for provider failures (throttling never spends them)")
+		fl.StringVar(&f.category, "category", "", "category (otp, marketing, ...): rules can target it")
 		if ch == tasks.Email {
 			fl.StringVar(&f.subject, "subject", "", "subject (required)")
 			fl.StringVar(&f.body, "body", "", "text body (required)")
+			fl.StringVar(&f.unsub, "list-unsubscribe", "", "List-Unsubscribe: an https URL and/or a mailto: URI, comma-separated (required for bulk mail without an unsubscribe= default)")
 		} else {
 			fl.StringVar(&f.text, "text", "", "message text (required)")
 		}
@@ -152,9 +159,9 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 			return usageError{fmt.Errorf("%s is required", name)}
 		}
 	}
-	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from}
+	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from, Category: f.category}
 	if ch == tasks.Email {
-		n.Subject, n.Body = f.subject, f.body
+		n.Subject, n.Body, n.ListUnsubscribe = f.subject, f.body, f.unsub
 	} else {
 		n.Body = f.text
 	}
@@ -169,6 +176,9 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 		return err
 	}
 	defer p.rdb.Close()
+	if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
+		return fmt.Errorf("%w (nothing enqueued; give --list-unsubscribe)", err)
+	}
 	opts := []asynq.Option{asynq.Queue(p.queue(n.Normalized())), asynq.MaxRetry(f.maxRetry)}
 	if f.in > 0 {
 		opts = append(opts, asynq.ProcessIn(f.in))
@@ -201,11 +211,17 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 		return err
 	}
 	defer p.rdb.Close()
-	// Ids already in Redis are bad lines too: find them before enqueueing anything.
+	// Ids already in Redis, and bulk mail without a List-Unsubscribe, are bad
+	// lines too: find them before enqueueing anything.
 	insp := asynq.NewInspectorFromRedisClient(p.rdb)
 	kept := good[:0]
 	for _, g := range good {
-		if _, err := p.layout.FindTask(insp, g.Notification.Tenant, p.policy.Pins(), g.Notification.ID); err == nil {
+		n := g.Notification
+		if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
+			bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
+			continue
+		}
+		if _, err := p.layout.FindTask(insp, n.Tenant, p.policy.Pins(), n.ID); err == nil {
 			bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, g.Notification.ID)})
 			continue
 		} else if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {

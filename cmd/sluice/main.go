@@ -5,6 +5,7 @@
 //	sluice enqueue sms|email ...  enqueue one notification
 //	sluice enqueue --file F       enqueue a JSON Lines file
 //	sluice quota show|reset ...   inspect or reset a tenant's quotas
+//	sluice dkim record            the DNS TXT record of the DKIM key
 //	sluice dev                    an embedded demo: no Redis, no config
 //
 // Exit codes: 0 success; 1 failure (bad input, Redis trouble, a refused
@@ -88,7 +89,7 @@ Configuration comes from SLUICE_* environment variables (see the README).`,
 			}
 		}
 	}
-	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newSuppressionCmd())
+	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newSuppressionCmd(), newDKIMCmd())
 	return root
 }
 

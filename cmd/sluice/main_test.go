@@ -165,6 +165,44 @@ func TestEnqueueRoutesByTheRules(t *testing.T) {
 	}
 }
 
+// Bulk mail without a List-Unsubscribe is refused by sluice enqueue with a
+// clear error, nothing enqueued — under SLUICE_RULES and under a tenant's
+// plan — and taken with one, or with the plan's unsubscribe= default.
+func TestEnqueueBulkNeedsUnsubscribe(t *testing.T) {
+	srv := env(t)
+	t.Setenv("SLUICE_RULES", "email:recipient=10/1m,email.news:bulk")
+	if r := sluice(t, "", "tenant", "set", "globex", "--rules", "email.promo:bulk,email.promo:unsubscribe=https://globex.example/u/{id}"); r.code != 0 {
+		t.Fatalf("tenant set: %+v", r)
+	}
+	email := []string{"enqueue", "email", "--tenant", "acme", "--to", "a@example.com", "--subject", "S", "--body", "B"}
+	r := sluice(t, "", append(email, "--category", "news")...)
+	if r.code != 1 || !strings.Contains(r.stderr, "list_unsubscribe is required: category news is bulk mail (email.news:bulk)") ||
+		!strings.Contains(r.stderr, "nothing enqueued") {
+		t.Fatalf("bulk without List-Unsubscribe: %+v", r)
+	}
+	if n := queueSize(t, srv); n != 0 {
+		t.Fatalf("a refused email enqueued %d tasks", n)
+	}
+	if r := sluice(t, "", append(email, "--category", "news", "--list-unsubscribe", "https://acme.example/u/1")...); r.code != 0 {
+		t.Fatalf("bulk with List-Unsubscribe: %+v", r)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bulk.jsonl")
+	os.WriteFile(file, []byte(strings.Join([]string{
+		`{"tenant":"globex","channel":"email","to":"a@example.com","subject":"S","body":"default target","category":"promo"}`,
+		`{"tenant":"acme","channel":"email","to":"a@example.com","subject":"S","body":"acme has no plan","category":"promo"}`,
+		`{"tenant":"acme","channel":"email","to":"a@example.com","subject":"S","body":"bulk","category":"news"}`,
+	}, "\n")), 0o600)
+	r = sluice(t, "", "enqueue", "--file", file)
+	if r.code != 1 || !strings.Contains(r.stderr, "line 3: invalid notification: list_unsubscribe is required") || strings.Contains(r.stderr, "line 1") ||
+		strings.Contains(r.stderr, "line 2") || !strings.Contains(r.stdout, "nothing enqueued") {
+		t.Fatalf("file with a bulk line without List-Unsubscribe: %+v", r)
+	}
+	if n := queueSize(t, srv); n != 1 {
+		t.Fatalf("queue holds %d, want only the first email", n)
+	}
+}
+
 func TestEnqueueFile(t *testing.T) {
 	srv := env(t)
 	dir := t.TempDir()

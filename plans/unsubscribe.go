@@ -1,0 +1,53 @@
+package plans
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// ErrUnsubscribeRequired reports bulk mail (a category marked
+// email[.CATEGORY]:bulk) that carries no List-Unsubscribe and gets no
+// default from an unsubscribe= rule. It comes together with a
+// *tasks.FieldError naming list_unsubscribe, whose message the error
+// carries, so errors.Is(err, tasks.ErrInvalid) holds too.
+var ErrUnsubscribeRequired = errors.New("bulk mail needs a List-Unsubscribe")
+
+// ListUnsubscribe is the List-Unsubscribe an email of this match is sent
+// with: its own, else the unsubscribe= default with {id} replaced by the
+// notification id, else "".
+func (m Match) ListUnsubscribe(n tasks.Notification) string {
+	if n.ListUnsubscribe != "" || m.Unsubscribe == "" {
+		return n.ListUnsubscribe
+	}
+	return strings.ReplaceAll(m.Unsubscribe, "{id}", n.ID)
+}
+
+// CheckUnsubscribe reports whether the email n may be sent under this
+// match: bulk mail needs a List-Unsubscribe (RFC 8058; Gmail and Yahoo
+// require it), its own or the default of an unsubscribe= rule. The error
+// wraps ErrUnsubscribeRequired and a *tasks.FieldError for
+// list_unsubscribe. Producers (the API, sluice enqueue) check it before
+// enqueueing; the worker checks it again before sending, under the plans
+// then in force.
+func (m Match) CheckUnsubscribe(n tasks.Notification) error {
+	if n.Channel != tasks.Email || !m.Bulk || m.ListUnsubscribe(n) != "" {
+		return nil
+	}
+	cat := n.CategoryOrDefault()
+	rule := "email:bulk"
+	if cat != tasks.DefaultCategory {
+		rule = "email." + cat + ":bulk"
+	}
+	fe := &tasks.FieldError{Field: "list_unsubscribe", Reason: fmt.Sprintf(
+		"is required: category %s is bulk mail (%s); give an https URL and/or a mailto: URI, or a default with an unsubscribe= rule", cat, rule)}
+	return unsubscribeError{fe}
+}
+
+// unsubscribeError is a *tasks.FieldError that is ErrUnsubscribeRequired too.
+type unsubscribeError struct{ fe *tasks.FieldError }
+
+func (e unsubscribeError) Error() string   { return e.fe.Error() }
+func (e unsubscribeError) Unwrap() []error { return []error{e.fe, ErrUnsubscribeRequired} }
