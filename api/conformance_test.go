@@ -114,7 +114,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	}
 	// Every notification answered 202 is in the queue (or sent).
 	for _, id := range c.accepted[:min(len(c.accepted), 50)] {
-		if _, err := b.insp.GetTaskInfo(b.wcfg.Queue, id); err != nil {
+		if _, err := b.task(t, id); err != nil {
 			t.Errorf("accepted %s is not in the queue: %v", id, err)
 		}
 	}
