@@ -12,9 +12,9 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 const rules = "sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m"
@@ -452,10 +452,10 @@ func TestQuotasMatchTheCLIAndFollowPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := b.do(t, "GET", "/v1/quotas?channel=sms&recipient=%2B14155550100", b.tokens["acme"], nil)
-	var got worker.QuotaJSON
+	var got report.QuotaJSON
 	r.json(t, &got)
 	policy, _ := plans.Parse(rules)
-	rep, err := worker.Quotas(context.Background(), lim, policy, b.wcfg, worker.QuotaQuery{Tenant: "acme", Channel: tasks.SMS, Recipient: "+14155550100"})
+	rep, err := report.Quotas(context.Background(), lim, policy, b.cfg.Base, report.QuotaQuery{Tenant: "acme", Channel: tasks.SMS, Recipient: "+14155550100"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,7 @@ func TestQuotasMatchTheCLIAndFollowPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "the quota view to show acme's plan", func() bool {
-		var q worker.QuotaJSON
+		var q report.QuotaJSON
 		b.do(t, "GET", "/v1/quotas?channel=sms", b.tokens["acme"], nil).json(t, &q)
 		return len(q.Windows) == 1 && q.Windows[0].Rule == "5/1h"
 	})

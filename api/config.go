@@ -6,22 +6,25 @@ import (
 	"net"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // ErrConfig reports an API configuration that cannot run; the message names
-// the variable. It wraps worker.ErrConfig, so one check covers both.
-var ErrConfig = fmt.Errorf("api %w", worker.ErrConfig)
+// the variable. It wraps config.ErrConfig, so one check covers both.
+var ErrConfig = fmt.Errorf("api %w", config.ErrConfig)
 
-// Config is the API's own configuration, read from SLUICE_API_* environment
-// variables with the tag conventions of worker.Config (env, envDefault,
-// desc, secret). Redis, the queue, the rules, the subject secret and the
-// payload keys come from worker.Config: the API reads them from the same
-// variables as the workers, so the two agree.
+// Config is the API's configuration: the shared settings (Redis, the
+// queue layout, the rules, the subject secret, the payload keys: the same
+// variables as the workers', so the two agree) and the API's own.
 type Config struct {
+	config.Base
+	Settings
+}
+
+// Settings are the API's own SLUICE_API_* variables, with the tag
+// conventions of config (env, envDefault, desc, secret).
+type Settings struct {
 	Addr            string        `env:"API_ADDR" envDefault:":8081" desc:"Listen address of sluice api: /v1/notifications, /v1/quotas, /openapi.yaml, /metrics, /healthz, /readyz."`
 	TokenKey        string        `env:"API_TOKEN_KEY" desc:"Required by sluice api and sluice tenant token. Key (≥ 32 bytes) of the HMAC-SHA256 that API tokens are stored under in Redis: Redis never holds a token, and a copy of Redis cannot be used to check guesses. Changing it revokes every token." secret:"true"`
 	AdminToken      string        `env:"API_ADMIN_TOKEN" desc:"Bearer token (≥ 32 characters) that may read every tenant's notifications and quotas and enqueue for the tenant a request names (?tenant=); empty: no admin access. Compared in constant time." secret:"true"`
@@ -35,12 +38,8 @@ type Config struct {
 // ReadConfig reads the API's variables from environ (nil: the process
 // environment) without validating them.
 func ReadConfig(environ map[string]string) (Config, error) {
-	opts := env.Options{Prefix: worker.EnvPrefix}
-	if environ != nil {
-		opts.Environment = environ
-	}
-	cfg, err := env.ParseAsWithOptions[Config](opts)
-	if err != nil {
+	var cfg Config
+	if err := config.Read(environ, &cfg); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return cfg, nil
@@ -58,11 +57,14 @@ func ParseConfig(environ map[string]string) (Config, error) {
 // MinTokenKey is the shortest SLUICE_API_TOKEN_KEY accepted.
 const MinTokenKey = 32
 
-// Validate checks every field; each error names the variable and the bound.
+// Validate checks every field, the shared ones included; each error names
+// the variable and the bound.
 func (c Config) Validate() error {
+	var p config.Problems
+	c.Base.Validate(&p)
 	var errs []error
 	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %sAPI_%s %s", ErrConfig, worker.EnvPrefix, name, fmt.Sprintf(format, args...)))
+		errs = append(errs, fmt.Errorf("%w: %sAPI_%s %s", ErrConfig, config.EnvPrefix, name, fmt.Sprintf(format, args...)))
 	}
 	if c.Addr == "" {
 		bad("ADDR", "must not be empty")
@@ -90,7 +92,7 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > 10*time.Minute {
 		bad("SHUTDOWN_TIMEOUT", "must be between 0 and 10m, got %v", c.ShutdownTimeout)
 	}
-	return errors.Join(errs...)
+	return errors.Join(p.Err(), errors.Join(errs...))
 }
 
 // CheckTokenKey reports whether key can key the token HMAC.
@@ -108,17 +110,12 @@ func (c Config) RateRule() (throttle.Rule, error) { return throttle.ParseRule(c.
 // holder vanished: the time to send the body plus the time to enqueue.
 func (c Config) lockTTL() time.Duration { return c.ReadTimeout + 30*time.Second }
 
-// ConfigVars lists every variable Config reads, in declaration order.
-func ConfigVars() []worker.ConfigVar { return worker.VarsOf(Config{}) }
+// ConfigVars lists the API's own variables, in declaration order (the
+// shared ones are config.Base's).
+func ConfigVars() []config.Var { return config.Vars(Settings{}) }
 
-// KnownVariables are the names Config reads.
-func KnownVariables() []string {
-	var out []string
-	for _, v := range ConfigVars() {
-		out = append(out, v.Name)
-	}
-	return out
-}
+// KnownVariables are the names Config reads, the shared ones included.
+func KnownVariables() []string { return config.Names(Config{}) }
 
 // Redacted returns the configuration as NAME=value pairs, secrets masked.
-func (c Config) Redacted() []string { return worker.RedactedOf(c) }
+func (c Config) Redacted() []string { return config.Redacted(c) }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/worker"
+	"github.com/sluicehq/sluice/config"
 )
 
 func TestConfigErrorsNameTheVariable(t *testing.T) {
@@ -24,12 +24,16 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		if _, ok := env["SLUICE_API_TOKEN_KEY"]; !ok {
 			env["SLUICE_API_TOKEN_KEY"] = tokenKey
 		}
+		env["SLUICE_SUBJECT_SECRET"], env["SLUICE_PAYLOAD_KEYS"] = "test-secret-0123456789", testKeys
 		_, err := api.ParseConfig(env)
-		if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), name) {
+		if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%v: err = %v, want a config error naming %s", env, err, name)
 		}
 	}
-	cfg, err := api.ParseConfig(map[string]string{"SLUICE_API_TOKEN_KEY": tokenKey})
+	if _, err := api.ParseConfig(map[string]string{"SLUICE_API_TOKEN_KEY": tokenKey}); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_SUBJECT_SECRET") {
+		t.Errorf("no subject secret: err = %v, want a config error naming SLUICE_SUBJECT_SECRET (the API hashes recipients as the workers do)", err)
+	}
+	cfg, err := api.ParseConfig(map[string]string{"SLUICE_API_TOKEN_KEY": tokenKey, "SLUICE_SUBJECT_SECRET": "test-secret-0123456789", "SLUICE_PAYLOAD_KEYS": testKeys})
 	if err != nil {
 		t.Fatal(err)
 	}

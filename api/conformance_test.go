@@ -561,7 +561,7 @@ func (c *conformance) generate() request {
 		req.header.Set("Content-Type", "application/x-www-form-urlencoded")
 		sig := "bm9wZQ=="
 		if g.r.IntN(10) < 8 {
-			sig, req.signed = fakes.Sign(b.sms.AuthToken, b.wcfg.SMSStatusCallbackURL+req.path, form), true
+			sig, req.signed = fakes.Sign(b.sms.AuthToken, b.callbackURL+req.path, form), true
 		}
 		req.header.Set("X-Twilio-Signature", sig)
 		req.token = ""

@@ -3,13 +3,9 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 // The Idempotency-Key parser never panics, takes what it accepts to a key
@@ -37,21 +33,6 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 		h.Set(HeaderIdempotencyKey, quoted)
 		if again, _, err := ParseIdempotencyKey(h); err != nil || again != key {
 			t.Fatalf("%q → %q; quoted %q → %q, %v", v, key, quoted, again, err)
-		}
-	})
-}
-
-func FuzzParseStateRecord(f *testing.F) {
-	for _, s := range []string{"b1:1767225600000:nonce", "a2:1767225600000:", "d1:1767225600000", "a0:0", "x1:2", "b:1", "b1:-5", "b99999999999:1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		r, err := parseStateRecord(s)
-		if err != nil {
-			return
-		}
-		if r.Kind != s[0] || r.Attempt < 0 || (!r.At.IsZero() && r.At.Before(time.Unix(0, 0))) {
-			t.Fatalf("%q → %+v", s, r)
 		}
 	})
 }
@@ -86,33 +67,3 @@ func FuzzDecodeNotification(f *testing.F) {
 // A status callback's form either is refused, field by field, or yields a
 // status Sluice records, an error code and SID it can store, and a
 // recipient that is an E.164 number or nothing.
-func FuzzParseStatusCallback(f *testing.F) {
-	for _, s := range []string{"MessageStatus=delivered&MessageSid=SM1&To=%2B14155550100", "MessageStatus=undelivered&ErrorCode=30007", "MessageStatus=sent&MessageStatus=sent",
-		"ErrorCode=00030007&MessageStatus=failed", "MessageStatus=read&To=whatsapp%3A%2B1", "", "MessageStatus=%ff"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, body string) {
-		form, err := url.ParseQuery(body)
-		if err != nil {
-			return
-		}
-		cb, bad := parseStatusCallback(form)
-		if len(bad) > 0 {
-			for _, p := range bad {
-				if p.Name == "" || p.Reason == "" {
-					t.Fatalf("%q: unnamed problem %+v", body, p)
-				}
-			}
-			return
-		}
-		if _, err := delivery.ParseStatus(string(cb.Status)); err != nil {
-			t.Fatalf("%q: status %q", body, cb.Status)
-		}
-		if cb.ErrorCode < 0 || cb.ErrorCode > delivery.MaxErrorCode || delivery.CheckSID(cb.MessageSID) != nil {
-			t.Fatalf("%q: %+v", body, cb)
-		}
-		if cb.To != "" && !tasks.IsE164(cb.To) {
-			t.Fatalf("%q: To %q", body, cb.To)
-		}
-	})
-}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -43,6 +44,8 @@ type bundle struct {
 	cfg    api.Config
 	wcfg   worker.Config
 	tokens map[string]string // tenant → token
+	// callbackURL is SLUICE_SMS_STATUS_CALLBACK_URL: the API's own address.
+	callbackURL string
 }
 
 // setup starts a redis-server, a fake SMS API, the API with tokens for
@@ -55,8 +58,9 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 	// The listener first: its address is the callback URL in the config.
 	b.http = httptest.NewUnstartedServer(nil)
 	t.Cleanup(b.http.Close)
+	b.callbackURL = "http://" + b.http.Listener.Addr().String()
 	vars := map[string]string{
-		"SLUICE_SMS_STATUS_CALLBACK_URL": "http://" + b.http.Listener.Addr().String(),
+		"SLUICE_SMS_STATUS_CALLBACK_URL": b.callbackURL,
 		"SLUICE_REDIS_URL":               srv.URL(),
 		"SLUICE_RULES":                   rules,
 		"SLUICE_SUBJECT_SECRET":          "test-secret-0123456789",
@@ -83,8 +87,11 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 		t.Fatal(err)
 	}
 	b.keys, _ = tasks.ParseKeyring(testKeys)
-	b.srv, err = api.New(b.cfg, b.wcfg, api.Options{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
+	b.srv, err = api.New(b.cfg, api.Options{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := twilio.Mount(b.srv, vars, b.cfg.Base, b.srv.Deps()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

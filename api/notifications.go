@@ -175,7 +175,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed bool) ([]Accepted, error) {
 	out := make([]Accepted, len(ns))
 	queues := make([]string, len(ns)) // where each went, for the rollback
-	policy, layout := s.policy(), s.wcfg.Layout()
+	policy, layout := s.policy(), s.cfg.Layout()
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
 		if keyed {

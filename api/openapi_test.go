@@ -119,7 +119,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 					v := s.headers[i+1]
 					if v == "{sign}" { // signed as the provider would for this path
 						params, _ := url.ParseQuery(s.body)
-						v = fakes.Sign(b.sms.AuthToken, b.wcfg.SMSStatusCallbackURL+path, params)
+						v = fakes.Sign(b.sms.AuthToken, b.callbackURL+path, params)
 					}
 					req.Header.Set(s.headers[i], v)
 				}

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // getQuotas is GET /v1/quotas: the tenant's windows — and, with recipient,
@@ -19,7 +19,7 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	query := worker.QuotaQuery{Tenant: tenant, Channel: tasks.Channel(strings.ToLower(q.Get("channel"))),
+	query := report.QuotaQuery{Tenant: tenant, Channel: tasks.Channel(strings.ToLower(q.Get("channel"))),
 		Category: q.Get("category"), Recipient: q.Get("recipient"), From: q.Get("from")}
 	var bad []InvalidParam
 	for name := range q {
@@ -52,9 +52,9 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad query parameters", bad...)
 		return
 	}
-	rep, err := worker.Quotas(r.Context(), s.lim, s.policy(), s.wcfg, query)
+	rep, err := report.Quotas(r.Context(), s.lim, s.policy(), s.cfg, query)
 	switch {
-	case errors.Is(err, worker.ErrNoRules):
+	case errors.Is(err, report.ErrNoRules):
 		writeProblem(w, http.StatusUnprocessableEntity, "no-rules", "no rule applies: tenant-wide rules need SLUICE_RULES or a plan, recipient rules a recipient, sender rules a sender")
 		return
 	case errors.Is(err, tasks.ErrInvalid):

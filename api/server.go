@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,16 +14,15 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // Options are what a Server takes besides its configuration. All optional.
@@ -37,74 +35,61 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Listener serves the API instead of listening on Config.Addr.
 	Listener net.Listener
+	// Routes are mounted beside the API's own, instrumented like them but
+	// without its token authentication: a provider's callback route
+	// (sender/twilio's status callbacks), the dashboard.
+	Routes []Route
+}
+
+// Route is one more handler of the server, at a net/http mux pattern.
+type Route struct {
+	Pattern string
+	Handler http.Handler
 }
 
 // Server is the HTTP ingest API: handlers are its methods.
 type Server struct {
-	cfg      Config
-	wcfg     worker.Config
-	log      *slog.Logger
-	rdb      redis.UniversalClient
-	ownRedis bool
-	client   *asynq.Client
-	insp     *asynq.Inspector
-	keys     *tasks.Keyring
-	lim      *throttle.Limiter
-	delivery *delivery.Store
-	// suppressCodes are SLUICE_SMS_SUPPRESS_CODES; nil: no suppression list.
-	suppressCodes map[int]bool
-	tokens        *Tokens
-	idem          *idemStore
-	rate          throttle.Rule
-	defaults      plans.Policy
-	watcher       atomic.Pointer[plans.Watcher]
-	metrics       *metrics
-	registry      *prometheus.Registry
-	listener      net.Listener
-	stopping      atomic.Bool
-	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
+	cfg        Config
+	deps       *config.Deps
+	log        *slog.Logger
+	rdb        redis.UniversalClient
+	client     *asynq.Client
+	insp       *asynq.Inspector
+	keys       *tasks.Keyring
+	lim        *throttle.Limiter
+	delivery   *delivery.Store
+	tokens     *Tokens
+	idem       *idemStore
+	rate       throttle.Rule
+	plans      *plans.Live
+	routes     []Route
+	metrics    *metrics
+	registry   *prometheus.Registry
+	listener   net.Listener
+	stopping   atomic.Bool
+	redisGuard atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 }
 
-// New builds the API server from its configuration and the shared one
-// (Redis, queue, rules, subject secret, payload keys); both are validated.
-// It does not connect until Run (or WatchPlans).
-func New(cfg Config, wcfg worker.Config, opts Options) (*Server, error) {
-	if err := errors.Join(cfg.Validate(), wcfg.Validate()); err != nil {
+// New builds the API server from its configuration (validated). It does
+// not connect until Run (or WatchPlans).
+func New(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, wcfg: wcfg, log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener}
-	var err error
-	if s.defaults, err = plans.Parse(wcfg.Rules); err != nil {
-		return nil, fmt.Errorf("%w: %sRULES: %w", worker.ErrConfig, worker.EnvPrefix, err)
+	rate, err := cfg.RateRule()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %sAPI_RATE: %w", ErrConfig, config.EnvPrefix, err)
 	}
-	if s.keys, err = tasks.ParseKeyring(wcfg.PayloadKeys); err != nil {
-		return nil, fmt.Errorf("%w: %sPAYLOAD_KEYS: %w", worker.ErrConfig, worker.EnvPrefix, err)
+	deps, err := config.Open(cfg.Base, config.Options{Redis: opts.Redis, Logger: opts.Logger, Registry: opts.Registry})
+	if err != nil {
+		return nil, err
 	}
-	if s.rate, err = cfg.RateRule(); err != nil {
-		return nil, fmt.Errorf("%w: %sAPI_RATE: %w", ErrConfig, worker.EnvPrefix, err)
-	}
-	if s.log == nil {
-		s.log = worker.NewLogger(os.Stderr, wcfg)
-	}
-	if s.rdb == nil {
-		if s.rdb, err = worker.NewRedisClient(wcfg); err != nil {
-			return nil, err
-		}
-		s.ownRedis = true
-	}
-	if s.registry == nil {
-		s.registry = prometheus.NewRegistry()
-		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Log, rdb: deps.Redis, keys: deps.Keys, lim: deps.Limiter, plans: deps.Plans,
+		registry: deps.Registry, listener: opts.Listener, rate: rate, routes: opts.Routes}
 	s.metrics = newMetrics(s.registry)
-	if s.lim, err = throttle.New(s.rdb, throttle.Options{Secret: []byte(wcfg.SubjectSecret), CompactMembers: wcfg.CompactMembers}); err != nil {
-		return nil, err
-	}
 	s.delivery = delivery.NewStore(s.rdb, s.lim)
-	if s.suppressCodes, err = wcfg.SuppressCodes(); err != nil {
-		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", worker.ErrConfig, worker.EnvPrefix, err)
-	}
 	if s.tokens, err = NewTokens(s.rdb, cfg.TokenKey); err != nil {
+		deps.Close()
 		return nil, err
 	}
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
@@ -113,32 +98,27 @@ func New(cfg Config, wcfg worker.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// Mount adds a route beside the API's own (before Handler or Run), mounted
+// as Options.Routes are.
+func (s *Server) Mount(pattern string, h http.Handler) {
+	s.routes = append(s.routes, Route{Pattern: pattern, Handler: h})
+}
+
+// Deps are what the server runs on (Redis, the limiter, the key ring, the
+// logger, the registry, the rules in force): for routes mounted beside it.
+func (s *Server) Deps() *config.Deps { return s.deps }
+
 // Tokens returns the server's token store.
 func (s *Server) Tokens() *Tokens { return s.tokens }
 
 // WatchPlans starts following the tenant plans in Redis until ctx ends, so
 // quotas answer under the rules in force. Run calls it.
 func (s *Server) WatchPlans(ctx context.Context) error {
-	w, err := plans.NewStore(s.rdb, s.defaults).Watch(ctx, s.wcfg.PlanCheckInterval, s.log, func(old, cur plans.Snapshot, changes []plans.Change) {
-		for _, c := range changes {
-			s.log.Info("tenant plan changed; applied", "tenant", c.Tenant, "action", c.Action, "version", c.Version, "by", c.By)
-		}
-		s.log.Info("tenant plans in force", "version", cur.Version, "previous", old.Version)
-	})
-	if err != nil {
-		return fmt.Errorf("api: tenant plans: %w", err)
-	}
-	s.watcher.Store(w)
-	return nil
+	return s.deps.Follow(ctx, s.cfg.PlanCheckInterval, nil)
 }
 
 // policy is the rules in force: SLUICE_RULES with the tenant plans.
-func (s *Server) policy() plans.Policy {
-	if w := s.watcher.Load(); w != nil {
-		return w.Current().Policy
-	}
-	return s.defaults
-}
+func (s *Server) policy() plans.Policy { return s.plans.Policy() }
 
 // Handler returns the API's routes.
 func (s *Server) Handler() http.Handler {
@@ -149,8 +129,11 @@ func (s *Server) Handler() http.Handler {
 	api("POST /v1/notifications", s.createNotifications)
 	api("GET /v1/notifications/{id}", s.getNotification)
 	api("GET /v1/quotas", s.getQuotas)
-	// Signed by the provider instead of carrying a token (nor a token's rate).
-	mux.Handle("POST /v1/callbacks/sms/{tenant}/{id}", s.instrument(http.HandlerFunc(s.smsCallback)))
+	// Routes mounted beside the API's (a provider's callbacks are signed by
+	// the provider instead of carrying a token, nor a token's rate).
+	for _, rt := range s.routes {
+		mux.Handle(rt.Pattern, s.instrument(rt.Handler))
+	}
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		allow := ""
 		switch p := r.URL.Path; {
@@ -199,7 +182,7 @@ func (s *Server) Run(ctx context.Context) error {
 	err := s.rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		return fmt.Errorf("start api: redis (%sREDIS_URL): %w", worker.EnvPrefix, err)
+		return fmt.Errorf("start api: redis (%sREDIS_URL): %w", config.EnvPrefix, err)
 	}
 	stopGuard, err := s.startRedisGuard(ctx)
 	if err != nil {
@@ -214,7 +197,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ln := s.listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
-			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, worker.EnvPrefix, err)
+			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, config.EnvPrefix, err)
 		}
 	}
 	srv := &http.Server{
@@ -245,12 +228,7 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) close() {
-	_ = s.lim.Close()
-	if s.ownRedis {
-		_ = s.rdb.Close()
-	}
-}
+func (s *Server) close() { s.deps.Close() }
 
 // identity is who a request acts as.
 type identity struct {
@@ -379,7 +357,6 @@ type metrics struct {
 	enqueued    *prometheus.CounterVec
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
-	outcomes    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -406,10 +383,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused with 429 by the per-token rate limit.",
 		}),
 	}
-	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_delivery_outcomes_total",
-		Help: "Final delivery outcomes the provider reported (status callbacks), by channel, status (delivered, undelivered, failed) and class of the error code (none, recipient, filtered, other); each notification counts once.",
-	}, []string{"channel", "status", "code_class"})
-	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.outcomes)
+	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited)
 	return m
 }

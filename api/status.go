@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // Status is what GET /v1/notifications/{id} answers.
@@ -123,7 +122,7 @@ func (s *Server) notFound(w http.ResponseWriter) {
 // is the caller's; for the admin it may be empty, and then only queued
 // notifications are found.
 func (s *Server) status(ctx context.Context, tenant string, admin bool, id string) (Status, bool, error) {
-	info, err := s.wcfg.Layout().FindTask(s.insp, tenant, s.policy().Pins(), id)
+	info, err := s.cfg.Layout().FindTask(s.insp, tenant, s.policy().Pins(), id)
 	switch {
 	case err == nil:
 		return s.taskStatus(ctx, tenant, admin, info)
@@ -159,7 +158,7 @@ func (s *Server) status(ctx context.Context, tenant string, admin bool, id strin
 }
 
 func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info *asynq.TaskInfo) (Status, bool, error) {
-	n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.wcfg.PayloadPlaintext == "accept")
+	n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.cfg.PayloadPlaintext == "accept")
 	if err != nil {
 		if !admin {
 			return Status{}, false, nil // cannot tell whose it is: not the caller's
@@ -197,7 +196,7 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 			st.State = StateQueued // enqueued to be sent later
 			break
 		}
-		le := worker.ReadTaskError(info.LastErr, true)
+		le := tasks.ReadTaskError(info.LastErr, true)
 		st.Reason, st.Rule = le.Reason, le.Rule
 		if st.Slot.IsZero() && !le.Until.IsZero() {
 			st.Slot = le.Until
@@ -209,7 +208,7 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 		}
 	case asynq.TaskStateArchived:
 		st.State = StateArchived
-		st.Reason = worker.ReadTaskError(info.LastErr, false).Reason
+		st.Reason = tasks.ReadTaskError(info.LastErr, false).Reason
 		st.Slot = time.Time{}
 	case asynq.TaskStateCompleted:
 		st.State, st.SentAt, st.Slot = StateSent, info.CompletedAt.UTC(), time.Time{}

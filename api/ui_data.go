@@ -14,13 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // Where the dashboard's figures come from:
-//   - windows: worker.Quotas, as `sluice quota show` and GET /v1/quotas;
+//   - windows: report.Quotas, as `sluice quota show` and GET /v1/quotas;
 //   - waiting messages, denials, drops and expiries: the tasks Asynq holds
 //     (retry, scheduled, archived), their payloads opened to learn the
 //     tenant and their LastErr read as GET /v1/notifications/{id} reads it.
@@ -74,7 +74,7 @@ func windowID(l throttle.Limit) string {
 	return l.Scope + ":" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10)
 }
 
-func toWindows(rep worker.QuotaReport, keep func(plans.Entry) bool, seen map[string]bool) []uiWindow {
+func toWindows(rep report.QuotaReport, keep func(plans.Entry) bool, seen map[string]bool) []uiWindow {
 	var out []uiWindow
 	for _, r := range rep.Rows {
 		if !keep(r.Rule) {
@@ -112,8 +112,8 @@ func (s *Server) tenantWindows(ctx context.Context, tenant string) ([]uiWindow, 
 	var out []uiWindow
 	var now time.Time
 	for _, cat := range tenantCategories(policy, tenant) {
-		rep, err := worker.Quotas(ctx, s.lim, policy, s.wcfg, worker.QuotaQuery{Tenant: tenant, Category: cat})
-		if errors.Is(err, worker.ErrNoRules) {
+		rep, err := report.Quotas(ctx, s.lim, policy, s.cfg, report.QuotaQuery{Tenant: tenant, Category: cat})
+		if errors.Is(err, report.ErrNoRules) {
 			continue
 		}
 		if err != nil {
@@ -138,14 +138,14 @@ type uiPlan struct {
 
 func (s *Server) tenantPlan(ctx context.Context, tenant string, history bool) (uiPlan, error) {
 	var p uiPlan
-	if w := s.watcher.Load(); w != nil {
-		for _, pl := range w.Current().Plans {
+	if s.plans.Following() {
+		for _, pl := range s.plans.Current().Plans {
 			if pl.Tenant == tenant {
 				p.Own, p.Plan = true, pl
 			}
 		}
 	} else {
-		pl, err := plans.NewStore(s.rdb, s.defaults).Get(ctx, tenant)
+		pl, err := plans.NewStore(s.rdb, s.plans.Defaults()).Get(ctx, tenant)
 		switch {
 		case err == nil:
 			p.Own, p.Plan = true, pl
@@ -163,7 +163,7 @@ func (s *Server) tenantPlan(ctx context.Context, tenant string, history bool) (u
 		}
 	}
 	if history {
-		hist, err := plans.NewStore(s.rdb, s.defaults).History(ctx, 200)
+		hist, err := plans.NewStore(s.rdb, s.plans.Defaults()).History(ctx, 200)
 		if err != nil {
 			return p, err
 		}
@@ -235,9 +235,9 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 		{StateWaiting, s.insp.ListScheduledTasks},
 		{StateArchived, s.insp.ListArchivedTasks},
 	}
-	queues := s.wcfg.Layout().Queues()
+	queues := s.cfg.Layout().Queues()
 	if tenant != "" && tenant != "*" {
-		queues = s.wcfg.Layout().Candidates(tenant, policy.Pins())
+		queues = s.cfg.Layout().Candidates(tenant, policy.Pins())
 	}
 	exist, err := s.insp.Queues()
 	if err != nil {
@@ -270,7 +270,7 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 				left -= len(infos)
 				for _, info := range infos {
 					sc.Scanned++
-					n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.wcfg.PayloadPlaintext == "accept")
+					n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.cfg.PayloadPlaintext == "accept")
 					if err != nil {
 						sc.Unreadable++
 						continue
@@ -303,10 +303,10 @@ func (s *Server) uiTaskOf(policy plans.Policy, state string, info *asynq.TaskInf
 			t.Reason = "scheduled" // enqueued to be sent later
 			break
 		}
-		le := worker.ReadTaskError(info.LastErr, true)
+		le := tasks.ReadTaskError(info.LastErr, true)
 		t.Reason, t.Rule, t.Slot = le.Reason, le.Rule, le.Until
 	case StateArchived:
-		t.Reason = worker.ReadTaskError(info.LastErr, false).Reason
+		t.Reason = tasks.ReadTaskError(info.LastErr, false).Reason
 	}
 	if !n.ExpiresAt.IsZero() {
 		t.Deadline = n.ExpiresAt
@@ -442,7 +442,7 @@ func (s *Server) queueDepths() ([]uiQueue, error) {
 		return nil, fmt.Errorf("api: queues: %w", err)
 	}
 	slices.Sort(names)
-	layout := s.wcfg.Layout()
+	layout := s.cfg.Layout()
 	lanes := map[tasks.Lane]*uiQueue{}
 	shards := map[tasks.Lane][]uiQueue{}
 	var others []uiQueue
@@ -483,10 +483,8 @@ func (s *Server) queueDepths() ([]uiQueue, error) {
 // reports a longer list, or a token scan that stopped at its budget.
 func (s *Server) knownTenants(ctx context.Context, seen map[string]int) (tenants []string, more bool, err error) {
 	set := map[string]bool{}
-	if w := s.watcher.Load(); w != nil {
-		for _, p := range w.Current().Plans {
-			set[p.Tenant] = true
-		}
+	for _, p := range s.plans.Current().Plans {
+		set[p.Tenant] = true
 	}
 	for _, e := range s.policy().Entries() {
 		if e.Tenant != "" {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // uiTenantRow is one tenant of the overview.
@@ -193,7 +193,7 @@ type uiRecipientPage struct {
 	Channel  string
 	Now      time.Time
 	Windows  []uiWindow
-	Quiet    []worker.QuietRow
+	Quiet    []report.QuietRow
 	Activity uiActivity
 }
 
@@ -213,9 +213,9 @@ func (u *ui) recipient(w http.ResponseWriter, r *http.Request, tenant string) {
 		return
 	}
 	v := uiRecipientPage{Tenant: tenant, Masked: tasks.Mask(norm), Subject: u.s.lim.Subject(norm)[:12], Channel: string(ch)}
-	rep, err := worker.Quotas(r.Context(), u.s.lim, u.s.policy(), u.s.wcfg, worker.QuotaQuery{Tenant: tenant, Channel: ch, Recipient: norm})
+	rep, err := report.Quotas(r.Context(), u.s.lim, u.s.policy(), u.s.cfg, report.QuotaQuery{Tenant: tenant, Channel: ch, Recipient: norm})
 	switch {
-	case errors.Is(err, worker.ErrNoRules):
+	case errors.Is(err, report.ErrNoRules):
 	case err != nil:
 		u.unavailable(w, r, err)
 		return

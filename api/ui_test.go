@@ -487,7 +487,7 @@ func TestUIRecipientLookupNeverShowsOrLogsTheRecipient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	var logs syncBuffer
-	srv, err := api.New(b.cfg, b.wcfg, api.Options{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	srv, err := api.New(b.cfg, api.Options{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}

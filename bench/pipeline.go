@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -95,16 +96,16 @@ func workerConfig(addr, queue, rules string, extra map[string]string) worker.Con
 }
 
 // startWorker runs a Sluice worker in-process until stop is called.
-func startWorker(addr string, cfg worker.Config, s worker.Sender) (reg *prometheus.Registry, stop func()) {
+func startWorker(addr string, cfg worker.Config, s sender.Sender) (reg *prometheus.Registry, stop func()) {
 	return startWorkerWith(addr, cfg, s, nil)
 }
 
 // startWorkerWith is startWorker with a decision hook (worker.Options.OnDecision).
-func startWorkerWith(addr string, cfg worker.Config, s worker.Sender, onDecision func(tasks.Notification, throttle.Decision)) (reg *prometheus.Registry, stop func()) {
+func startWorkerWith(addr string, cfg worker.Config, s sender.Sender, onDecision func(tasks.Notification, throttle.Decision)) (reg *prometheus.Registry, stop func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	reg = prometheus.NewRegistry()
 	w, err := worker.New(cfg, worker.Options{Redis: rdb, Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Senders: map[tasks.Channel]worker.Sender{tasks.SMS: s, tasks.Email: s}, OnDecision: onDecision})
+		Senders: map[tasks.Channel]sender.Sender{tasks.SMS: s, tasks.Email: s}, OnDecision: onDecision})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -313,3 +313,63 @@ func (w *Watcher) refresh(ctx context.Context) {
 		w.onChange(old, snap, changes)
 	}
 }
+
+// Live is the rules in force: the defaults, then — once Follow runs — the
+// defaults with every tenant plan of the latest version. Workers and the
+// API read it once per check.
+type Live struct {
+	defaults Policy
+	w        atomic.Pointer[Watcher]
+}
+
+// NewLive returns rules in force that are the defaults until Follow.
+func NewLive(defaults Policy) *Live { return &Live{defaults: defaults} }
+
+// Defaults are the deployment's rules (SLUICE_RULES).
+func (l *Live) Defaults() Policy { return l.defaults }
+
+// Current is the snapshot in force; before Follow, the defaults at version 0.
+func (l *Live) Current() Snapshot {
+	if w := l.w.Load(); w != nil {
+		return w.Current()
+	}
+	return Snapshot{Policy: l.defaults}
+}
+
+// Policy is Current().Policy.
+func (l *Live) Policy() Policy { return l.Current().Policy }
+
+// Following reports whether Follow started.
+func (l *Live) Following() bool { return l.w.Load() != nil }
+
+// Done is closed when the plans stop being followed (ctx of Follow ended);
+// nil before Follow.
+func (l *Live) Done() <-chan struct{} {
+	if w := l.w.Load(); w != nil {
+		return w.Done()
+	}
+	return nil
+}
+
+// Follow loads the tenant plans from rdb and keeps them current until ctx
+// ends, checking the version every interval besides the pub/sub message of
+// each change, and logging each change applied. onChange (optional) runs
+// after each, with the new version.
+func (l *Live) Follow(ctx context.Context, rdb redis.UniversalClient, interval time.Duration, log *slog.Logger, onChange func(version int64)) error {
+	w, err := NewStore(rdb, l.defaults).Watch(ctx, interval, log, func(old, cur Snapshot, changes []Change) {
+		for _, c := range changes {
+			log.Info("tenant plan changed; applied", "tenant", c.Tenant, "action", c.Action, "version", c.Version, "by", c.By, "at", c.At, "rules", c.Rules)
+		}
+		log.Info("tenant plans in force", "version", cur.Version, "previous", old.Version, "tenants_with_plans", len(cur.Plans))
+		if onChange != nil {
+			onChange(cur.Version)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("tenant plans: %w", err)
+	}
+	l.w.Store(w)
+	snap := w.Current()
+	log.Info("tenant plans in force", "version", snap.Version, "tenants_with_plans", len(snap.Plans))
+	return nil
+}

@@ -62,6 +62,9 @@
 -- Opcode "X" — release: KEYS -> the rule keys, then the state key. ARGV -> member, attempt.
 --   Removes the attempt's entry (admission or booking) from every key and rolls the state back
 --   (to nothing for attempt 1, else to attempt k-1 admitted). Returns {entries removed}.
+-- Opcode "S" — state (read-only): KEYS -> the member's state key. Returns {kind, attempt, at_ms}: kind 0
+--   when there is no record (attempt and at 0), else the record's letter as a byte (98 'b' booked,
+--   97 'a' admitted, 100 'd' done); or an error for a record this script cannot read.
 -- Opcode "U" — usage (read-only): KEYS -> rule keys. ARGV -> slack_ms, n, per rule limit, window_ms.
 --   Returns per rule: used (entries in [now-window, now]), booked (entries after now), oldest in
 --   the window (-1), newest (-1), next free slot (earliest fit at or after now).
@@ -322,6 +325,14 @@ local function release(k0, a0, nkeys)
   return {removed}
 end
 
+local function state(k0)
+  local st = redis.call('GET', KEYS[k0])
+  if not st then return {0, 0, 0} end
+  local kind, k, t = string.match(st, '^(%a)(%d+):(%-?%d+)')
+  if not kind then error('state key holds ' .. st) end
+  return {string.byte(kind), tonumber(k), tonumber(t)}
+end
+
 local function usage(k0, a0)
   local slack, n = tonumber(ARGV[a0]), tonumber(ARGV[a0 + 1])
   local out = {}
@@ -348,7 +359,7 @@ local function usage(k0, a0)
   return out
 end
 
-local ops = {R = reserve, P = place, D = done, X = release, U = usage}
+local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage}
 local out = {now}
 local ka, aa = 1, 3
 for j = 1, tonumber(ARGV[2]) do

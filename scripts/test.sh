@@ -45,9 +45,9 @@ fuzztime=${SLUICE_FUZZTIME:-10000x}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
-                plans:FuzzParse worker:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
-                api:FuzzParseIdempotencyKey api:FuzzParseStateRecord worker:FuzzReadTaskError api:FuzzDecodeNotification \
-                api:FuzzParseStatusCallback delivery:FuzzParseRecord; do
+                plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
+                api:FuzzParseIdempotencyKey throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
+                sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then

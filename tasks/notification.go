@@ -470,3 +470,27 @@ func injectID(b []byte) ([]byte, error) {
 	m["id"] = id
 	return json.Marshal(m)
 }
+
+// The form parameters that name an SMS's origin at a Twilio-compatible API.
+const (
+	ParamFrom             = "From"
+	ParamMessagingService = "MessagingServiceSid"
+)
+
+// SMSOrigin is where an SMS goes from: the form parameter (ParamFrom or
+// ParamMessagingService) and its value. The notification's own choice wins,
+// then the default Messaging Service, then the default number. The value is
+// also the sender that sender rules (sms:sender=...) count: for a Messaging
+// Service that is the service, whose pool the provider spreads the
+// messages over.
+func SMSOrigin(n Notification, from, service string) (param, value string) {
+	switch {
+	case n.MessagingServiceSID != "":
+		return ParamMessagingService, n.MessagingServiceSID
+	case n.From != "":
+		return ParamFrom, n.From
+	case service != "":
+		return ParamMessagingService, service
+	}
+	return ParamFrom, from
+}

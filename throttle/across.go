@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // agreeLead is how far ahead of now a check across groups aims its first
@@ -111,30 +109,31 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 
 // attemptOf reads which attempt a reservation of id would be, and answers
 // for the ids that need no slot (done; an unknown outcome under
-// AtMostOnce or Idempotent).
+// AtMostOnce or Idempotent), stamped with the Redis clock of id's group.
 func (l *Limiter) attemptOf(ctx context.Context, group, id string, policy RerunPolicy) (int, Decision, bool, error) {
-	st, err := l.client.Get(ctx, l.StateKey(group, id)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "S", keys: []string{l.StateKey(group, id)}})
+	if err != nil {
 		return 0, Decision{}, false, fmt.Errorf("throttle: check: %w", err)
 	}
-	if st == "" {
+	if len(reply) != 3 {
+		return 0, Decision{}, false, fmt.Errorf("throttle: check: unexpected state reply %v", reply)
+	}
+	kind, k, at := RecordKind(reply[0]), int(reply[1]), time.UnixMilli(reply[2])
+	if kind == 0 {
 		return 1, Decision{}, false, nil
 	}
-	var kind byte
-	var k int
-	var at int64
-	if _, err := fmt.Sscanf(st, "%c%d:%d", &kind, &k, &at); err != nil || k < 1 {
-		return 0, Decision{}, false, fmt.Errorf("throttle: check: state key holds %q", st)
+	if k < 1 {
+		return 0, Decision{}, false, fmt.Errorf("throttle: check: %w: attempt %d", ErrBadRecord, k)
 	}
-	now := time.Now()
+	now := time.UnixMilli(nowMS)
 	switch {
-	case kind == 'd':
-		return k, Decision{Status: StatusDone, Done: true, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: time.UnixMilli(at)}, true, nil
-	case kind == 'a' && policy == AtMostOnce:
-		return k, Decision{Status: StatusUnknown, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: time.UnixMilli(at)}, true, nil
-	case kind == 'a' && policy == Idempotent:
-		return k, Decision{Status: StatusDuplicate, Allowed: true, Duplicate: true, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: time.UnixMilli(at)}, true, nil
-	case kind == 'a':
+	case kind == RecordDone:
+		return k, Decision{Status: StatusDone, Done: true, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: at}, true, nil
+	case kind == RecordAdmitted && policy == AtMostOnce:
+		return k, Decision{Status: StatusUnknown, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: at}, true, nil
+	case kind == RecordAdmitted && policy == Idempotent:
+		return k, Decision{Status: StatusDuplicate, Allowed: true, Duplicate: true, Attempt: k, DeniedBy: -1, RetryAfter: -1, Now: now, At: at}, true, nil
+	case kind == RecordAdmitted:
 		return k + 1, Decision{}, false, nil
 	}
 	return k, Decision{}, false, nil

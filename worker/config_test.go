@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/tlstest"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -50,11 +51,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 			env["SLUICE_PAYLOAD_KEYS"] = testKeys
 		}
 		_, err := worker.ParseConfig(env)
-		if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), name) {
+		if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%v: err = %v, want a config error naming %s", env, err, name)
 		}
 	}
-	if _, err := worker.ParseConfig(map[string]string{"SLUICE_CONCURRENCY": "ten"}); !errors.Is(err, worker.ErrConfig) {
+	if _, err := worker.ParseConfig(map[string]string{"SLUICE_CONCURRENCY": "ten"}); !errors.Is(err, config.ErrConfig) {
 		t.Errorf("unparseable int: %v", err)
 	}
 }
@@ -88,8 +89,8 @@ func TestUnknownVariables(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"SLUICE_RULE": "sms:recipient=1/1m", "SLUICE_CONCURENCY": "4", "SLUICE_WHATEVER_ELSE_ENTIRELY": "x",
 		"SLUICE_RULES": "sms:recipient=1/1m", "SLUICE_FUZZTIME": "5s", "PATH": "/bin", "OTEL_SERVICE_NAME": "x"}
-	err := worker.UnknownVariables(env, worker.KnownVariables())
-	if !errors.Is(err, worker.ErrConfig) {
+	err := config.UnknownVariables(env, worker.KnownVariables())
+	if !errors.Is(err, config.ErrConfig) {
 		t.Fatalf("err = %v", err)
 	}
 	msg := err.Error()
@@ -105,7 +106,7 @@ func TestUnknownVariables(t *testing.T) {
 			t.Errorf("%q reported:\n%s", not, msg)
 		}
 	}
-	if err := worker.UnknownVariables(map[string]string{"SLUICE_RULES": "x"}, worker.KnownVariables()); err != nil {
+	if err := config.UnknownVariables(map[string]string{"SLUICE_RULES": "x"}, worker.KnownVariables()); err != nil {
 		t.Fatalf("known only: %v", err)
 	}
 }
@@ -200,7 +201,7 @@ func TestConfigCAFiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("valid CA files refused: %v", err)
 	}
-	if cfg.RedisCAFile != certs.CAFile || cfg.SMTPCAFile != certs.CAFile {
+	if cfg.RedisCAFile != certs.CAFile || smtpSettings(t, cfg).CAFile != certs.CAFile {
 		t.Fatalf("CA files not read: %+v", cfg)
 	}
 	if _, err := worker.ParseConfig(base(nil)); err != nil {
@@ -222,7 +223,7 @@ func TestConfigCAFiles(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := worker.ParseConfig(base(c.env))
-		if !errors.Is(err, worker.ErrConfig) {
+		if !errors.Is(err, config.ErrConfig) {
 			t.Errorf("%v: err = %v, want a config error", c.env, err)
 			continue
 		}
@@ -242,7 +243,7 @@ func TestConfigCAFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c, err := worker.NewRedisClient(cfg); !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_REDIS_CA_FILE") {
+		if c, err := cfg.NewRedisClient(); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_REDIS_CA_FILE") {
 			if c != nil {
 				c.Close()
 			}
@@ -273,7 +274,7 @@ func TestConfigSMTPAuthNeedsTLS(t *testing.T) {
 	}
 	for _, mode := range []string{"none", "opportunistic"} {
 		err := parse(mode, "mailer", "")
-		if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_SMTP_USERNAME") ||
+		if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_SMTP_USERNAME") ||
 			!strings.Contains(err.Error(), "SLUICE_SMTP_TLS="+mode) || !strings.Contains(err.Error(), "SLUICE_SMTP_ALLOW_PLAIN_AUTH") {
 			t.Errorf("AUTH with TLS %s: err = %v, want a config error naming SLUICE_SMTP_USERNAME, SLUICE_SMTP_TLS and the way out", mode, err)
 		}
@@ -293,7 +294,7 @@ func TestConfigSMTPAuthNeedsTLS(t *testing.T) {
 		}
 	}
 	cfg, err := worker.ParseConfig(map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef", "SLUICE_PAYLOAD_KEYS": testKeys})
-	if err != nil || cfg.SMTPAllowPlainAuth {
-		t.Errorf("SLUICE_SMTP_ALLOW_PLAIN_AUTH must default to false: %v, %v", cfg.SMTPAllowPlainAuth, err)
+	if err != nil || smtpSettings(t, cfg).AllowPlainAuth {
+		t.Errorf("SLUICE_SMTP_ALLOW_PLAIN_AUTH must default to false: %v, %v", smtpSettings(t, cfg).AllowPlainAuth, err)
 	}
 }

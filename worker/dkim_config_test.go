@@ -15,7 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -63,8 +65,8 @@ func TestConfigDKIM(t *testing.T) {
 			t.Errorf("valid key %s refused: %v", filepath.Base(key), err)
 			continue
 		}
-		if !slices.Equal(cfg.DKIMHeaders, worker.DefaultDKIMHeaders) {
-			t.Errorf("default DKIM_HEADERS %v, want %v", cfg.DKIMHeaders, worker.DefaultDKIMHeaders)
+		if h := smtpSettings(t, cfg).DKIMHeaders; !slices.Equal(h, smtp.DefaultDKIMHeaders) {
+			t.Errorf("default DKIM_HEADERS %v, want %v", h, smtp.DefaultDKIMHeaders)
 		}
 	}
 	if _, err := worker.ParseConfig(base(map[string]string{"SLUICE_DKIM_KEY_FILE": ed, "SLUICE_DKIM_HEADERS": " From , Subject,X-Campaign "})); err != nil {
@@ -103,7 +105,7 @@ func TestConfigDKIM(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := worker.ParseConfig(base(c.env))
-		if !errors.Is(err, worker.ErrConfig) {
+		if !errors.Is(err, config.ErrConfig) {
 			t.Errorf("%s: err = %v, want a config error", c.name, err)
 			continue
 		}

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -65,6 +67,27 @@ func setup(t *testing.T, rules string) *bundle {
 	b.client = asynq.NewClientFromRedisClient(rdb)
 	b.insp = asynq.NewInspectorFromRedisClient(rdb)
 	return b
+}
+
+// withEnv returns cfg with SLUICE_ variables set (KEY, VALUE, …) in its
+// environment, where the senders read their settings, on a copy of it.
+func withEnv(cfg worker.Config, kv ...string) worker.Config {
+	env := maps.Clone(cfg.Environ)
+	for i := 0; i+1 < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
+	}
+	cfg.Environ = env
+	return cfg
+}
+
+// smtpSettings are the SMTP provider's settings of cfg.
+func smtpSettings(t *testing.T, cfg worker.Config) *smtp.Settings {
+	t.Helper()
+	st, err := smtp.Provider.NewSettings(cfg.Environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.(*smtp.Settings)
 }
 
 func (b *bundle) keys(t *testing.T) *tasks.Keyring {

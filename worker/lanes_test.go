@@ -49,7 +49,7 @@ func TestPriorityLaneHasItsOwnSlots(t *testing.T) {
 	b.sms.SetLatency(2 * time.Second)
 	cfg := b.cfg
 	cfg.Concurrency, cfg.PriorityConcurrency, cfg.MaxWaiters, cfg.MaxInlineWait = 1, 1, 0, 0
-	cfg.SMSTimeout = 10 * time.Second
+	cfg = withEnv(cfg, "SLUICE_SMS_TIMEOUT", "10s")
 	var std []string
 	for i := 0; i < 4; i++ {
 		n := tasks.NewSMS("acme", "+1415555040"+string(rune('0'+i)), "standard")

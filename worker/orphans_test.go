@@ -64,7 +64,7 @@ func TestSlowLiveTaskIsNotRequeued(t *testing.T) {
 	b.sms.SetLatency(16 * time.Second)
 	cfg := b.cfg
 	cfg.OrphanAfter = 11 * time.Second
-	cfg.SMSTimeout = 40 * time.Second
+	cfg = withEnv(cfg, "SLUICE_SMS_TIMEOUT", "40s")
 	w1, w2 := b.start(t, cfg), b.start(t, cfg)
 	n := tasks.NewSMS("acme", "+14155550191", "slow but alive")
 	b.enqueue(t, n)

@@ -2,22 +2,9 @@ package worker
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 )
-
-// GuardOptions are the redisguard options of cfg (REDIS_ALLOW_EVICTION,
-// REDIS_CHECK_INTERVAL, REDIS_DEGRADED_FOR, REDIS_WAIT_REPLICAS), for the
-// worker and the API alike.
-func (c Config) GuardOptions() redisguard.Options {
-	o := redisguard.Options{Interval: c.RedisCheckInterval, AllowEviction: c.RedisAllowEviction, DegradedFor: c.RedisDegradedFor, WaitReplicas: c.RedisWaitReplicas}
-	if o.DegradedFor == 0 {
-		o.DegradedFor = -1 // 0 means never here; the guard's zero is its default
-	}
-	return o
-}
 
 // startRedisGuard checks every Redis node's settings (README, "Redis
 // requirements"): it refuses an eviction policy unless REDIS_ALLOW_EVICTION,
@@ -27,12 +14,9 @@ func (w *Worker) startRedisGuard(ctx context.Context) (stop func(), err error) {
 	if w.noRedisChecks {
 		return func() {}, nil
 	}
-	o := w.cfg.GuardOptions()
-	o.Logger, o.Registerer = w.log.With("component", "redis"), w.registry
-	g := redisguard.New(w.rdb, o)
-	r, err := g.Start(ctx)
+	g, r, err := w.deps.StartGuard(ctx, w.cfg.Base, w.cfg.RedisWaitReplicas, "start worker")
 	if err != nil {
-		return nil, fmt.Errorf("start worker: %w", err)
+		return nil, err
 	}
 	w.redisGuard.Store(g)
 	w.checkListpack(r.ListpackEntries())

@@ -11,9 +11,11 @@ import (
 
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/report"
+	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 const (
@@ -30,7 +32,7 @@ func TestSMSThroughMessagingService(t *testing.T) {
 	b := setup(t, "sms:recipient=5/1m")
 	cfg := b.cfg
 	cfg.SMSFrom, cfg.SMSMessagingServiceSID = "", serviceA
-	cfg.SMSStatusCallbackURL = "https://sluice.example.com/"
+	cfg = withEnv(cfg, "SLUICE_SMS_STATUS_CALLBACK_URL", "https://sluice.example.com/")
 	b.start(t, cfg)
 	def := tasks.NewSMS("acme", "+14155550180", "through the default service")
 	own := tasks.NewSMS("acme", "+14155550181", "through its own service")
@@ -81,12 +83,12 @@ func TestSenderRuleCountsTheMessagingService(t *testing.T) {
 		t.Fatalf("second delivery %s (%s); want the one through service B", ds[1].ID, ds[1].Body)
 	}
 	ti := b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateRetry })
-	if !strings.HasPrefix(ti.LastErr, worker.DeferredPrefix+"throttled by sms:sender 1/1h") {
+	if !strings.HasPrefix(ti.LastErr, tasks.DeferredPrefix+"throttled by sms:sender 1/1h") {
 		t.Fatalf("the second message through service A waits with %q; want the sender rule", ti.LastErr)
 	}
 	// What Asynq's Inspector (and asynqmon's Retry tab) shows of a deferral:
 	// the marker, no retry spent, and the reader's view of it.
-	if te := worker.ReadTaskError(ti.LastErr, true); ti.Retried != 0 || !te.Deferred || te.Reason != "throttled" || te.Rule != "sms:sender 1/1h" {
+	if te := tasks.ReadTaskError(ti.LastErr, true); ti.Retried != 0 || !te.Deferred || te.Reason != "throttled" || te.Rule != "sms:sender 1/1h" {
 		t.Fatalf("a deferral reads as %+v with %d retries; want a deferral by sms:sender 1/1h, no retry spent", te, ti.Retried)
 	}
 	// The quota report's default sender is the configured service too.
@@ -99,7 +101,7 @@ func TestSenderRuleCountsTheMessagingService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := worker.Quotas(context.Background(), lim, policy, cfg, worker.QuotaQuery{Tenant: "acme", Channel: tasks.SMS})
+	rep, err := report.Quotas(context.Background(), lim, policy, cfg, report.QuotaQuery{Tenant: "acme", Channel: tasks.SMS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,13 +124,13 @@ func TestSenderRuleCountsTheMessagingService(t *testing.T) {
 func TestSMSErrorCode(t *testing.T) {
 	t.Parallel()
 	f := fakes.NewSMSAPI(t)
-	s, err := worker.NewHTTPSMSSender(worker.HTTPSMSConfig{BaseURL: f.URL, AccountSID: f.AccountSID, AuthToken: f.AuthToken, From: "+15005550006"})
+	s, err := twilio.NewSender(twilio.Config{BaseURL: f.URL, AccountSID: f.AccountSID, AuthToken: f.AuthToken, From: "+15005550006"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.SetReply(func(string, string) (int, string) { return 21211, "" })
 	err = s.Send(context.Background(), tasks.NewSMS("acme", "+14155550186", "hi"))
-	var se *worker.SendError
+	var se *sender.SendError
 	if !errors.As(err, &se) || !se.Permanent || !se.NotSent || se.Code != 21211 {
 		t.Fatalf("Send = %#v; want a permanent, unsent SendError with code 21211", err)
 	}
@@ -170,7 +172,8 @@ func TestPermanentFailureSuppressesTheRecipient(t *testing.T) {
 			second := tasks.NewSMS("acme", "+1 415 555 0190", "second")
 			b.enqueue(t, second)
 			ti = b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
-			if got := strings.HasPrefix(ti.LastErr, "suppressed: an earlier SMS to this recipient failed permanently (provider code 21211)"); got != on {
+			te := tasks.ReadTaskError(ti.LastErr, false)
+			if got := te.Reason == tasks.ReasonSuppressed && strings.Contains(ti.LastErr, "an earlier SMS to this recipient failed permanently (provider code 21211)"); got != on {
 				t.Fatalf("second archived with %q; suppression on: %v", ti.LastErr, on)
 			}
 			if want := map[bool]int{true: 1, false: 2}[on]; b.sms.Attempts() != want {

@@ -15,211 +15,10 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
-
-// ThrottledError is returned to Asynq for a task whose slot lies ahead. It
-// is not a failure: the task is rescheduled for WakeAt without spending a retry.
-type ThrottledError struct {
-	// RetryAt is the slot, in this host's clock.
-	RetryAt time.Time
-	// WakeAt is when Asynq should run the task again (see WakeTime).
-	WakeAt time.Time
-	// Rule is the rule that set the slot, e.g. "sms:recipient 1/1m".
-	Rule string
-	// Booked: the limiter holds the slot for the task.
-	Booked bool
-}
-
-// Error starts with DeferredPrefix: Asynq shows it as the task's LastErr in
-// its Retry list, where it must not read as a failure. ReadTaskError reads it.
-func (e *ThrottledError) Error() string {
-	return fmt.Sprintf("%sthrottled by %s until %s", DeferredPrefix, e.Rule, e.RetryAt.UTC().Format(time.RFC3339Nano))
-}
-
-// Is matches any *ThrottledError, so errors.Is(err, &ThrottledError{}) works.
-func (e *ThrottledError) Is(target error) bool {
-	_, ok := target.(*ThrottledError)
-	return ok
-}
-
-// UnavailableError is returned to Asynq when Redis could not be asked for
-// the whole time the task may run. Nothing was sent; it is not a failure and
-// the task is tried again after Config.UnavailableRetry.
-type UnavailableError struct{ Err error }
-
-func (e *UnavailableError) Error() string {
-	return DeferredPrefix + "quota check unavailable, nothing sent: " + e.Err.Error()
-}
-func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// errLate: a send woke too late for its slot, which it gave back.
-var errLate = errors.New("woke too late for the slot")
-
-type ctxKey struct{}
-
-// notificationFrom returns the notification the throttle middleware decoded.
-func notificationFrom(ctx context.Context) (tasks.Notification, bool) {
-	n, ok := ctx.Value(ctxKey{}).(tasks.Notification)
-	return n, ok
-}
-
-// Archive reasons, as logged and counted (sluice_archived_total{reason}).
-const (
-	ReasonInvalid    = "invalid"
-	ReasonUnreadable = "unreadable"
-	ReasonUnknown    = "outcome_unknown"
-	ReasonExpired    = "expired"
-	ReasonThrottled  = "throttled"
-	ReasonPermanent  = "permanent"
-	ReasonBudget     = "retry_budget"
-	ReasonSuppressed = "suppressed"
-)
-
-// throttleMiddleware decodes the task, asks the limiter with every rule that
-// applies, waits in process for a slot that is close, and only then lets the
-// handler send. See the package doc.
-func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		taskID, _ := asynq.GetTaskID(ctx)
-		n, err := tasks.Open(w.keys, taskID, t.Type(), t.Payload(), w.cfg.PayloadPlaintext == "accept")
-		if err == nil {
-			if typ, _ := n.Channel.TaskType(); typ != t.Type() {
-				err = fmt.Errorf("%w: channel %q does not match task type %q", tasks.ErrInvalid, n.Channel, t.Type())
-			}
-		}
-		if err != nil {
-			reason := ReasonInvalid
-			if errors.Is(err, tasks.ErrSealed) || errors.Is(err, tasks.ErrNotSealed) {
-				reason = ReasonUnreadable
-			}
-			w.metrics.Sends.WithLabelValues(channelLabel(t.Type()), "invalid").Inc()
-			w.metrics.Archived.WithLabelValues(channelLabel(t.Type()), "", reason).Inc()
-			w.log.Warn("archiving a notification that cannot be sent", "task_id", taskID, "task_type", t.Type(), "reason", err)
-			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-		}
-		traceNotification(ctx, n)
-		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
-		// A producer without the rules (or with older ones) may have put the
-		// task in another lane or shard: move it before any check.
-		policy, _ := w.currentPlans()
-		if have, _ := asynq.GetQueueName(ctx); have != w.layout.Legacy() {
-			if want := policy.Queue(w.layout, n); have != want {
-				if _, _, ours := w.layout.Parse(have); ours {
-					return w.move(ctx, t, n, have, want, log)
-				}
-			}
-		}
-		var d throttle.Decision
-		var limits []throttle.Limit
-		for round := 0; ; round++ {
-			policy, version := w.currentPlans()
-			c := w.plan(policy, n)
-			if n.Channel == tasks.Email {
-				// Bulk mail and its default List-Unsubscribe, under the same plan as
-				// the check. Producers refuse bulk mail without one (the API, sluice
-				// enqueue); this is the last line for other producers and for a plan
-				// that changed since the enqueue.
-				n.ListUnsubscribe = c.match.ListUnsubscribe(n)
-				if err := c.match.CheckUnsubscribe(n); err != nil {
-					w.archived(n, ReasonInvalid)
-					log.Warn("archiving bulk mail without a List-Unsubscribe")
-					return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-				}
-			}
-			limits = c.limits
-			opts := c.opts
-			opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
-			if n.Channel == tasks.SMS && w.suppressCodes != nil {
-				// The suppression list is read in the same script call.
-				opts.Block = w.delivery.SuppressKey(n.Tenant, n.Channel, n.To)
-			}
-			// A slot within MaxInlineWait is waited for here, holding a waiter
-			// token; without a free token it is booked through Asynq instead.
-			waiter := w.tryWaiter()
-			if !waiter {
-				opts.Horizon = 0
-			}
-			checkCtx, check := w.startCheck(ctx, limits)
-			err = w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
-				var err error
-				d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, limits...)
-				return err
-			})
-			if err != nil {
-				endCheck(check, d, "", err)
-				w.releaseWaiter(waiter)
-				w.metrics.LimiterError.Inc()
-				log.Error("quota check failed; nothing sent, will try again", "err", err)
-				return &UnavailableError{Err: err}
-			}
-			if w.onDecide != nil {
-				w.onDecide(n, d)
-			}
-			why := waitReason(d, limits)
-			endCheck(check, d, why, nil)
-			w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
-			if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
-				w.releaseWaiter(waiter)
-			}
-			switch d.Status {
-			case throttle.StatusDone, throttle.StatusDuplicate:
-				log.Info("already sent; not sending again")
-				return nil
-			case throttle.StatusUnknown:
-				w.archived(n, ReasonUnknown)
-				log.Warn("an earlier attempt may have sent this notification (outcome unknown); at-most-once: archiving, not sending")
-				return fmt.Errorf("outcome of an earlier attempt unknown (at-most-once): %w", asynq.SkipRetry)
-			case throttle.StatusExpired:
-				w.archived(n, ReasonExpired)
-				log.Warn("expired: its earliest slot is past its deadline; archiving, not sending", "deadline", c.deadline, "set_by", c.reason, "slot", d.At, "waiting_for", why)
-				return fmt.Errorf("expired: the earliest slot (%s, %s) is past the %s deadline %s: %w",
-					d.At.UTC().Format(time.RFC3339), why, c.reason, c.deadline.UTC().Format(time.RFC3339), asynq.SkipRetry)
-			case throttle.StatusBlocked:
-				w.archived(n, ReasonSuppressed)
-				log.Warn("the recipient is on the tenant's suppression list; archiving, not sending", "code", d.BlockValue)
-				return fmt.Errorf("suppressed: an earlier SMS to this recipient failed permanently (provider code %d); not sent: %w", d.BlockValue, asynq.SkipRetry)
-			case throttle.StatusDropped:
-				w.archived(n, ReasonThrottled)
-				log.Warn("dropped: a rule whose action is drop is full", "rule", why)
-				return fmt.Errorf("throttled: %s is full and drops what exceeds it: %w", why, asynq.SkipRetry)
-			case throttle.StatusBooked, throttle.StatusDenied:
-				w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
-				return w.reschedule(ctx, t, n, d, why, log)
-			case throttle.StatusAdmitted:
-				if d.Wait > 0 {
-					err := w.waitForSlot(ctx, n, d, limits, log)
-					w.releaseWaiter(waiter)
-					if errors.Is(err, errLate) && round < 3 {
-						continue
-					}
-					if errors.Is(err, errLate) {
-						retryAt := time.Now().Add(time.Second)
-						return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
-					}
-					if err != nil {
-						return err
-					}
-					if _, now := w.currentPlans(); now != version && round < 3 {
-						// The plans changed while this send waited: a change holds
-						// from the moment it is applied, so place it again under it.
-						w.release(ctx, n, d.Attempt, limits, log)
-						log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
-						continue
-					}
-				}
-			default:
-				return fmt.Errorf("worker: unexpected limiter status %s", d.Status)
-			}
-			break
-		}
-		sendCtx, span := w.startSend(ctx, n, d)
-		err = w.send(sendCtx, t, n, d, limits, next, log)
-		endSend(span, err)
-		return err
-	})
-}
 
 // waitForSlot sleeps until an admission made for a near instant is due. On
 // shutdown it gives the slot back and hands the task to Asynq for it.
@@ -249,59 +48,23 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	return &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
 }
 
-// send hands the notification to the sender and records the outcome.
-func (w *Worker) send(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, next asynq.Handler, log *slog.Logger) error {
-	start := time.Now()
-	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
-	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
-	if err == nil {
-		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
-		w.markDone(ctx, n, d.Attempt, log)
-		return nil
-	}
-	var se *SendError
-	if !errors.As(err, &se) {
-		se = &SendError{Err: err}
-	}
-	if se.NotSent {
-		w.release(ctx, n, d.Attempt, limits, log)
-	}
-	if se.Permanent {
-		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
-		w.archived(n, ReasonPermanent)
-		log.Warn("permanent send failure; archiving", "err", err, "code", se.Code)
-		w.suppress(ctx, n, se.Code, log)
-		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-	}
-	w.metrics.Sends.WithLabelValues(string(n.Channel), "transient").Inc()
-	retried, _ := asynq.GetRetryCount(ctx)
-	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	if budget := tasks.RetryBudget(t, maxRetry); retried >= budget {
-		w.archived(n, ReasonBudget)
-		log.Warn("send failed and the retry budget is used up; archiving", "err", err, "retried", retried, "budget", budget)
-		return fmt.Errorf("%w (retry budget of %d used): %w", err, budget, asynq.SkipRetry)
-	}
-	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
-	return err
-}
-
-// suppress puts the recipient of an SMS the provider refused for good on
-// the tenant's suppression list, when the refusal's code is one of
-// SMS_SUPPRESS_CODES.
-func (w *Worker) suppress(ctx context.Context, n tasks.Notification, code int, log *slog.Logger) {
-	if n.Channel != tasks.SMS || !w.suppressCodes[code] {
+// suppress puts the recipient of a notification the provider refused for
+// good, saying it cannot receive this channel any more (SendError.Suppress:
+// for SMS, a code of SMS_SUPPRESS_CODES), on the tenant's suppression list.
+func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.SendError, log *slog.Logger) {
+	if !se.Suppress || n.Channel != tasks.SMS || w.suppressCodes == nil {
 		return
 	}
 	ctx, cancel := w.afterSendContext(ctx)
 	defer cancel()
 	err := w.withRedis(ctx, log, "suppressing a recipient", func(ctx context.Context) error {
-		return w.delivery.Suppress(ctx, n.Tenant, n.Channel, n.To, code, w.cfg.SMSSuppressTTL)
+		return w.delivery.Suppress(ctx, n.Tenant, n.Channel, n.To, se.Code, se.SuppressFor)
 	})
 	if err != nil {
-		log.Warn("could not put the recipient on the suppression list", "code", code, "err", err)
+		log.Warn("could not put the recipient on the suppression list", "code", se.Code, "err", err)
 		return
 	}
-	log.Info("recipient put on the tenant's suppression list", "code", code, "for", w.cfg.SMSSuppressTTL)
+	log.Info("recipient put on the tenant's suppression list", "code", se.Code, "for", se.SuppressFor)
 }
 
 // markDone records a completed send, retrying while Redis is away until the
@@ -580,7 +343,7 @@ func (w *Worker) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if errors.As(err, &ue) {
 		return w.cfg.UnavailableRetry
 	}
-	var se *SendError
+	var se *sender.SendError
 	if errors.As(err, &se) && se.RetryAfter > 0 {
 		return se.RetryAfter
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -185,8 +187,8 @@ func TestTLSWorkerRefusesUntrustedSMTP(t *testing.T) {
 	b := setup(t, "email:recipient=10/1m")
 	smtp := fakes.NewSMTPServer(t, fakes.WithSTARTTLS(certs.Server.ServerConfig()), fakes.WithAuth("sluice", "s3cret"))
 	cfg := b.cfg
-	cfg.SMTPHost, cfg.SMTPPort, cfg.SMTPTLS = smtp.Host, smtp.Port, "starttls"
-	cfg.SMTPCAFile, cfg.SMTPUser, cfg.SMTPPass = certs.OtherCAFile, "sluice", "s3cret"
+	cfg = withEnv(cfg, "SLUICE_SMTP_HOST", smtp.Host, "SLUICE_SMTP_PORT", strconv.Itoa(smtp.Port), "SLUICE_SMTP_TLS", "starttls",
+		"SLUICE_SMTP_CA_FILE", certs.OtherCAFile, "SLUICE_SMTP_USERNAME", "sluice", "SLUICE_SMTP_PASSWORD", "s3cret")
 	b.start(t, cfg)
 
 	n := tasks.NewEmail("acme", "untrusted@example.com", "Must not arrive", "secret")
@@ -200,9 +202,9 @@ func TestTLSWorkerRefusesUntrustedSMTP(t *testing.T) {
 	}
 }
 
-func sendOne(t *testing.T, cfg worker.SMTPConfig) (tasks.Notification, error) {
+func sendOne(t *testing.T, cfg smtp.Config) (tasks.Notification, error) {
 	t.Helper()
-	s, err := worker.NewSMTPSender(cfg)
+	s, err := smtp.NewSender(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestTLSSMTPSender(t *testing.T) {
 				opts = append(opts, fakes.WithImplicitTLS(certs.Server.ServerConfig()))
 			}
 			srv := fakes.NewSMTPServer(t, opts...)
-			cfg := worker.SMTPConfig{Host: srv.Host, Port: srv.Port, TLS: c.mode, Username: "sluice", Password: "s3cret",
+			cfg := smtp.Config{Host: srv.Host, Port: srv.Port, TLS: c.mode, Username: "sluice", Password: "s3cret",
 				AllowPlainAuth: c.allow, From: "sluice@example.com"}
 			if c.mode != "none" {
 				cfg.CAFile = certs.CAFile
@@ -280,7 +282,7 @@ func TestTLSSMTPFakeEnforcesAuth(t *testing.T) {
 	t.Parallel()
 	certs := tlstest.New(t)
 	srv := fakes.NewSMTPServer(t, fakes.WithImplicitTLS(certs.Server.ServerConfig()), fakes.WithAuth("sluice", "s3cret"))
-	base := worker.SMTPConfig{Host: srv.Host, Port: srv.Port, TLS: "tls", CAFile: certs.CAFile, From: "sluice@example.com"}
+	base := smtp.Config{Host: srv.Host, Port: srv.Port, TLS: "tls", CAFile: certs.CAFile, From: "sluice@example.com"}
 	wrong := base
 	wrong.Username, wrong.Password = "sluice", "guess"
 	if _, err := sendOne(t, wrong); err == nil || !strings.Contains(err.Error(), "535") {
@@ -327,12 +329,12 @@ func TestTLSSMTPSenderFailsClosed(t *testing.T) {
 				opts = append(opts, fakes.WithSTARTTLS(c.pair.ServerConfig()))
 			}
 			srv := fakes.NewSMTPServer(t, opts...)
-			_, err := sendOne(t, worker.SMTPConfig{Host: srv.Host, Port: srv.Port, TLS: c.mode, CAFile: c.caFile,
+			_, err := sendOne(t, smtp.Config{Host: srv.Host, Port: srv.Port, TLS: c.mode, CAFile: c.caFile,
 				Username: "sluice", Password: "s3cret", From: "sluice@example.com"})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want one containing %q", err, c.want)
 			}
-			var se *worker.SendError
+			var se *sender.SendError
 			if !errors.As(err, &se) || !se.NotSent {
 				t.Errorf("err = %#v, want a SendError marked NotSent", err)
 			}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -124,7 +125,7 @@ func endSend(span trace.Span, err error) {
 		span.SetAttributes(AttrOutcome.String("sent"))
 		return
 	}
-	var se *SendError
+	var se *sender.SendError
 	outcome := "transient"
 	if errors.As(err, &se) {
 		if se.Permanent {

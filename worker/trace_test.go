@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -147,7 +149,7 @@ func noPII(t *testing.T, spans tracetest.SpanStubs, needles ...string) {
 type leakySender struct{}
 
 func (leakySender) Send(_ context.Context, n tasks.Notification) error {
-	return &worker.SendError{Err: fmt.Errorf("provider rejected %s (subject %q): %s", n.To, n.Subject, n.Body), Permanent: true, NotSent: true}
+	return &sender.SendError{Err: fmt.Errorf("provider rejected %s (subject %q): %s", n.To, n.Subject, n.Body), Permanent: true, NotSent: true}
 }
 
 // A producer's span → tasks.Enqueue → a real worker: each task's span is a
@@ -159,12 +161,12 @@ func TestTraceFollowsTheNotification(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m,email:recipient=5/1m")
 	tr := newTraces(t)
-	sms, err := worker.NewHTTPSMSSender(worker.HTTPSMSConfig{BaseURL: b.sms.URL, AccountSID: b.sms.AccountSID, AuthToken: b.sms.AuthToken, From: "+15005550006"})
+	sms, err := twilio.NewSender(twilio.Config{BaseURL: b.sms.URL, AccountSID: b.sms.AccountSID, AuthToken: b.sms.AuthToken, From: "+15005550006"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.startOpts(t, b.cfg, worker.Options{TracerProvider: tr.tp,
-		Senders: map[tasks.Channel]worker.Sender{tasks.SMS: sms, tasks.Email: leakySender{}}})
+		Senders: map[tasks.Channel]sender.Sender{tasks.SMS: sms, tasks.Email: leakySender{}}})
 
 	const number, code = "+14155550187", "Your code is 842613"
 	const mailbox, subject, letter = "jane.doe@example.com", "Statement for March", "Dear Jane, your balance is 1234.56"

@@ -18,16 +18,18 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/sender/providers"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -40,7 +42,7 @@ type Options struct {
 	// The caller closes it.
 	Redis redis.UniversalClient
 	// Senders replaces the senders built from Config, by channel.
-	Senders map[tasks.Channel]Sender
+	Senders map[tasks.Channel]sender.Sender
 	// Registry for the metrics; default a new registry with Go and process collectors.
 	Registry *prometheus.Registry
 	// Listener serves the HTTP endpoints instead of listening on Config.HTTPAddr.
@@ -65,14 +67,13 @@ type Options struct {
 // queue, checks every quota that applies, and sends.
 type Worker struct {
 	cfg           Config
+	deps          *config.Deps // Redis, limiter, key ring, logger, registry, rules
 	log           *slog.Logger
 	rdb           redis.UniversalClient
-	ownRedis      bool
 	limiter       *throttle.Limiter
-	defaults      plans.Policy                  // SLUICE_RULES
-	watcher       atomic.Pointer[plans.Watcher] // tenant plans in Redis, once running
+	plans         *plans.Live
+	planner       plans.Planner
 	onPlan        func(int64)
-	defaultZone   *time.Location
 	client        *asynq.Client
 	layout        tasks.Layout
 	servers       []*asynq.Server       // the priority lane's, then standard and bulk's
@@ -81,7 +82,7 @@ type Worker struct {
 	mux           *asynq.ServeMux
 	metrics       *Metrics
 	registry      *prometheus.Registry
-	senders       map[tasks.Channel]Sender
+	senders       map[tasks.Channel]sender.Sender
 	listener      net.Listener
 	onDecide      func(tasks.Notification, throttle.Decision)
 	tracer        trace.Tracer
@@ -99,51 +100,31 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	policy, err := plans.Parse(cfg.Rules)
+	deps, err := config.Open(cfg.Base, config.Options{Redis: opts.Redis, Logger: opts.Logger, Registry: opts.Registry,
+		Limiter: throttle.Options{WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout}})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %sRULES: %w", ErrConfig, EnvPrefix, err)
+		return nil, err
 	}
-	zones, err := plans.Zones(cfg.DefaultTZ, "", nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %sDEFAULT_TZ: %w", ErrConfig, EnvPrefix, err)
-	}
-	w := &Worker{cfg: cfg, defaultZone: zones[0], log: opts.Logger, rdb: opts.Redis, registry: opts.Registry, listener: opts.Listener, onDecide: opts.OnDecision, noRedisChecks: opts.NoRedisChecks}
-	if w.log == nil {
-		w.log = NewLogger(os.Stderr, cfg)
-	}
+	w := &Worker{cfg: cfg, deps: deps, log: deps.Log, rdb: deps.Redis, limiter: deps.Limiter, plans: deps.Plans, planner: cfg.Planner(),
+		keys: deps.Keys, registry: deps.Registry, listener: opts.Listener, onDecide: opts.OnDecision, onPlan: opts.OnPlanChange,
+		noRedisChecks: opts.NoRedisChecks}
 	tp := opts.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	w.tracer = tp.Tracer(TracerName)
-	if w.rdb == nil {
-		if w.rdb, err = NewRedisClient(cfg); err != nil {
-			return nil, err
-		}
-		w.ownRedis = true
-	}
-	if w.registry == nil {
-		w.registry = prometheus.NewRegistry()
-		w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
 	w.metrics = NewMetrics(w.registry)
-	if w.keys, err = tasks.ParseKeyring(cfg.PayloadKeys); err != nil {
-		return nil, fmt.Errorf("%w: %sPAYLOAD_KEYS: %w", ErrConfig, EnvPrefix, err)
-	}
-	w.defaults, w.onPlan = policy, opts.OnPlanChange
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
 	w.stopping = make(chan struct{})
-	if w.limiter, err = throttle.New(w.rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers,
-		WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout}); err != nil {
-		return nil, err
-	}
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
 	if w.suppressCodes, err = cfg.SuppressCodes(); err != nil {
-		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", ErrConfig, EnvPrefix, err)
+		deps.Close()
+		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
 	}
 	w.senders = opts.Senders
 	if w.senders == nil {
-		if w.senders, err = buildSenders(cfg, w.log); err != nil {
+		if w.senders, err = openSenders(cfg, w.log); err != nil {
+			deps.Close()
 			return nil, err
 		}
 	}
@@ -154,7 +135,8 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Prefixes: []string{w.layout.KeyPrefix()},
 			Logger: w.log.With("component", "queue-gate")})
 		if w.asynqRDB, err = w.gate.Client(); err != nil {
-			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", ErrConfig, EnvPrefix, err)
+			w.close()
+			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", config.ErrConfig, config.EnvPrefix, err)
 		}
 		registerGateMetrics(w.registry, w.gate)
 	}
@@ -211,44 +193,17 @@ func (w *Worker) Keys() *tasks.Keyring { return w.keys }
 func (w *Worker) Limiter() *throttle.Limiter { return w.limiter }
 
 // Policy returns the rules in force.
-func (w *Worker) Policy() plans.Policy { return w.currentPolicy() }
+func (w *Worker) Policy() plans.Policy { return w.plans.Policy() }
 
 // currentPolicy is the rules in force: SLUICE_RULES with the tenant plans
-// of the latest version the watcher loaded. A check reads it once.
-func (w *Worker) currentPolicy() plans.Policy {
-	p, _ := w.currentPlans()
-	return p
-}
+// of the latest version loaded. A check reads it once.
+func (w *Worker) currentPolicy() plans.Policy { return w.plans.Policy() }
 
-// currentPlans is the policy in force and its version (0 before the
-// watcher starts, and while no plan was ever set).
+// currentPlans is the policy in force and its version (0 before the plans
+// are followed, and while no plan was ever set).
 func (w *Worker) currentPlans() (plans.Policy, int64) {
-	if pw := w.watcher.Load(); pw != nil {
-		snap := pw.Current()
-		return snap.Policy, snap.Version
-	}
-	return w.defaults, 0
-}
-
-// watchPlans starts following the tenant plans in Redis.
-func (w *Worker) watchPlans(ctx context.Context) error {
-	store := plans.NewStore(w.rdb, w.defaults)
-	pw, err := store.Watch(ctx, w.cfg.PlanCheckInterval, w.log, func(old, cur plans.Snapshot, changes []plans.Change) {
-		for _, c := range changes {
-			w.log.Info("tenant plan changed; applied", "tenant", c.Tenant, "action", c.Action, "version", c.Version, "by", c.By, "at", c.At, "rules", c.Rules)
-		}
-		w.log.Info("tenant plans in force", "version", cur.Version, "previous", old.Version, "tenants_with_plans", len(cur.Plans))
-		if w.onPlan != nil {
-			w.onPlan(cur.Version)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("start worker: tenant plans: %w", err)
-	}
-	w.watcher.Store(pw)
-	snap := pw.Current()
-	w.log.Info("tenant plans in force", "version", snap.Version, "tenants_with_plans", len(snap.Plans))
-	return nil
+	snap := w.plans.Current()
+	return snap.Policy, snap.Version
 }
 
 // categoryLabel bounds the category metric label to the categories the
@@ -276,13 +231,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.close()
 		var certErr *tls.CertificateVerificationError
 		if errors.As(err, &certErr) {
-			trusted := EnvPrefix + "REDIS_CA_FILE is empty: the system roots"
+			trusted := config.EnvPrefix + "REDIS_CA_FILE is empty: the system roots"
 			if w.cfg.RedisCAFile != "" {
-				trusted = "the CAs in " + EnvPrefix + "REDIS_CA_FILE=" + w.cfg.RedisCAFile
+				trusted = "the CAs in " + config.EnvPrefix + "REDIS_CA_FILE=" + w.cfg.RedisCAFile
 			}
-			return fmt.Errorf("start worker: redis (%sREDIS_URL): its TLS certificate is not trusted by %s: %w", EnvPrefix, trusted, err)
+			return fmt.Errorf("start worker: redis (%sREDIS_URL): its TLS certificate is not trusted by %s: %w", config.EnvPrefix, trusted, err)
 		}
-		return fmt.Errorf("start worker: redis (%sREDIS_URL): %w", EnvPrefix, err)
+		return fmt.Errorf("start worker: redis (%sREDIS_URL): %w", config.EnvPrefix, err)
 	}
 	for _, e := range w.currentPolicy().Entries() {
 		w.log.Info("rule", "rule", e.String())
@@ -299,6 +254,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ln == nil {
 			var err error
 			if ln, err = net.Listen("tcp", w.cfg.HTTPAddr); err != nil {
+				w.close() // the limiter, the senders' pools and the Redis clients
 				return fmt.Errorf("listen %s (SLUICE_HTTP_ADDR): %w", w.cfg.HTTPAddr, err)
 			}
 		}
@@ -312,7 +268,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
-	if err := w.watchPlans(watchCtx); err != nil {
+	if err := w.deps.Follow(watchCtx, w.cfg.PlanCheckInterval, w.onPlan); err != nil {
 		if httpSrv != nil {
 			httpSrv.Close()
 		}
@@ -359,25 +315,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		cancel()
 	}
 	stopWatch()
-	<-w.watcher.Load().Done()
+	<-w.plans.Done()
 	w.close()
 	w.log.Info("worker stopped")
 	return nil
 }
 
 func (w *Worker) close() {
-	_ = w.limiter.Close()
 	for _, s := range w.senders {
 		if c, ok := s.(io.Closer); ok {
 			_ = c.Close()
 		}
 	}
-	if w.asynqRDB != w.rdb {
+	if w.asynqRDB != nil && w.asynqRDB != w.rdb {
 		_ = w.asynqRDB.Close()
 	}
-	if w.ownRedis {
-		_ = w.rdb.Close()
-	}
+	w.deps.Close() // the limiter, and the Redis client if the worker made it
 }
 
 // HTTPHandler serves /metrics, /healthz (the process is up) and /readyz
@@ -409,7 +362,7 @@ func (w *Worker) sendHandler(ch tasks.Channel) asynq.Handler {
 		}
 		s, ok := w.senders[ch]
 		if !ok {
-			return &SendError{Err: fmt.Errorf("%w %s", ErrNoSender, ch), Permanent: true, NotSent: true}
+			return &sender.SendError{Err: fmt.Errorf("%w %s", sender.ErrNoSender, ch), Permanent: true, NotSent: true}
 		}
 		return s.Send(ctx, n)
 	})
@@ -423,90 +376,26 @@ func (w *Worker) handleError(ctx context.Context, t *asynq.Task, err error) {
 	w.log.Debug("task attempt failed", "task_id", id, "type", t.Type(), "err", err)
 }
 
-func buildSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]Sender, error) {
-	out := map[tasks.Channel]Sender{}
-	switch cfg.EmailSender {
-	case "smtp":
-		dkimCfg, err := cfg.dkimConfig()
+// openSenders opens the provider each channel's SLUICE_*_SENDER names,
+// with its settings read from cfg.Environ.
+func openSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]sender.Sender, error) {
+	out := map[tasks.Channel]sender.Sender{}
+	for ch, name := range map[tasks.Channel]string{tasks.Email: cfg.EmailSender, tasks.SMS: cfg.SMSSender} {
+		prov, ok := sender.Lookup(providers.All, ch, name)
+		if !ok {
+			return nil, fmt.Errorf("%w: no %s sender %q", config.ErrConfig, ch, name)
+		}
+		st, err := prov.NewSettings(cfg.Environ)
 		if err != nil {
 			return nil, err
 		}
-		if dkimCfg != nil {
-			log.Info("signing email with DKIM", "domain", dkimCfg.Domain, "selector", dkimCfg.Selector, "headers", strings.Join(dkimCfg.Headers, ":"))
-			if !dkimAligned(cfg.SMTPFrom, dkimCfg.Domain) {
-				log.Warn("the DKIM domain is not SMTP_FROM's domain nor a parent or subdomain of it: DMARC will not count the signature for mail from it",
-					"dkim_domain", dkimCfg.Domain, "smtp_from", cfg.SMTPFrom)
-			}
-		}
-		s, err := NewSMTPSender(SMTPConfig{Host: cfg.SMTPHost, Port: cfg.SMTPPort, TLS: cfg.SMTPTLS, CAFile: cfg.SMTPCAFile,
-			Username: cfg.SMTPUser, Password: cfg.SMTPPass, AllowPlainAuth: cfg.SMTPAllowPlainAuth,
-			From: cfg.SMTPFrom, Conns: cfg.SMTPConns, Timeout: cfg.SMTPTimeout, DKIM: dkimCfg})
+		s, err := st.Open(sender.Env{Log: log, Base: cfg.Base})
 		if err != nil {
 			return nil, err
 		}
-		out[tasks.Email] = s
-	default:
-		out[tasks.Email] = LogSender{Logger: log}
-	}
-	switch cfg.SMSSender {
-	case "http":
-		s, err := NewHTTPSMSSender(HTTPSMSConfig{BaseURL: cfg.SMSBaseURL, AccountSID: cfg.SMSAccountSID,
-			AuthToken: cfg.SMSAuthToken, From: cfg.SMSFrom, MessagingServiceSID: cfg.SMSMessagingServiceSID,
-			StatusCallback: cfg.SMSStatusCallbackURL, Timeout: cfg.SMSTimeout})
-		if err != nil {
-			return nil, err
-		}
-		out[tasks.SMS] = s
-	default:
-		out[tasks.SMS] = LogSender{Logger: log}
+		out[ch] = s
 	}
 	return out, nil
-}
-
-// NewRedisClient builds the Redis client of cfg: a Cluster client when
-// RedisClusterAddrs is set, else a single-node client from RedisURL. A
-// rediss:// URL turns TLS on, verified against RedisCAFile when set (else the
-// system roots).
-func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %sREDIS_URL: %w", ErrConfig, EnvPrefix, err)
-	}
-	if cfg.RedisCAFile != "" {
-		if opt.TLSConfig == nil {
-			return nil, fmt.Errorf("%w: %sREDIS_CA_FILE is set but %sREDIS_URL is not a rediss:// URL", ErrConfig, EnvPrefix, EnvPrefix)
-		}
-		if opt.TLSConfig.RootCAs, err = loadCAFile(cfg.RedisCAFile); err != nil {
-			return nil, fmt.Errorf("%w: %sREDIS_CA_FILE %w", ErrConfig, EnvPrefix, err)
-		}
-	}
-	// ParseURL set ServerName to the URL's host: right for a single node.
-	if len(cfg.RedisClusterAddrs) == 0 {
-		return redis.NewClient(opt), nil
-	}
-	var tlsCfg *tls.Config
-	if opt.TLSConfig != nil {
-		// A Cluster's nodes are dialed at the addresses they announce, not at
-		// the URL's host. With ServerName empty, crypto/tls takes it from the
-		// address each dial goes to, so every node's certificate is checked
-		// against its own host.
-		tlsCfg = opt.TLSConfig.Clone()
-		tlsCfg.ServerName = ""
-	}
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cfg.RedisClusterAddrs, Username: opt.Username, Password: opt.Password, TLSConfig: tlsCfg,
-	}), nil
-}
-
-// NewLogger returns the slog logger Config asks for.
-func NewLogger(out io.Writer, cfg Config) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
-	o := &slog.HandlerOptions{Level: lvl}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(out, o))
-	}
-	return slog.New(slog.NewTextHandler(out, o))
 }
 
 type asynqLogger struct{ l *slog.Logger }

@@ -11,6 +11,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -63,7 +64,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	env := map[string]string{}
 	for k, v := range w.Environment {
-		if !strings.HasPrefix(k, worker.EnvPrefix) {
+		if !strings.HasPrefix(k, config.EnvPrefix) {
 			continue
 		}
 		if !known[k] {
@@ -110,7 +111,7 @@ func checkAPIService(t *testing.T, p *types.Project, workerEnv map[string]string
 	}
 	env := map[string]string{}
 	for k, v := range a.Environment {
-		if !strings.HasPrefix(k, worker.EnvPrefix) {
+		if !strings.HasPrefix(k, config.EnvPrefix) {
 			continue
 		}
 		if !known[k] {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -100,8 +101,8 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	w, err := worker.New(cfg, worker.Options{
 		Redis:      rdb,
 		Listener:   ln,
-		Logger:     worker.NewLogger(out, cfg),
-		Senders:    map[tasks.Channel]worker.Sender{tasks.SMS: p, tasks.Email: p},
+		Logger:     cfg.NewLogger(out),
+		Senders:    map[tasks.Channel]sender.Sender{tasks.SMS: p, tasks.Email: p},
 		OnDecision: p.decision,
 		// miniredis has no settings to read, and never evicts.
 		NoRedisChecks: true,

@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/worker"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/sender/smtp"
 )
 
 func newDKIMCmd() *cobra.Command {
@@ -36,26 +37,26 @@ again. In a DNS provider's web form, enter the strings one after the other
 			if keyFile == "" {
 				return usageError{fmt.Errorf("--key-file (or SLUICE_DKIM_KEY_FILE) is required")}
 			}
-			name, err := worker.DKIMRecordName(selector, domain)
+			name, err := smtp.DKIMRecordName(selector, domain)
 			if err != nil {
 				return usageError{fmt.Errorf("--selector and --domain (or SLUICE_DKIM_SELECTOR and SLUICE_DKIM_DOMAIN): %w", err)}
 			}
-			key, err := worker.LoadDKIMKey(keyFile)
+			key, err := smtp.LoadDKIMKey(keyFile)
 			if err != nil {
 				return fmt.Errorf("%s: %w", keyFile, err)
 			}
-			value, err := worker.DKIMPublicKeyRecord(key)
+			value, err := smtp.DKIMPublicKeyRecord(key)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), zoneTXT(name, worker.DKIMRecordStrings(value)))
+			fmt.Fprintln(cmd.OutOrStdout(), zoneTXT(name, smtp.DKIMRecordStrings(value)))
 			return nil
 		},
 	}
 	fl := record.Flags()
-	fl.StringVar(&keyFile, "key-file", os.Getenv(worker.EnvPrefix+"DKIM_KEY_FILE"), "PEM private key (RSA or Ed25519) (default $SLUICE_DKIM_KEY_FILE)")
-	fl.StringVar(&selector, "selector", os.Getenv(worker.EnvPrefix+"DKIM_SELECTOR"), "selector, s= (default $SLUICE_DKIM_SELECTOR)")
-	fl.StringVar(&domain, "domain", os.Getenv(worker.EnvPrefix+"DKIM_DOMAIN"), "signing domain, d= (default $SLUICE_DKIM_DOMAIN)")
+	fl.StringVar(&keyFile, "key-file", os.Getenv(config.EnvPrefix+"DKIM_KEY_FILE"), "PEM private key (RSA or Ed25519) (default $SLUICE_DKIM_KEY_FILE)")
+	fl.StringVar(&selector, "selector", os.Getenv(config.EnvPrefix+"DKIM_SELECTOR"), "selector, s= (default $SLUICE_DKIM_SELECTOR)")
+	fl.StringVar(&domain, "domain", os.Getenv(config.EnvPrefix+"DKIM_DOMAIN"), "signing domain, d= (default $SLUICE_DKIM_DOMAIN)")
 	cmd.AddCommand(record)
 	return cmd
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/emersion/go-msgauth/dkim"
 
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // zoneString is one quoted character-string of a zone-file line.
@@ -121,8 +121,8 @@ func TestDKIMRecord(t *testing.T) {
 func signedByWorker(t *testing.T, key crypto.Signer) []byte {
 	t.Helper()
 	srv := fakes.NewSMTPServer(t)
-	s, err := worker.NewSMTPSender(worker.SMTPConfig{Host: srv.Host, Port: srv.Port, TLS: "none", From: "notify@acme.example",
-		DKIM: &worker.DKIMConfig{Domain: "acme.example", Selector: "s2026", Key: key}})
+	s, err := smtp.NewSender(smtp.Config{Host: srv.Host, Port: srv.Port, TLS: "none", From: "notify@acme.example",
+		DKIM: &smtp.DKIMConfig{Domain: "acme.example", Selector: "s2026", Key: key}})
 	if err != nil {
 		t.Fatal(err)
 	}

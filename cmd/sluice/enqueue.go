@@ -15,9 +15,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 type enqueueFlags struct {
@@ -94,6 +94,7 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 
 // prod is what enqueueing needs from the environment.
 type prod struct {
+	deps   *config.Deps
 	client *asynq.Client
 	rdb    redis.UniversalClient
 	layout tasks.Layout
@@ -104,45 +105,33 @@ type prod struct {
 // producer returns an Asynq client, the queue layout, the rules in force
 // and the payload keys from the environment.
 func producer(ctx context.Context) (*prod, error) {
-	cfg, err := worker.ReadConfig(nil)
+	d, cfg, err := openTool(false)
 	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Layout().Validate(); err != nil {
-		return nil, fmt.Errorf("%w: SLUICE_QUEUE / SLUICE_QUEUE_SHARDS: %w", worker.ErrConfig, err)
-	}
-	defaults, err := plans.Parse(cfg.Rules)
-	if err != nil {
-		return nil, fmt.Errorf("%w: SLUICE_RULES: %w", worker.ErrConfig, err)
+		return nil, fmt.Errorf("%w (SLUICE_QUEUE, SLUICE_QUEUE_SHARDS, SLUICE_RULES, SLUICE_REDIS_URL)", err)
 	}
 	keys, err := payloadKeys(cfg)
 	if err != nil {
-		return nil, err
-	}
-	rdb, err := worker.NewRedisClient(cfg)
-	if err != nil {
+		d.Close()
 		return nil, err
 	}
 	// The tenants' plans decide lanes and pinned shards as they do for the
 	// workers. Routing by less (a plan that does not load) is safe: a
 	// worker moves a task it finds in another queue than its route.
-	policy := defaults
-	if snap, err := plans.NewStore(rdb, defaults).Load(ctx); err != nil {
+	policy, err := d.LoadPlans(ctx)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: routing without some tenant plans: %v\n", err)
-		if len(snap.Plans) > 0 {
-			policy = snap.Policy
+		if len(policy.Entries()) == 0 {
+			policy = d.Plans.Defaults()
 		}
-	} else {
-		policy = snap.Policy
 	}
-	return &prod{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, layout: cfg.Layout(), policy: policy, keys: keys}, nil
+	return &prod{deps: d, client: asynq.NewClientFromRedisClient(d.Redis), rdb: d.Redis, layout: cfg.Layout(), policy: policy, keys: keys}, nil
 }
 
 // queue is where n goes: its lane's shard under the rules in force.
 func (p *prod) queue(n tasks.Notification) string { return p.policy.Queue(p.layout, n) }
 
 // payloadKeys are the keys that seal what a producer enqueues.
-func payloadKeys(cfg worker.Config) (*tasks.Keyring, error) {
+func payloadKeys(cfg config.Base) (*tasks.Keyring, error) {
 	if cfg.PayloadKeys == "" && cfg.PayloadPlaintext == "accept" {
 		return nil, nil
 	}
@@ -175,7 +164,7 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 	if err != nil {
 		return err
 	}
-	defer p.rdb.Close()
+	defer p.deps.Close()
 	if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
 		return fmt.Errorf("%w (nothing enqueued; give --list-unsubscribe)", err)
 	}
@@ -210,7 +199,7 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	if err != nil {
 		return err
 	}
-	defer p.rdb.Close()
+	defer p.deps.Close()
 	// Ids already in Redis, and bulk mail without a List-Unsubscribe, are bad
 	// lines too: find them before enqueueing anything.
 	insp := asynq.NewInspectorFromRedisClient(p.rdb)

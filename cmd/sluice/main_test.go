@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -271,7 +272,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("show: %+v", r)
 	}
-	var rep worker.QuotaJSON
+	var rep report.QuotaJSON
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("json: %v\n%s", err, r.stdout)
 	}

@@ -12,10 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 type quotaFlags struct {
@@ -48,8 +49,8 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 			if err != nil {
 				return err
 			}
-			rep, err := worker.Quotas(cmd.Context(), env.lim, env.policy, env.cfg, f.query())
-			if errors.Is(err, worker.ErrNoRules) {
+			rep, err := report.Quotas(cmd.Context(), env.lim, env.policy, env.cfg, f.query())
+			if errors.Is(err, report.ErrNoRules) {
 				return usageError{err}
 			}
 			if err != nil {
@@ -69,9 +70,9 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 			if err != nil {
 				return err
 			}
-			rep, err := worker.Quotas(cmd.Context(), env.lim, env.policy, env.cfg, f.query())
-			if errors.Is(err, worker.ErrNoRules) || err == nil && len(rep.Rows) == 0 {
-				return usageError{fmt.Errorf("no windows to reset: %w", worker.ErrNoRules)}
+			rep, err := report.Quotas(cmd.Context(), env.lim, env.policy, env.cfg, f.query())
+			if errors.Is(err, report.ErrNoRules) || err == nil && len(rep.Rows) == 0 {
+				return usageError{fmt.Errorf("no windows to reset: %w", report.ErrNoRules)}
 			}
 			if err != nil {
 				return err
@@ -109,9 +110,10 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 
 // quotaEnv is what the quota commands need from the environment.
 type quotaEnv struct {
+	deps   *config.Deps
 	lim    *throttle.Limiter
 	policy plans.Policy
-	cfg    worker.Config
+	cfg    config.Base
 }
 
 func loadQuotaEnv(f quotaFlags) (*quotaEnv, error) {
@@ -123,35 +125,24 @@ func loadQuotaEnv(f quotaFlags) (*quotaEnv, error) {
 			return nil, usageError{fmt.Errorf("--channel: %w", err)}
 		}
 	}
-	cfg, err := worker.ReadConfig(nil)
-	if err != nil {
-		return nil, err
-	}
-	defaults, err := plans.Parse(cfg.Rules)
-	if err != nil {
-		return nil, fmt.Errorf("SLUICE_RULES: %w", err)
-	}
-	rdb, err := worker.NewRedisClient(cfg)
+	d, base, err := openTool(false)
 	if err != nil {
 		return nil, err
 	}
 	// The rules in force: SLUICE_RULES with the tenant plans, as workers see them.
-	snap, err := plans.NewStore(rdb, defaults).Load(context.Background())
-	if err != nil && snap.Version == 0 && snap.Plans == nil {
+	policy, err := d.LoadPlans(context.Background())
+	if err != nil && len(policy.Entries()) == 0 {
+		d.Close()
 		return nil, err
 	}
-	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})
-	if err != nil {
-		return nil, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
-	}
-	return &quotaEnv{lim: lim, policy: snap.Policy, cfg: cfg}, nil
+	return &quotaEnv{deps: d, lim: d.Limiter, policy: policy, cfg: base}, nil
 }
 
-func (f quotaFlags) query() worker.QuotaQuery {
-	return worker.QuotaQuery{Tenant: f.tenant, Channel: tasks.Channel(f.channel), Category: f.category, Recipient: f.recipient, From: f.from}
+func (f quotaFlags) query() report.QuotaQuery {
+	return report.QuotaQuery{Tenant: f.tenant, Channel: tasks.Channel(f.channel), Category: f.category, Recipient: f.recipient, From: f.from}
 }
 
-func printUsage(cmd *cobra.Command, rep worker.QuotaReport, asJSON bool) error {
+func printUsage(cmd *cobra.Command, rep report.QuotaReport, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)

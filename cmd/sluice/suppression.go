@@ -7,8 +7,6 @@ import (
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 func newSuppressionCmd() *cobra.Command {
@@ -30,20 +28,11 @@ Numbers are looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 		if !tasks.IsE164(number) {
 			return nil, "", nil, usageError{fmt.Errorf("--to: %q is not an E.164 number (+ and 7–15 digits)", tasks.Mask(to))}
 		}
-		cfg, err := worker.ReadConfig(nil)
+		d, _, err := openTool(false)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		rdb, err := worker.NewRedisClient(cfg)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		lim, err := throttle.New(rdb, throttle.Options{Secret: []byte(cfg.SubjectSecret), CompactMembers: cfg.CompactMembers})
-		if err != nil {
-			rdb.Close()
-			return nil, "", nil, fmt.Errorf("SLUICE_SUBJECT_SECRET: %w", err)
-		}
-		return delivery.NewStore(rdb, lim), number, func() { lim.Close(); rdb.Close() }, nil
+		return delivery.NewStore(d.Redis, d.Limiter), number, d.Close, nil
 	}
 	flags := func(c *cobra.Command) {
 		c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")

@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 func newTenantCmd() *cobra.Command {
@@ -202,7 +201,7 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 
 // planStore opens the plan store of the environment's Redis, with SLUICE_RULES as defaults.
 func planStore() (*plans.Store, redis.UniversalClient, error) {
-	cfg, err := worker.ReadConfig(nil)
+	cfg, err := readBase()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,7 +209,7 @@ func planStore() (*plans.Store, redis.UniversalClient, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("SLUICE_RULES: %w", err)
 	}
-	rdb, err := worker.NewRedisClient(cfg)
+	rdb, err := cfg.NewRedisClient()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // newTenantTokenCmd is `sluice tenant token create|revoke|list`.
@@ -112,10 +112,6 @@ next request.`,
 // tokenStore opens the token store of the environment's Redis. Creating
 // needs SLUICE_API_TOKEN_KEY; listing and revoking only Redis.
 func tokenStore(needKey bool) (*api.Tokens, redis.UniversalClient, error) {
-	wcfg, err := worker.ReadConfig(nil)
-	if err != nil {
-		return nil, nil, err
-	}
 	cfg, err := api.ReadConfig(nil)
 	if err != nil {
 		return nil, nil, err
@@ -125,9 +121,9 @@ func tokenStore(needKey bool) (*api.Tokens, redis.UniversalClient, error) {
 		key = "only-listing-and-revoking-use-no-key" // ≥ MinTokenKey; never hashes a token here
 	}
 	if err := api.CheckTokenKey(key); err != nil {
-		return nil, nil, fmt.Errorf("%w: %sAPI_TOKEN_KEY %w (it must be the one sluice api runs with)", api.ErrConfig, worker.EnvPrefix, err)
+		return nil, nil, fmt.Errorf("%w: %sAPI_TOKEN_KEY %w (it must be the one sluice api runs with)", api.ErrConfig, config.EnvPrefix, err)
 	}
-	rdb, err := worker.NewRedisClient(wcfg)
+	rdb, err := cfg.NewRedisClient()
 	if err != nil {
 		return nil, nil, err
 	}

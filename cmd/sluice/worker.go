@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -27,14 +28,14 @@ Tracing (OpenTelemetry) is off unless OTEL_TRACES_EXPORTER is otlp or
 console; the standard OTEL_* variables configure it (see the README).`,
 		Args: argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := worker.UnknownVariables(nil, knownVariables()); err != nil {
+			if err := config.UnknownVariables(nil, knownVariables()); err != nil {
 				return err
 			}
 			cfg, err := worker.LoadConfig()
 			if err != nil {
 				return err
 			}
-			log := worker.NewLogger(cmd.ErrOrStderr(), cfg)
+			log := cfg.NewLogger(cmd.ErrOrStderr())
 			args := []any{}
 			for _, kv := range cfg.Redacted() {
 				k, v, _ := strings.Cut(kv, "=")
@@ -70,7 +71,7 @@ func knownVariables() []string { return append(worker.KnownVariables(), api.Know
 
 // warnUnknownVariables prints, for the tools, what the services refuse to start with.
 func warnUnknownVariables(cmd *cobra.Command) {
-	if err := worker.UnknownVariables(nil, knownVariables()); err != nil {
+	if err := config.UnknownVariables(nil, knownVariables()); err != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), "sluice: warning:", err)
 	}
 }

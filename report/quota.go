@@ -1,4 +1,8 @@
-package worker
+// Package report is the read model of quotas: what `sluice quota show`,
+// GET /v1/quotas and the dashboard print about a tenant's windows and a
+// recipient's quiet hours, read from the limiter without writing, and its
+// JSON form. It plans with the same plans.Planner as the worker.
+package report
 
 import (
 	"context"
@@ -53,9 +57,17 @@ type QuotaReport struct {
 	Now   time.Time
 }
 
+// Settings are what a report needs of the deployment's: the planner (zones,
+// slack) and the default origins of sender rules.
+type Settings interface {
+	Planner() plans.Planner
+	Origin(n tasks.Notification) string
+}
+
 // Quotas reads the windows and quiet hours that apply to q under policy.
 // It writes nothing.
-func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg Config, q QuotaQuery) (QuotaReport, error) {
+func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg Settings, q QuotaQuery) (QuotaReport, error) {
+	planner := cfg.Planner()
 	if err := tasks.CheckTenant(q.Tenant); err != nil {
 		return QuotaReport{}, err
 	}
@@ -76,13 +88,7 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 	var rows []QuotaRow
 	for _, ch := range channels {
 		n := tasks.Notification{Tenant: q.Tenant, Channel: ch, To: q.Recipient, From: q.From, Category: q.Category}.Normalized()
-		from := n.From
-		if from == "" {
-			from = cfg.SMTPFrom
-			if ch == tasks.SMS {
-				_, from = SMSOrigin(n, cfg.SMSFrom, cfg.SMSMessagingServiceSID)
-			}
-		}
+		from := cfg.Origin(n)
 		m := policy.Match(q.Tenant, ch, q.Category)
 		for _, e := range m.Rates {
 			if (e.Scope == plans.ScopeRecipient && n.To == "") || (e.Scope == plans.ScopeSender && from == "") {
@@ -92,7 +98,7 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 			rows = append(rows, QuotaRow{Channel: ch, Category: n.CategoryOrDefault(), Rule: e})
 		}
 		if m.Quiet != nil && n.To != "" {
-			rep.Quiet = append(rep.Quiet, quietRow(cfg, m, n))
+			rep.Quiet = append(rep.Quiet, quietRow(planner, m, n))
 		}
 	}
 	if len(limits) == 0 && len(rep.Quiet) == 0 {
@@ -100,7 +106,7 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 	}
 	rep.Now = time.Now()
 	if len(limits) > 0 {
-		us, err := lim.Usage(ctx, q.Tenant, cfg.SendSlack, limits...)
+		us, err := lim.Usage(ctx, q.Tenant, planner.SendSlack, limits...)
 		if err != nil {
 			return QuotaReport{}, err
 		}
@@ -112,23 +118,8 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 	return rep, nil
 }
 
-func quietRow(cfg Config, m plans.Match, n tasks.Notification) QuietRow {
-	fallbackName := cfg.DefaultTZ
-	if m.Zone != "" {
-		fallbackName = m.Zone
-	}
-	fallback := time.UTC
-	if zs, err := plans.Zones(fallbackName, "", nil); err == nil {
-		fallback = zs[0]
-	}
-	phone := ""
-	if n.Channel == tasks.SMS {
-		phone = n.To
-	}
-	zones, err := plans.Zones("", phone, fallback)
-	if err != nil {
-		zones = []*time.Location{fallback}
-	}
+func quietRow(planner plans.Planner, m plans.Match, n tasks.Notification) QuietRow {
+	zones := planner.Zones(m, n)
 	r := QuietRow{Channel: n.Channel, Category: n.CategoryOrDefault(), Hours: *m.Quiet}
 	for _, z := range zones {
 		r.Zones = append(r.Zones, z.String())

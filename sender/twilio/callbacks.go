@@ -1,4 +1,4 @@
-package api
+package twilio
 
 import (
 	"crypto/hmac"
@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -14,10 +16,50 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 )
+
+// CallbackRoute is the pattern `sluice api` mounts Callbacks on.
+const CallbackRoute = "POST /v1/callbacks/sms/{tenant}/{id}"
+
+// Callbacks is the provider's status-callback route (CallbackRoute): the
+// provider's reports of each SMS's fate, recorded per notification.
+type Callbacks struct {
+	authToken, baseURL string
+	ttl, suppressFor   time.Duration
+	codes              map[int]bool
+	delivery           *delivery.Store
+	lim                *throttle.Limiter
+	log                *slog.Logger
+	outcomes           *prometheus.CounterVec
+}
+
+// NewCallbacks returns the route's handler; its metric
+// (sluice_delivery_outcomes_total) is registered on reg.
+func NewCallbacks(s Settings, base config.Base, store *delivery.Store, lim *throttle.Limiter, log *slog.Logger, reg prometheus.Registerer) (*Callbacks, error) {
+	codes, err := base.SuppressCodes()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
+	}
+	c := &Callbacks{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, ttl: base.DedupeTTL, suppressFor: base.SMSSuppressTTL,
+		codes: codes, delivery: store, lim: lim, log: log,
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_delivery_outcomes_total",
+			Help: "Final delivery reports from SMS status callbacks, by channel, status (delivered, undelivered, failed) and code class (none, recipient, filtered, other); each notification's first final report only.",
+		}, []string{"channel", "status", "code_class"})}
+	if err := reg.Register(c.outcomes); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
 // maxCallbackBytes bounds a status callback's body: Twilio's are well
 // under 2 KiB.
@@ -32,62 +74,62 @@ const maxCallbackBytes = 64 << 10
 // first final one is counted, and an undelivered or failed one whose code
 // is in SLUICE_SMS_SUPPRESS_CODES puts the recipient on the tenant's
 // suppression list. The answer is 204 either way.
-func (s *Server) smsCallback(w http.ResponseWriter, r *http.Request) {
-	if s.wcfg.SMSStatusCallbackURL == "" || s.wcfg.SMSAuthToken == "" {
-		writeProblem(w, http.StatusNotFound, "not-found", "SMS status callbacks are off: set SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN")
+func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.baseURL == "" || s.authToken == "" {
+		problem.Write(w, http.StatusNotFound, "not-found", "SMS status callbacks are off: set SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN")
 		return
 	}
 	sig := r.Header.Get("X-Twilio-Signature")
 	if sig == "" {
-		writeProblem(w, http.StatusForbidden, "bad-signature", "no X-Twilio-Signature header: callbacks must be signed with the SMS auth token")
+		problem.Write(w, http.StatusForbidden, "bad-signature", "no X-Twilio-Signature header: callbacks must be signed with the SMS auth token")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
-		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported-media", "a status callback is a form: Content-Type: application/x-www-form-urlencoded")
+		problem.Write(w, http.StatusUnsupportedMediaType, "unsupported-media", "a status callback is a form: Content-Type: application/x-www-form-urlencoded")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCallbackBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, "too-large", "a status callback is at most 64 KiB")
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a status callback is at most 64 KiB")
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
 		return
 	}
 	params, err := url.ParseQuery(string(body))
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "invalid-request", "the body is not a URL-encoded form")
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body is not a URL-encoded form")
 		return
 	}
-	if !validSignature(s.wcfg.SMSAuthToken, s.callbackURL(r), params, sig) {
+	if !validSignature(s.authToken, s.callbackURL(r), params, sig) {
 		s.log.Warn("SMS status callback refused: its signature does not match", "route", r.Pattern)
-		writeProblem(w, http.StatusForbidden, "bad-signature",
+		problem.Write(w, http.StatusForbidden, "bad-signature",
 			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
 		return
 	}
 	cb, bad := parseStatusCallback(params)
 	if len(bad) > 0 {
-		writeProblem(w, http.StatusBadRequest, "invalid-request", "the status callback is not one Sluice can record", bad...)
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the status callback is not one Sluice can record", bad...)
 		return
 	}
 	tenant, id := r.PathValue("tenant"), r.PathValue("id")
 	if tasks.CheckTenant(tenant) != nil || tasks.CheckID(id) != nil {
-		writeProblem(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant")
+		problem.Write(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant")
 		return
 	}
 	ctx := r.Context()
-	rec, err := s.stateRecord(ctx, tenant, id)
+	rec, err := s.lim.Record(ctx, tenant, id)
 	if err != nil {
 		s.unavailable(w, r, err)
 		return
 	}
 	if rec == nil {
-		writeProblem(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant was sent (or its record expired)")
+		problem.Write(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant was sent (or its record expired)")
 		return
 	}
-	applied, prev, err := s.delivery.Update(ctx, tenant, id, delivery.Record{Status: cb.Status, ErrorCode: cb.ErrorCode, MessageSID: cb.MessageSID}, s.wcfg.DedupeTTL)
+	applied, prev, err := s.delivery.Update(ctx, tenant, id, delivery.Record{Status: cb.Status, ErrorCode: cb.ErrorCode, MessageSID: cb.MessageSID}, s.ttl)
 	if err != nil {
 		s.unavailable(w, r, err)
 		return
@@ -101,12 +143,12 @@ func (s *Server) smsCallback(w http.ResponseWriter, r *http.Request) {
 	log.Debug("SMS status recorded")
 	if cb.Status.Final() && (prev == nil || !prev.Status.Final()) {
 		outcome := cb.Status.Outcome()
-		s.metrics.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
-		if outcome != "delivered" && s.suppressCodes[cb.ErrorCode] && cb.To != "" {
-			if err := s.delivery.Suppress(ctx, tenant, tasks.SMS, cb.To, cb.ErrorCode, s.wcfg.SMSSuppressTTL); err != nil {
+		s.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
+		if outcome != "delivered" && s.codes[cb.ErrorCode] && cb.To != "" {
+			if err := s.delivery.Suppress(ctx, tenant, tasks.SMS, cb.To, cb.ErrorCode, s.suppressFor); err != nil {
 				log.Warn("could not put the recipient on the suppression list", "err", err)
 			} else {
-				log.Info("recipient put on the tenant's suppression list", "for", s.wcfg.SMSSuppressTTL)
+				log.Info("recipient put on the tenant's suppression list", "for", s.suppressFor)
 			}
 		}
 	}
@@ -116,8 +158,14 @@ func (s *Server) smsCallback(w http.ResponseWriter, r *http.Request) {
 // callbackURL is the URL the provider signed: SLUICE_SMS_STATUS_CALLBACK_URL
 // and the request's path and query, not the Host the request came in with
 // (a proxy may have changed it, and a signer could choose it).
-func (s *Server) callbackURL(r *http.Request) string {
-	return strings.TrimRight(s.wcfg.SMSStatusCallbackURL, "/") + r.URL.RequestURI()
+func (s *Callbacks) callbackURL(r *http.Request) string {
+	return strings.TrimRight(s.baseURL, "/") + r.URL.RequestURI()
+}
+
+func (s *Callbacks) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("redis trouble; request refused", "route", r.Pattern, "err", err)
+	w.Header().Set("Retry-After", "1")
+	problem.Write(w, http.StatusServiceUnavailable, "unavailable", "Redis could not be asked; nothing was done, try again")
 }
 
 // statusCallback is what Sluice takes from a status callback.
@@ -131,13 +179,13 @@ type statusCallback struct {
 // parseStatusCallback reads a status callback's form: MessageStatus
 // (required), ErrorCode, MessageSid and To; other fields are ignored. It
 // returns every bad field.
-func parseStatusCallback(form url.Values) (statusCallback, []InvalidParam) {
+func parseStatusCallback(form url.Values) (statusCallback, []problem.InvalidParam) {
 	var cb statusCallback
-	var bad []InvalidParam
+	var bad []problem.InvalidParam
 	one := func(name string) string {
 		vs := form[name]
 		if len(vs) > 1 {
-			bad = append(bad, InvalidParam{Name: name, Reason: "is given more than once"})
+			bad = append(bad, problem.InvalidParam{Name: name, Reason: "is given more than once"})
 			return ""
 		}
 		if len(vs) == 0 {
@@ -148,22 +196,22 @@ func parseStatusCallback(form url.Values) (statusCallback, []InvalidParam) {
 	if st := one("MessageStatus"); st != "" {
 		var err error
 		if cb.Status, err = delivery.ParseStatus(st); err != nil {
-			bad = append(bad, InvalidParam{Name: "MessageStatus", Reason: "is not a status of an outgoing message (queued, sent, delivered, undelivered, failed, ...)"})
+			bad = append(bad, problem.InvalidParam{Name: "MessageStatus", Reason: "is not a status of an outgoing message (queued, sent, delivered, undelivered, failed, ...)"})
 		}
 	} else if len(form["MessageStatus"]) < 2 {
-		bad = append(bad, InvalidParam{Name: "MessageStatus", Reason: "is required"})
+		bad = append(bad, problem.InvalidParam{Name: "MessageStatus", Reason: "is required"})
 	}
 	if code := one("ErrorCode"); code != "" {
 		n, err := strconv.Atoi(code)
 		if err != nil || n < 0 || n > delivery.MaxErrorCode || len(code) > 6 || code[0] == '+' || code[0] == '-' {
-			bad = append(bad, InvalidParam{Name: "ErrorCode", Reason: "must be a number of up to 6 digits"})
+			bad = append(bad, problem.InvalidParam{Name: "ErrorCode", Reason: "must be a number of up to 6 digits"})
 		} else {
 			cb.ErrorCode = n
 		}
 	}
 	cb.MessageSID = one("MessageSid")
 	if err := delivery.CheckSID(cb.MessageSID); err != nil {
-		bad = append(bad, InvalidParam{Name: "MessageSid", Reason: "must be up to 64 letters and digits"})
+		bad = append(bad, problem.InvalidParam{Name: "MessageSid", Reason: "must be up to 64 letters and digits"})
 		cb.MessageSID = ""
 	}
 	if to := tasks.NormalizePhone(one("To")); tasks.IsE164(to) {
@@ -238,4 +286,33 @@ func portVariants(fullURL string) []string {
 		return []string{fullURL}
 	}
 	return []string{fullURL, u.Scheme + "://" + host + fullURL[len(prefix):]}
+}
+
+// Mounter is where Mount puts the route: `sluice api`'s server.
+type Mounter interface {
+	Mount(pattern string, h http.Handler)
+}
+
+// Mount reads the provider's settings from environ (nil: the process
+// environment) and, when status callbacks are configured
+// (SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN), validates them
+// and mounts Callbacks at CallbackRoute on m, over deps' Redis and limiter.
+// Without them the route answers 404 saying so.
+func Mount(m Mounter, environ map[string]string, base config.Base, deps *config.Deps) error {
+	st, err := Provider.NewSettings(environ)
+	if err != nil {
+		return err
+	}
+	s := *st.(*Settings)
+	var p config.Problems
+	s.ValidateShared(&p)
+	if err := p.Err(); err != nil {
+		return err
+	}
+	cb, err := NewCallbacks(s, base, delivery.NewStore(deps.Redis, deps.Limiter), deps.Limiter, deps.Log, deps.Registry)
+	if err != nil {
+		return err
+	}
+	m.Mount(CallbackRoute, cb)
+	return nil
 }

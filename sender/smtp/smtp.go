@@ -1,4 +1,4 @@
-package worker
+package smtp
 
 import (
 	"bytes"
@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"github.com/wneessen/go-mail"
-	"github.com/wneessen/go-mail/smtp"
+	msmtp "github.com/wneessen/go-mail/smtp"
 
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 )
 
-// SMTPConfig configures an SMTPSender.
-type SMTPConfig struct {
+// Config configures a Sender.
+type Config struct {
 	Host     string
 	Port     int
 	TLS      string // starttls, opportunistic, tls, none
@@ -37,22 +39,22 @@ type SMTPConfig struct {
 	DKIM *DKIMConfig
 }
 
-// SMTPSender sends email over SMTP with go-mail, reusing up to Conns
+// Sender sends email over SMTP with go-mail, reusing up to Conns
 // connections. The Message-ID is derived from the notification id. With
 // DKIM, go-mail renders the message into a buffer, go-msgauth signs those
 // bytes, and the signed bytes go out over the same pooled connection.
-type SMTPSender struct {
+type Sender struct {
 	client  *mail.Client
 	from    string
 	host    string
 	timeout time.Duration
 	dkim    *DKIMConfig
-	pool    chan *smtp.Client // idle connections
-	slots   chan struct{}     // bounds open connections
+	pool    chan *msmtp.Client // idle connections
+	slots   chan struct{}      // bounds open connections
 }
 
-// NewSMTPSender returns a sender; it dials lazily.
-func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
+// NewSender returns a sender; it dials lazily.
+func NewSender(cfg Config) (*Sender, error) {
 	if cfg.Conns < 1 {
 		cfg.Conns = 1
 	}
@@ -62,9 +64,9 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 	// The server's certificate must name Host; RootCAs nil means the system roots.
 	tlsCfg := &tls.Config{ServerName: cfg.Host, MinVersion: tls.VersionTLS12}
 	if cfg.CAFile != "" {
-		pool, err := loadCAFile(cfg.CAFile)
+		pool, err := config.LoadCAFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: SMTP CA file %w", ErrConfig, err)
+			return nil, fmt.Errorf("%w: SMTP CA file %w", config.ErrConfig, err)
 		}
 		tlsCfg.RootCAs = pool
 	}
@@ -83,7 +85,7 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 	case "none":
 		opts = append(opts, mail.WithTLSPolicy(mail.NoTLS))
 	default:
-		return nil, fmt.Errorf("%w: SMTP TLS mode %q", ErrConfig, cfg.TLS)
+		return nil, fmt.Errorf("%w: SMTP TLS mode %q", config.ErrConfig, cfg.TLS)
 	}
 	if cfg.Username != "" {
 		// AutoDiscover picks the strongest mechanism offered, and over an
@@ -101,16 +103,16 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 	}
 	if cfg.DKIM != nil {
 		if cfg.DKIM.Key == nil || checkDKIMDomain(cfg.DKIM.Domain) != nil || checkDKIMSelector(cfg.DKIM.Selector) != nil {
-			return nil, fmt.Errorf("%w: DKIM needs a domain, a selector and a key", ErrConfig)
+			return nil, fmt.Errorf("%w: DKIM needs a domain, a selector and a key", config.ErrConfig)
 		}
 		if len(cfg.DKIM.Headers) > 0 {
 			if err := checkDKIMHeaders(cfg.DKIM.Headers); err != nil {
-				return nil, fmt.Errorf("%w: DKIM headers %w", ErrConfig, err)
+				return nil, fmt.Errorf("%w: DKIM headers %w", config.ErrConfig, err)
 			}
 		}
 	}
-	return &SMTPSender{client: c, from: cfg.From, host: cfg.Host, timeout: cfg.Timeout, dkim: cfg.DKIM,
-		pool: make(chan *smtp.Client, cfg.Conns), slots: make(chan struct{}, cfg.Conns)}, nil
+	return &Sender{client: c, from: cfg.From, host: cfg.Host, timeout: cfg.Timeout, dkim: cfg.DKIM,
+		pool: make(chan *msmtp.Client, cfg.Conns), slots: make(chan struct{}, cfg.Conns)}, nil
 }
 
 // Message returns the email Send sends for n, before any DKIM signature:
@@ -119,21 +121,21 @@ func NewSMTPSender(cfg SMTPConfig) (*SMTPSender, error) {
 // 2047-encoded when not ASCII), List-Unsubscribe with List-Unsubscribe-Post
 // for an https URL, and the text body, with the HTML body as its
 // multipart/alternative sibling. Errors are permanent: n does not validate.
-func (s *SMTPSender) Message(n tasks.Notification) (*mail.Msg, error) {
+func (s *Sender) Message(n tasks.Notification) (*mail.Msg, error) {
 	m := mail.NewMsg()
 	from := n.From
 	if from == "" {
 		from = s.from
 	}
 	if err := m.From(from); err != nil {
-		return nil, &SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
+		return nil, &sender.SendError{Err: fmt.Errorf("from: %w", err), Permanent: true, NotSent: true}
 	}
 	if err := m.To(n.To); err != nil {
-		return nil, &SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
+		return nil, &sender.SendError{Err: fmt.Errorf("to: %w", err), Permanent: true, NotSent: true}
 	}
 	if n.ReplyTo != "" {
 		if err := m.ReplyTo(n.ReplyTo); err != nil {
-			return nil, &SendError{Err: fmt.Errorf("reply-to: %w", err), Permanent: true, NotSent: true}
+			return nil, &sender.SendError{Err: fmt.Errorf("reply-to: %w", err), Permanent: true, NotSent: true}
 		}
 	}
 	m.Subject(n.Subject)
@@ -147,7 +149,7 @@ func (s *SMTPSender) Message(n tasks.Notification) (*mail.Msg, error) {
 	if n.ListUnsubscribe != "" {
 		u, err := tasks.ParseListUnsubscribe(n.ListUnsubscribe)
 		if err != nil {
-			return nil, &SendError{Err: err, Permanent: true, NotSent: true}
+			return nil, &sender.SendError{Err: err, Permanent: true, NotSent: true}
 		}
 		// Folded at the commas (RFC 5322 2.2.3); go-mail writes it as given.
 		m.SetGenHeaderPreformatted(mail.HeaderListUnsubscribe, FoldListUnsubscribe(u.URIs()))
@@ -211,7 +213,7 @@ func goMailHeader(name string) mail.Header {
 }
 
 // Send delivers one email.
-func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
+func (s *Sender) Send(ctx context.Context, n tasks.Notification) error {
 	m, err := s.Message(n)
 	if err != nil {
 		return err
@@ -220,20 +222,20 @@ func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
 	if s.dkim != nil {
 		var raw bytes.Buffer
 		if _, err := m.WriteTo(&raw); err != nil {
-			return &SendError{Err: fmt.Errorf("render: %w", err), Permanent: true, NotSent: true}
+			return &sender.SendError{Err: fmt.Errorf("render: %w", err), Permanent: true, NotSent: true}
 		}
 		// Not permanent: a signing failure is the worker's, not the email's.
 		if signed, err = s.dkim.sign(raw.Bytes()); err != nil {
-			return &SendError{Err: fmt.Errorf("dkim sign: %w", err), NotSent: true}
+			return &sender.SendError{Err: fmt.Errorf("dkim sign: %w", err), NotSent: true}
 		}
 	}
 
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		return &SendError{Err: ctx.Err(), NotSent: true}
+		return &sender.SendError{Err: ctx.Err(), NotSent: true}
 	}
-	var conn *smtp.Client
+	var conn *msmtp.Client
 	select {
 	case conn = <-s.pool:
 		// A reused connection may have been closed by the server: RSET checks it.
@@ -269,18 +271,18 @@ func (s *SMTPSender) Send(ctx context.Context, n tasks.Notification) error {
 // would render it again, and a DKIM signature covers these exact bytes.
 // Failing before the end of DATA, the message is surely not sent; without
 // a reply to the end of DATA, the outcome is unknown.
-func (s *SMTPSender) sendRaw(conn *smtp.Client, m *mail.Msg, msg []byte) error {
+func (s *Sender) sendRaw(conn *msmtp.Client, m *mail.Msg, msg []byte) error {
 	// The envelope as go-mail would give it: "<address>" of From and To.
 	from, err := m.GetSender(false)
 	if err != nil {
-		return &SendError{Err: err, Permanent: true, NotSent: true}
+		return &sender.SendError{Err: err, Permanent: true, NotSent: true}
 	}
 	rcpts, err := m.GetRecipients()
 	if err != nil {
-		return &SendError{Err: err, Permanent: true, NotSent: true}
+		return &sender.SendError{Err: err, Permanent: true, NotSent: true}
 	}
 	if err := conn.UpdateDeadline(s.timeout); err != nil {
-		return &SendError{Err: err, NotSent: true}
+		return &sender.SendError{Err: err, NotSent: true}
 	}
 	if err := conn.Mail(from); err != nil {
 		return classifyReply(fmt.Errorf("MAIL FROM: %w", err), true)
@@ -296,7 +298,7 @@ func (s *SMTPSender) sendRaw(conn *smtp.Client, m *mail.Msg, msg []byte) error {
 	}
 	if _, err := w.Write(msg); err != nil {
 		// The closing "." was not written: the server cannot have taken it.
-		return &SendError{Err: fmt.Errorf("DATA: %w", err), NotSent: true}
+		return &sender.SendError{Err: fmt.Errorf("DATA: %w", err), NotSent: true}
 	}
 	if err := w.Close(); err != nil {
 		return classifyReply(fmt.Errorf("end of DATA: %w", err), false)
@@ -312,16 +314,16 @@ func classifyReply(err error, notSent bool) error {
 	if errors.As(err, &te) {
 		switch {
 		case te.Code >= 500:
-			return &SendError{Err: err, Permanent: true, NotSent: true}
+			return &sender.SendError{Err: err, Permanent: true, NotSent: true}
 		case te.Code >= 400:
-			return &SendError{Err: err, NotSent: true}
+			return &sender.SendError{Err: err, NotSent: true}
 		}
 	}
-	return &SendError{Err: err, NotSent: notSent}
+	return &sender.SendError{Err: err, NotSent: notSent}
 }
 
 // Close closes idle connections.
-func (s *SMTPSender) Close() error {
+func (s *Sender) Close() error {
 	for {
 		select {
 		case c := <-s.pool:
@@ -350,12 +352,12 @@ func classifySMTP(err error, dial bool) error {
 	}
 	switch {
 	case code >= 500:
-		return &SendError{Err: err, Permanent: true, NotSent: true}
+		return &sender.SendError{Err: err, Permanent: true, NotSent: true}
 	case code >= 400:
-		return &SendError{Err: err, NotSent: true}
+		return &sender.SendError{Err: err, NotSent: true}
 	}
 	if dial || (se != nil && se.Reason == mail.ErrConnCheck) {
-		return &SendError{Err: err, NotSent: true}
+		return &sender.SendError{Err: err, NotSent: true}
 	}
-	return &SendError{Err: err}
+	return &sender.SendError{Err: err}
 }

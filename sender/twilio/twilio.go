@@ -1,4 +1,8 @@
-package worker
+// Package twilio is the SMS provider for a Twilio-compatible Messages API
+// (SLUICE_SMS_SENDER=http): the sender, its settings (SLUICE_SMS_*), and
+// the status-callback route it owns, which `sluice api` mounts
+// (Callbacks): the provider's signed reports of each message's fate.
+package twilio
 
 import (
 	"context"
@@ -12,11 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 )
 
-// HTTPSMSConfig configures an HTTPSMSSender.
-type HTTPSMSConfig struct {
+// Config configures a Sender.
+type Config struct {
 	BaseURL    string // e.g. https://api.twilio.com
 	AccountSID string
 	AuthToken  string
@@ -31,24 +37,28 @@ type HTTPSMSConfig struct {
 	StatusCallback string
 	Timeout        time.Duration // per request; default 10s
 	Client         *http.Client  // default: a client with Timeout
+	// Suppress are the error codes whose refusal puts the recipient on the
+	// suppression list (SendError.Suppress), for SuppressFor.
+	Suppress    map[int]bool
+	SuppressFor time.Duration
 }
 
-// HTTPSMSSender sends SMS through a Twilio-compatible Messages API: a form
+// Sender sends SMS through a Twilio-compatible Messages API: a form
 // POST of To, Body and From (or MessagingServiceSid), and StatusCallback
 // when configured, to BASE/2010-04-01/Accounts/SID/Messages.json with basic
 // auth. It sends the notification id as Idempotency-Key so a provider that
 // honours it drops a repeated request.
-type HTTPSMSSender struct {
+type Sender struct {
 	endpoint string
-	cfg      HTTPSMSConfig
+	cfg      Config
 	client   *http.Client
 }
 
-// NewHTTPSMSSender returns a sender for the API at cfg.BaseURL.
-func NewHTTPSMSSender(cfg HTTPSMSConfig) (*HTTPSMSSender, error) {
+// NewSender returns a sender for the API at cfg.BaseURL.
+func NewSender(cfg Config) (*Sender, error) {
 	u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: SMS base URL %q", ErrConfig, cfg.BaseURL)
+		return nil, fmt.Errorf("%w: SMS base URL %q", config.ErrConfig, cfg.BaseURL)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
@@ -57,34 +67,10 @@ func NewHTTPSMSSender(cfg HTTPSMSConfig) (*HTTPSMSSender, error) {
 	if c == nil {
 		c = &http.Client{Timeout: cfg.Timeout}
 	}
-	return &HTTPSMSSender{
+	return &Sender{
 		endpoint: u.String() + "/2010-04-01/Accounts/" + url.PathEscape(cfg.AccountSID) + "/Messages.json",
 		cfg:      cfg, client: c,
 	}, nil
-}
-
-// The form parameters that name an SMS's origin.
-const (
-	ParamFrom             = "From"
-	ParamMessagingService = "MessagingServiceSid"
-)
-
-// SMSOrigin is where an SMS goes from: the form parameter (ParamFrom or
-// ParamMessagingService) and its value. The notification's own choice wins,
-// then the configured Messaging Service, then the configured number. The
-// value is also the sender that sender rules (sms:sender=...) count: for a
-// Messaging Service that is the service, whose pool the provider spreads
-// the messages over.
-func SMSOrigin(n tasks.Notification, from, service string) (param, value string) {
-	switch {
-	case n.MessagingServiceSID != "":
-		return ParamMessagingService, n.MessagingServiceSID
-	case n.From != "":
-		return ParamFrom, n.From
-	case service != "":
-		return ParamMessagingService, service
-	}
-	return ParamFrom, from
 }
 
 // CallbackPath is the path of sluice api that receives the status callbacks
@@ -98,15 +84,15 @@ func CallbackPath(tenant, id string) string {
 // sent (honouring Retry-After); other 5xx are transient with an unknown
 // outcome; other 4xx are permanent. The provider's error code (Twilio's
 // JSON "code") is kept in the SendError.
-func (s *HTTPSMSSender) Send(ctx context.Context, n tasks.Notification) error {
-	param, origin := SMSOrigin(n, s.cfg.From, s.cfg.MessagingServiceSID)
+func (s *Sender) Send(ctx context.Context, n tasks.Notification) error {
+	param, origin := tasks.SMSOrigin(n, s.cfg.From, s.cfg.MessagingServiceSID)
 	form := url.Values{"To": {n.To}, param: {origin}, "Body": {n.Body}}
 	if s.cfg.StatusCallback != "" {
 		form.Set("StatusCallback", strings.TrimRight(s.cfg.StatusCallback, "/")+CallbackPath(n.Tenant, n.ID))
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
-		return &SendError{Err: err, Permanent: true, NotSent: true}
+		return &sender.SendError{Err: err, Permanent: true, NotSent: true}
 	}
 	req.SetBasicAuth(s.cfg.AccountSID, s.cfg.AuthToken)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -119,7 +105,7 @@ func (s *HTTPSMSSender) Send(ctx context.Context, n tasks.Notification) error {
 		if errors.As(err, &op) && op.Timeout() {
 			notSent = false
 		}
-		return &SendError{Err: fmt.Errorf("sms api: %w", err), NotSent: notSent}
+		return &sender.SendError{Err: fmt.Errorf("sms api: %w", err), NotSent: notSent}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -130,11 +116,11 @@ func (s *HTTPSMSSender) Send(ctx context.Context, n tasks.Notification) error {
 	code := errorCode(body)
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		return &SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Code: code}
+		return &sender.SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Code: code}
 	case resp.StatusCode >= 500:
-		return &SendError{Err: err, Code: code}
+		return &sender.SendError{Err: err, Code: code}
 	default:
-		return &SendError{Err: err, Permanent: true, NotSent: true, Code: code}
+		return &sender.SendError{Err: err, Permanent: true, NotSent: true, Code: code, Suppress: s.cfg.Suppress[code], SuppressFor: s.cfg.SuppressFor}
 	}
 }
 

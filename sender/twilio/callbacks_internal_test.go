@@ -1,4 +1,4 @@
-package api
+package twilio
 
 import (
 	"net/url"

@@ -1,4 +1,4 @@
-package worker
+package smtp
 
 import (
 	"crypto"
@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/emersion/go-msgauth/dkim"
+	"github.com/sluicehq/sluice/config"
 )
 
 // DefaultDKIMHeaders are the header fields signed unless SLUICE_DKIM_HEADERS
@@ -95,10 +96,10 @@ const MaxTXTString = 255
 // SELECTOR._domainkey.DOMAIN, after checking both.
 func DKIMRecordName(selector, domain string) (string, error) {
 	if err := checkDKIMSelector(selector); err != nil {
-		return "", fmt.Errorf("%w: DKIM selector %w", ErrConfig, err)
+		return "", fmt.Errorf("%w: DKIM selector %w", config.ErrConfig, err)
 	}
 	if err := checkDKIMDomain(domain); err != nil {
-		return "", fmt.Errorf("%w: DKIM domain %w", ErrConfig, err)
+		return "", fmt.Errorf("%w: DKIM domain %w", config.ErrConfig, err)
 	}
 	return selector + "._domainkey." + domain, nil
 }

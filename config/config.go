@@ -1,0 +1,278 @@
+// Package config is the one home of the settings every Sluice command
+// shares — where Redis is, the queue layout, the rules, the secrets and
+// payload keys, logging — and of the machinery that reads them: SLUICE_*
+// environment variables with caarlos0/env, validation that names each
+// variable, masking for logs, unknown-variable hints, and the generated
+// documentation table. Open turns a Base into what every command needs:
+// the Redis client, the limiter, the key ring, the logger, the metrics
+// registry and the deployment's rules.
+//
+// A command's own configuration embeds Base and adds its fields
+// (worker.Config, api.Config); a sender's settings live in its own package
+// (sender/smtp, sender/twilio) and are read with Read.
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// Base is what workers, the API and the tools all read. Every field has a
+// default (envDefault) and a description (desc) from which the
+// configuration table is generated.
+type Base struct {
+	RedisURL          string        `env:"REDIS_URL" envDefault:"redis://localhost:6379/0" desc:"Redis for queues and quotas: redis://[user:password@]host:port/db, or rediss:// for TLS." secret:"true"`
+	RedisClusterAddrs []string      `env:"REDIS_CLUSTER_ADDRS" envSeparator:"," desc:"Comma-separated host:port seeds of a Redis Cluster; when set it is used instead of REDIS_URL's host (REDIS_URL still gives user, password and TLS)."`
+	RedisCAFile       string        `env:"REDIS_CA_FILE" desc:"PEM file of CA certificates to trust for rediss:// instead of the system roots (they replace them; append the system bundle to the file to trust both); empty: the system roots. Each server's certificate must name the host it is dialed by (REDIS_URL's host; a Cluster node's announced address). Needs a rediss:// REDIS_URL."`
+	Queue             string        `env:"QUEUE" envDefault:"notifications" desc:"Base name of the Asynq queues: each lane is split into QUEUE_SHARDS queues QUEUE.priority.N, QUEUE.standard.N and QUEUE.bulk.N, a tenant's notifications always in the same shard; QUEUE itself (the single queue of earlier releases) is still served. Producers (sluice enqueue, the API) and workers need the same value."`
+	QueueShards       int           `env:"QUEUE_SHARDS" envDefault:"8" desc:"Queues per lane (1-64): one tenant's flood delays only the tenants of its shard, and the shards spread over a Redis Cluster's masters. Producers and workers need the same value; a tenant plan's shard=K gives a tenant a shard of its own."`
+	Rules             string        `env:"RULES" envDefault:"sms:recipient=1/1m,sms:recipient=5/1d,sms:tenant=1000/1h,email:recipient=10/1m,email:tenant=10000/1h" desc:"The rules, comma- or newline-separated (see Rules below): [TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop] with SCOPE recipient, tenant, sender or provider; CHANNEL.CATEGORY:exempt; CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, :max-defer=DURATION, :rerun=at-least-once|at-most-once; [TENANT/]tz=ZONE. A TENANT/ entry replaces the default of the same target for that tenant."`
+	PlanCheckInterval time.Duration `env:"PLAN_CHECK_INTERVAL" envDefault:"1s" desc:"How often a worker checks the version of the tenant plans in Redis (sluice tenant set), besides the pub/sub message each change sends: a change applies within about this long even if the message is lost."`
+	DefaultTZ         string        `env:"DEFAULT_TZ" envDefault:"UTC" desc:"IANA time zone for quiet hours of recipients whose zone is unknown (no tz in the notification, no zone from the number, no tenant tz= rule)."`
+	SubjectSecret     string        `env:"SUBJECT_SECRET" desc:"Required. Key (≥ 16 bytes) of the HMAC that recipients are stored under in Redis. Changing it restarts every recipient's windows." secret:"true"`
+	PayloadKeys       string        `env:"PAYLOAD_KEYS" desc:"Required. Keys that seal notification payloads at rest (AES-256-GCM): ID:BASE64KEY[,ID:BASE64KEY...], 32-byte keys (sluice keygen prints one). The first seals, all open: add a new key first to rotate, drop the old one when no task sealed with it is left. Producers (enqueue, the API) need the same keys." secret:"true"`
+	PayloadPlaintext  string        `env:"PAYLOAD_PLAINTEXT" envDefault:"refuse" desc:"refuse: a task whose payload is not sealed is archived unsent; accept: plain JSON payloads are sent too (producers not yet sealing)."`
+	CompactMembers    bool          `env:"COMPACT_MEMBERS" envDefault:"true" desc:"Store each notification id in the quota windows as 6 bytes of its SHA-256 (about 20 instead of 54 bytes per entry; a collision within one window has odds of about n²/2⁴⁹). Flipping it on a live system makes ids admitted before the flip look new for one window."`
+	DedupeTTL         time.Duration `env:"DEDUPE_TTL" envDefault:"24h" desc:"How long a sent notification's id is remembered, so a re-run task does not send again."`
+	SendSlack         time.Duration `env:"SEND_SLACK" envDefault:"100ms" desc:"Every window is widened by this: sends are kept window + slack apart, so a message that reaches the provider up to this long after its slot still keeps every window on the provider's side."`
+
+	RedisAllowEviction bool          `env:"REDIS_ALLOW_EVICTION" envDefault:"false" desc:"Run even where a Redis node's maxmemory-policy is not noeviction (or cannot be read). Without it workers and the API refuse to start, naming the node and the policy: an evicted key is a quota window that forgot its sends, a done record, an idempotency key or a queued task. With it they start with a warning, and /readyz lists it."`
+	RedisCheckInterval time.Duration `env:"REDIS_CHECK_INTERVAL" envDefault:"5s" desc:"How often workers and the API read every Redis node's settings and evicted_keys again (CONFIG GET, else INFO; a Cluster's masters and replicas): an eviction, a policy changed at runtime or full memory shows within about this long in the metrics, an error log and /readyz."`
+	RedisDegradedFor   time.Duration `env:"REDIS_DEGRADED_FOR" envDefault:"5m" desc:"After Redis evicted keys, how long /readyz answers 503 (degraded), from the last eviction seen; 0: evictions are counted and logged but do not degrade /readyz."`
+
+	SMTPFrom               string `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails; what sender rules (email:sender=...) count for an email that names no from."`
+	SMSFrom                string `env:"SMS_FROM" desc:"Default From number or sender id of SMS (or set SMS_MESSAGING_SERVICE_SID instead)."`
+	SMSMessagingServiceSID string `env:"SMS_MESSAGING_SERVICE_SID" desc:"Default Messaging Service of SMS (MG + 32 hex digits), instead of SMS_FROM: messages are posted with MessagingServiceSid and no From, and the provider picks the number from the service's sender pool. Sender rules (sms:sender=...) count the service as the sender. A notification's own from or messaging_service_sid overrides it."`
+
+	SMSSuppressCodes string        `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
+	SMSSuppressTTL   time.Duration `env:"SMS_SUPPRESS_TTL" envDefault:"720h" desc:"How long a recipient stays on a tenant's SMS suppression list after its last permanent failure (numbers get reassigned)."`
+
+	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error."`
+	LogFormat string `env:"LOG_FORMAT" envDefault:"text" desc:"text or json."`
+}
+
+// Validate records every problem of the shared settings in p.
+func (b Base) Validate(p *Problems) {
+	if err := checkRedisURL(b.RedisURL); err != nil {
+		p.Add("REDIS_URL", "%v", err)
+	} else if b.RedisCAFile != "" && !strings.HasPrefix(b.RedisURL, "rediss://") {
+		p.Add("REDIS_CA_FILE", "is set but %sREDIS_URL is not a rediss:// URL: the connection would not use TLS", EnvPrefix)
+	}
+	if b.RedisCAFile != "" {
+		if _, err := LoadCAFile(b.RedisCAFile); err != nil {
+			p.Add("REDIS_CA_FILE", "%v", err)
+		}
+	}
+	if b.Queue == "" {
+		p.Add("QUEUE", "must not be empty")
+	} else if err := b.Layout().Validate(); err != nil {
+		if b.QueueShards < 1 || b.QueueShards > tasks.MaxShards {
+			p.Add("QUEUE_SHARDS", "must be between 1 and %d, got %d", tasks.MaxShards, b.QueueShards)
+		} else {
+			p.Add("QUEUE", "%v", err)
+		}
+	}
+	if pol, err := plans.Parse(b.Rules); err != nil {
+		p.Add("RULES", "%v", err)
+	} else if err := pol.CheckDefaults(); err != nil {
+		p.Add("RULES", "%v", err)
+	}
+	if b.PlanCheckInterval < 10*time.Millisecond {
+		p.Add("PLAN_CHECK_INTERVAL", "must be at least 10ms, got %v", b.PlanCheckInterval)
+	}
+	if _, err := plans.Zones(b.DefaultTZ, "", nil); err != nil {
+		p.Add("DEFAULT_TZ", "%v", err)
+	}
+	if len(b.SubjectSecret) < 16 {
+		p.Add("SUBJECT_SECRET", "must be set to at least 16 bytes (e.g. `openssl rand -hex 32`)")
+	}
+	if _, err := tasks.ParseKeyring(b.PayloadKeys); err != nil {
+		p.Add("PAYLOAD_KEYS", "%v", err)
+	}
+	if b.PayloadPlaintext != "refuse" && b.PayloadPlaintext != "accept" {
+		p.Add("PAYLOAD_PLAINTEXT", "must be refuse or accept, got %q", b.PayloadPlaintext)
+	}
+	if b.DedupeTTL < time.Minute {
+		p.Add("DEDUPE_TTL", "must be at least 1m, got %v", b.DedupeTTL)
+	}
+	if b.SendSlack < 0 || b.SendSlack > time.Minute {
+		p.Add("SEND_SLACK", "must be between 0 and 1m, got %v", b.SendSlack)
+	}
+	if b.RedisCheckInterval < 100*time.Millisecond || b.RedisCheckInterval > 10*time.Minute {
+		p.Add("REDIS_CHECK_INTERVAL", "must be between 100ms and 10m, got %v", b.RedisCheckInterval)
+	}
+	if b.RedisDegradedFor < 0 || b.RedisDegradedFor > 24*time.Hour {
+		p.Add("REDIS_DEGRADED_FOR", "must be between 0 (never) and 24h, got %v", b.RedisDegradedFor)
+	}
+	if b.SMSMessagingServiceSID != "" {
+		if !tasks.IsMessagingServiceSID(b.SMSMessagingServiceSID) {
+			p.Add("SMS_MESSAGING_SERVICE_SID", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID), got %q", b.SMSMessagingServiceSID)
+		}
+		if b.SMSFrom != "" {
+			p.Add("SMS_MESSAGING_SERVICE_SID", "and %sSMS_FROM are both set: set one, the default origin of messages that name none", EnvPrefix)
+		}
+	}
+	if _, err := b.SuppressCodes(); err != nil {
+		p.Add("SMS_SUPPRESS_CODES", "%v", err)
+	}
+	if b.SMSSuppressTTL < time.Hour || b.SMSSuppressTTL > 3650*24*time.Hour {
+		p.Add("SMS_SUPPRESS_TTL", "must be between 1h and 87600h (10 years), got %v", b.SMSSuppressTTL)
+	}
+	switch strings.ToLower(b.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		p.Add("LOG_LEVEL", "must be debug, info, warn or error, got %q", b.LogLevel)
+	}
+	if b.LogFormat != "text" && b.LogFormat != "json" {
+		p.Add("LOG_FORMAT", "must be text or json, got %q", b.LogFormat)
+	}
+}
+
+// Layout is the queue layout of SLUICE_QUEUE and SLUICE_QUEUE_SHARDS.
+func (b Base) Layout() tasks.Layout { return tasks.Layout{Base: b.Queue, Shards: b.QueueShards} }
+
+// Origin is who sender rules (CHANNEL:sender=...) count as sending n: its
+// own messaging service or from, else the deployment's default (an SMS's
+// Messaging Service before its From number: the provider picks the number
+// from the service's pool, so the pool is the sender Sluice can know).
+func (b Base) Origin(n tasks.Notification) string {
+	if n.Channel == tasks.SMS {
+		_, v := tasks.SMSOrigin(n, b.SMSFrom, b.SMSMessagingServiceSID)
+		return v
+	}
+	if n.From != "" {
+		return n.From
+	}
+	return b.SMTPFrom
+}
+
+// SuppressCodes are the provider error codes of SMS_SUPPRESS_CODES; nil
+// when it is none (no suppression list, and no check before each SMS).
+func (b Base) SuppressCodes() (map[int]bool, error) {
+	if strings.TrimSpace(b.SMSSuppressCodes) == "none" {
+		return nil, nil
+	}
+	out := map[int]bool{}
+	for _, f := range strings.Split(b.SMSSuppressCodes, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 999999 || len(f) > 6 {
+			return nil, fmt.Errorf("must be comma-separated provider error codes (1 to 6 digits, e.g. 21211,30005) or none, got %q", f)
+		}
+		out[n] = true
+	}
+	return out, nil
+}
+
+// DefaultZone is SLUICE_DEFAULT_TZ as a location (UTC if it does not load).
+func (b Base) DefaultZone() *time.Location {
+	if zs, err := plans.Zones(b.DefaultTZ, "", nil); err == nil {
+		return zs[0]
+	}
+	return time.UTC
+}
+
+// Planner is how every reader works out a notification's rules, quiet
+// spans and deadline under these settings (plans.Planner).
+func (b Base) Planner() plans.Planner {
+	return plans.Planner{DefaultZone: b.DefaultZone(), SendSlack: b.SendSlack}
+}
+
+// NewRedisClient builds the Redis client of b: a Cluster client when
+// RedisClusterAddrs is set, else a single-node client from RedisURL. A
+// rediss:// URL turns TLS on, verified against RedisCAFile when set (else the
+// system roots).
+func (b Base) NewRedisClient() (redis.UniversalClient, error) {
+	opt, err := redis.ParseURL(b.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %sREDIS_URL: %w", ErrConfig, EnvPrefix, err)
+	}
+	if b.RedisCAFile != "" {
+		if opt.TLSConfig == nil {
+			return nil, fmt.Errorf("%w: %sREDIS_CA_FILE is set but %sREDIS_URL is not a rediss:// URL", ErrConfig, EnvPrefix, EnvPrefix)
+		}
+		if opt.TLSConfig.RootCAs, err = LoadCAFile(b.RedisCAFile); err != nil {
+			return nil, fmt.Errorf("%w: %sREDIS_CA_FILE %w", ErrConfig, EnvPrefix, err)
+		}
+	}
+	// ParseURL set ServerName to the URL's host: right for a single node.
+	if len(b.RedisClusterAddrs) == 0 {
+		return redis.NewClient(opt), nil
+	}
+	var tlsCfg *tls.Config
+	if opt.TLSConfig != nil {
+		// A Cluster's nodes are dialed at the addresses they announce, not at
+		// the URL's host. With ServerName empty, crypto/tls takes it from the
+		// address each dial goes to, so every node's certificate is checked
+		// against its own host.
+		tlsCfg = opt.TLSConfig.Clone()
+		tlsCfg.ServerName = ""
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: b.RedisClusterAddrs, Username: opt.Username, Password: opt.Password, TLSConfig: tlsCfg,
+	}), nil
+}
+
+// NewLogger returns the slog logger b asks for, writing to out.
+func (b Base) NewLogger(out io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(b.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if b.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(out, o))
+	}
+	return slog.New(slog.NewTextHandler(out, o))
+}
+
+// checkRedisURL says what is wrong with a Redis URL: the scheme, the port,
+// the database number — not just that it does not parse.
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("is not a URL (%v); want redis://[user:password@]host:port/db", err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Errorf("has scheme %q; want redis:// or rediss://", u.Scheme)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("has port %q; want a number 1–65535", p)
+		}
+	}
+	if _, err := redis.ParseURL(raw); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LoadCAFile reads a PEM bundle of CA certificates (SLUICE_*_CA_FILE); it
+// fails unless the file is readable and holds at least one certificate.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("must name a readable PEM file of CA certificates: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("must name a PEM file of CA certificates: %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}

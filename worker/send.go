@@ -1,0 +1,318 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// The send path. The throttle middleware runs each task through these
+// stages, in order; each either hands the task on or ends the run with
+// what Asynq is to do with it:
+//
+//	decode    open the payload; what can never be sent is archived (invalid, unreadable)
+//	route     a task in another lane or shard than the rules route it to is moved there
+//	comply    bulk mail without a List-Unsubscribe is archived (the suppression
+//	          list is read by the check itself)
+//	reserve   ask the limiter under the plans in force, then, by its answer:
+//	          done or duplicate → nothing to do; unknown outcome, expired,
+//	          suppressed, dropped → archived; booked or denied → back to Asynq for
+//	          the slot (not a failure); admitted → wait in process for a near slot
+//	dispatch  hand it to the provider and record the outcome: the done record,
+//	          a release of a send that did not happen, a retry, an archive
+
+// ThrottledError is returned to Asynq for a task whose slot lies ahead. It
+// is not a failure: the task is rescheduled for WakeAt without spending a retry.
+type ThrottledError struct {
+	// RetryAt is the slot, in this host's clock.
+	RetryAt time.Time
+	// WakeAt is when Asynq should run the task again (see WakeTime).
+	WakeAt time.Time
+	// Rule is the rule that set the slot, e.g. "sms:recipient 1/1m".
+	Rule string
+	// Booked: the limiter holds the slot for the task.
+	Booked bool
+}
+
+// Error starts with tasks.DeferredPrefix: Asynq shows it as the task's
+// LastErr in its Retry list, where it must not read as a failure.
+// tasks.ReadTaskError reads it back.
+func (e *ThrottledError) Error() string { return tasks.ThrottledText(e.Rule, e.RetryAt.UTC()) }
+
+// Is matches any *ThrottledError, so errors.Is(err, &ThrottledError{}) works.
+func (e *ThrottledError) Is(target error) bool {
+	_, ok := target.(*ThrottledError)
+	return ok
+}
+
+// UnavailableError is returned to Asynq when Redis could not be asked for
+// the whole time the task may run. Nothing was sent; it is not a failure and
+// the task is tried again after Config.UnavailableRetry.
+type UnavailableError struct{ Err error }
+
+func (e *UnavailableError) Error() string { return tasks.UnavailableText(e.Err.Error()) }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// errLate: a send woke too late for its slot, which it gave back.
+var errLate = errors.New("woke too late for the slot")
+
+type ctxKey struct{}
+
+// notificationFrom returns the notification the throttle middleware decoded.
+func notificationFrom(ctx context.Context) (tasks.Notification, bool) {
+	n, ok := ctx.Value(ctxKey{}).(tasks.Notification)
+	return n, ok
+}
+
+// throttleMiddleware runs the send path's stages (above) for each task and
+// lets the handler send only what every rule admits.
+func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		n, err := w.decode(ctx, t)
+		if err != nil {
+			return err
+		}
+		traceNotification(ctx, n)
+		log := w.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
+		if moved, err := w.route(ctx, t, n, log); moved {
+			return err
+		}
+		a, err := w.reserve(ctx, t, &n, log)
+		if a == nil {
+			return err
+		}
+		sendCtx, span := w.startSend(ctx, n, a.d)
+		err = w.dispatch(sendCtx, t, n, a, next, log)
+		endSend(span, err)
+		return err
+	})
+}
+
+// decode opens the task's payload. What can never be sent (bad JSON, a
+// channel that does not match the task type, a payload that does not open)
+// is archived at once.
+func (w *Worker) decode(ctx context.Context, t *asynq.Task) (tasks.Notification, error) {
+	taskID, _ := asynq.GetTaskID(ctx)
+	n, err := tasks.Open(w.keys, taskID, t.Type(), t.Payload(), w.cfg.PayloadPlaintext == "accept")
+	if err == nil {
+		if typ, _ := n.Channel.TaskType(); typ != t.Type() {
+			err = fmt.Errorf("%w: channel %q does not match task type %q", tasks.ErrInvalid, n.Channel, t.Type())
+		}
+	}
+	if err == nil {
+		return n, nil
+	}
+	reason := tasks.ReasonInvalid
+	if errors.Is(err, tasks.ErrSealed) || errors.Is(err, tasks.ErrNotSealed) {
+		reason = tasks.ReasonUnreadable
+	}
+	w.metrics.Sends.WithLabelValues(channelLabel(t.Type()), "invalid").Inc()
+	w.metrics.Archived.WithLabelValues(channelLabel(t.Type()), "", reason).Inc()
+	w.log.Warn("archiving a notification that cannot be sent", "task_id", taskID, "task_type", t.Type(), "reason", err)
+	return tasks.Notification{}, fmt.Errorf("%w: %w", tasks.Archived(reason, err), asynq.SkipRetry)
+}
+
+// route moves a task found in another lane or shard than the rules in
+// force route it to (a producer without the rules, or with older ones),
+// before any check. The legacy single queue is served in place.
+func (w *Worker) route(ctx context.Context, t *asynq.Task, n tasks.Notification, log *slog.Logger) (bool, error) {
+	have, _ := asynq.GetQueueName(ctx)
+	if have == w.layout.Legacy() {
+		return false, nil
+	}
+	want := w.currentPolicy().Queue(w.layout, n)
+	if _, _, ours := w.layout.Parse(have); !ours || have == want {
+		return false, nil
+	}
+	return true, w.move(ctx, t, n, have, want, log)
+}
+
+// comply enforces what the rules demand of the notification itself, under
+// the same plan as its check: bulk mail carries a List-Unsubscribe (its
+// own, or the rules' default, which it gets here). Producers refuse bulk
+// mail without one (the API, sluice enqueue); this is the last line for
+// other producers and for a plan that changed since the enqueue.
+func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error {
+	if n.Channel != tasks.Email {
+		return nil
+	}
+	n.ListUnsubscribe = c.Match.ListUnsubscribe(*n)
+	if err := c.Match.CheckUnsubscribe(*n); err != nil {
+		w.archived(*n, tasks.ReasonInvalid)
+		log.Warn("archiving bulk mail without a List-Unsubscribe")
+		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonInvalid, err), asynq.SkipRetry)
+	}
+	return nil
+}
+
+// admission is a send the limiter admitted for now.
+type admission struct {
+	d      throttle.Decision
+	limits []throttle.Limit
+}
+
+// reserve asks the limiter, under the plans in force, until the send is
+// admitted for now (waiting in process for a near slot), or the run ends:
+// a nil admission, with what Asynq is to do (nil: nothing more).
+func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, log *slog.Logger) (*admission, error) {
+	for round := 0; ; round++ {
+		policy, version := w.currentPlans()
+		c := w.plan(policy, *n)
+		if err := w.comply(c, n, log); err != nil {
+			return nil, err
+		}
+		d, waiter, err := w.check(ctx, *n, c, log)
+		if err != nil {
+			return nil, err
+		}
+		why := waitReason(d, c.Limits)
+		switch d.Status {
+		case throttle.StatusAdmitted:
+			if d.Wait == 0 {
+				return &admission{d, c.Limits}, nil
+			}
+			err := w.waitForSlot(ctx, *n, d, c.Limits, log)
+			w.releaseWaiter(waiter)
+			switch {
+			case errors.Is(err, errLate) && round < 3:
+				continue
+			case errors.Is(err, errLate):
+				retryAt := time.Now().Add(time.Second)
+				return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
+			case err != nil:
+				return nil, err
+			}
+			if _, now := w.currentPlans(); now != version && round < 3 {
+				// The plans changed while this send waited: a change holds
+				// from the moment it is applied, so place it again under it.
+				w.release(ctx, *n, d.Attempt, c.Limits, log)
+				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
+				continue
+			}
+			return &admission{d, c.Limits}, nil
+		case throttle.StatusBooked, throttle.StatusDenied:
+			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
+			return nil, w.reschedule(ctx, t, *n, d, why, log)
+		default:
+			return nil, w.settled(*n, c, d, why, log)
+		}
+	}
+}
+
+// check is one call of the limiter for n under c. A slot within
+// MaxInlineWait is admitted for its instant when a waiter token is free
+// (held, returned with the decision: the caller releases it after its
+// wait); without one it is booked through Asynq instead.
+func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (throttle.Decision, bool, error) {
+	opts := c.opts
+	opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
+	if n.Channel == tasks.SMS && w.suppressCodes != nil {
+		// The suppression list is read in the same script call.
+		opts.Block = w.delivery.SuppressKey(n.Tenant, n.Channel, n.To)
+	}
+	waiter := w.tryWaiter()
+	if !waiter {
+		opts.Horizon = 0
+	}
+	checkCtx, span := w.startCheck(ctx, c.Limits)
+	var d throttle.Decision
+	err := w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
+		var err error
+		d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, c.Limits...)
+		return err
+	})
+	if err != nil {
+		endCheck(span, d, "", err)
+		w.releaseWaiter(waiter)
+		w.metrics.LimiterError.Inc()
+		log.Error("quota check failed; nothing sent, will try again", "err", err, "cause", unavailableWhy(err))
+		return d, false, &UnavailableError{Err: err}
+	}
+	if w.onDecide != nil {
+		w.onDecide(n, d)
+	}
+	why := waitReason(d, c.Limits)
+	endCheck(span, d, why, nil)
+	w.metrics.Decisions.WithLabelValues(string(n.Channel), w.categoryLabel(n), why, decisionLabel(d)).Inc()
+	if d.Status != throttle.StatusAdmitted || d.Wait == 0 {
+		w.releaseWaiter(waiter)
+		waiter = false
+	}
+	return d, waiter, nil
+}
+
+// settled handles the limiter's answers that end the run without a send:
+// nil when there is nothing to do, else the archive error.
+func (w *Worker) settled(n tasks.Notification, c check, d throttle.Decision, why string, log *slog.Logger) error {
+	var err *tasks.ArchivedError
+	switch d.Status {
+	case throttle.StatusDone, throttle.StatusDuplicate:
+		log.Info("already sent; not sending again")
+		return nil
+	case throttle.StatusUnknown:
+		log.Warn("an earlier attempt may have sent this notification (outcome unknown); at-most-once: archiving, not sending")
+		err = tasks.Archived(tasks.ReasonUnknown, errors.New("the outcome of an earlier attempt is unknown (at-most-once)"))
+	case throttle.StatusExpired:
+		log.Warn("expired: its earliest slot is past its deadline; archiving, not sending", "deadline", c.Deadline, "set_by", c.DeadlineBy, "slot", d.At, "waiting_for", why)
+		err = tasks.Archived(tasks.ReasonExpired, fmt.Errorf("the earliest slot (%s, %s) is past the %s deadline %s",
+			d.At.UTC().Format(time.RFC3339), why, c.DeadlineBy, c.Deadline.UTC().Format(time.RFC3339)))
+	case throttle.StatusBlocked:
+		log.Warn("the recipient is on the tenant's suppression list; archiving, not sending", "code", d.BlockValue)
+		err = tasks.Archived(tasks.ReasonSuppressed, fmt.Errorf("an earlier SMS to this recipient failed permanently (provider code %d); not sent", d.BlockValue))
+	case throttle.StatusDropped:
+		log.Warn("dropped: a rule whose action is drop is full", "rule", why)
+		err = tasks.Archived(tasks.ReasonThrottled, fmt.Errorf("%s is full and drops what exceeds it", why))
+	default:
+		return fmt.Errorf("worker: unexpected limiter status %s", d.Status)
+	}
+	w.archived(n, err.Reason)
+	return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+}
+
+// dispatch hands the notification to the sender and records the outcome:
+// a sent one's done record; a release of the slot of a send that did not
+// happen; a permanent refusal archived (and the recipient suppressed when
+// the provider says so); a transient failure retried with backoff until
+// the task's real retry budget is used up.
+func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, next asynq.Handler, log *slog.Logger) error {
+	start := time.Now()
+	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
+	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
+	if err == nil {
+		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
+		w.markDone(ctx, n, a.d.Attempt, log)
+		return nil
+	}
+	var se *sender.SendError
+	if !errors.As(err, &se) {
+		se = &sender.SendError{Err: err}
+	}
+	if se.NotSent {
+		w.release(ctx, n, a.d.Attempt, a.limits, log)
+	}
+	if se.Permanent {
+		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
+		w.archived(n, tasks.ReasonPermanent)
+		log.Warn("permanent send failure; archiving", "err", err, "code", se.Code)
+		w.suppress(ctx, n, se, log)
+		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonPermanent, err), asynq.SkipRetry)
+	}
+	w.metrics.Sends.WithLabelValues(string(n.Channel), "transient").Inc()
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if budget := tasks.RetryBudget(t, maxRetry); retried >= budget {
+		w.archived(n, tasks.ReasonBudget)
+		log.Warn("send failed and the retry budget is used up; archiving", "err", err, "retried", retried, "budget", budget)
+		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonBudget, fmt.Errorf("%w (retry budget of %d used)", err, budget)), asynq.SkipRetry)
+	}
+	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
+	return err
+}
