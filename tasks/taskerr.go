@@ -63,7 +63,9 @@ type ArchivedError struct {
 }
 
 // Archived returns the ArchivedError of reason with err as what happened.
-func Archived(reason string, err error) *ArchivedError { return &ArchivedError{Reason: reason, Err: err} }
+func Archived(reason string, err error) *ArchivedError {
+	return &ArchivedError{Reason: reason, Err: err}
+}
 
 func (e *ArchivedError) Error() string { return archivedPrefix + e.Reason + ": " + e.Err.Error() }
 func (e *ArchivedError) Unwrap() error { return e.Err }

@@ -23,4 +23,3 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
-
