@@ -45,7 +45,7 @@ fuzztime=${SLUICE_FUZZTIME:-10000x}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
-                plans:FuzzParse worker:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
+                plans:FuzzParse worker:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates \
                 api:FuzzParseIdempotencyKey api:FuzzParseStateRecord worker:FuzzReadTaskError api:FuzzDecodeNotification \
                 api:FuzzParseStatusCallback delivery:FuzzParseRecord; do
     pkg=${target%%:*} fn=${target##*:}
