@@ -250,6 +250,9 @@ func decodeEvent(s string) (Event, error) {
 		return Event{}, fmt.Errorf("%w: ledger entry %q", ErrUnreadable, s)
 	}
 	scope, err := ParseScope(f[3])
+	if err == nil && scope.String() != f[3] {
+		err = errors.New("scope not as written")
+	}
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: ledger entry %q: %w", ErrUnreadable, s, err)
 	}
