@@ -151,3 +151,26 @@ func (m model) fields() []string { return slices.Sorted(maps.Keys(m)) }
 
 // redisClient is what the tests hand the stores: a single node or a Cluster.
 type redisClient = redis.UniversalClient
+
+// inParallel runs f(w, i) for i in 0..n-1 on each of workers goroutines
+// (w the goroutine's number) and fails the test with the first error.
+func inParallel(t testing.TB, workers, n int, f func(w, i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range n {
+				if err := f(w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

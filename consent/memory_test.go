@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/consent"
@@ -44,25 +43,15 @@ func TestMemoryCost(t *testing.T) {
 	stop := consent.Event{Action: consent.OptOut, Source: consent.SourceKeyword, Scope: consent.AllCategories(),
 		Ref: "SM0123456789abcdef0123456789abcdef", Keyword: "STOP"}
 	review := consent.Event{Action: consent.Review, Source: consent.SourceKeyword, Ref: "SM0123456789abcdef0123456789abcdef", Keyword: "DONT TEXT"}
+	// each runs f for 0..n-1 on 4 goroutines.
 	each := func(n int, f func(i int) error) {
 		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan error, 4)
-		for w := range 4 {
-			wg.Go(func() {
-				for i := w; i < n; i += 4 {
-					if err := f(i); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		inParallel(t, 4, (n+3)/4, func(w, i int) error {
+			if j := 4*i + w; j < n {
+				return f(j)
+			}
+			return nil
+		})
 	}
 
 	base := used()

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -207,32 +206,19 @@ func TestConcurrentOptOutOptIn(t *testing.T) {
 	b := setup(t, nil, consent.Options{}) // Redis TIME: the events race for real
 	ctx := context.Background()
 	const workers, each = 8, 40
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				e := consent.Event{Action: consent.OptOut, Source: consent.SourceKeyword, Scope: consent.AllCategories(), Keyword: "STOP", Ref: fmt.Sprintf("w%d-%d", w, i)}
-				switch (w + i) % 4 {
-				case 1:
-					e.Action, e.Keyword = consent.OptIn, "START"
-				case 2:
-					e.Scope, e.Source, e.Keyword = consent.Categories("marketing"), consent.SourceOneClick, ""
-				case 3:
-					e.Action, e.Scope, e.Source, e.Keyword = consent.OptIn, consent.Categories("marketing", "news"), consent.SourceAPI, ""
-				}
-				if _, err := b.store.Record(ctx, b.tenant, tasks.SMS, ann, e); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	inParallel(t, workers, each, func(w, i int) error {
+		e := consent.Event{Action: consent.OptOut, Source: consent.SourceKeyword, Scope: consent.AllCategories(), Keyword: "STOP", Ref: fmt.Sprintf("w%d-%d", w, i)}
+		switch (w + i) % 4 {
+		case 1:
+			e.Action, e.Keyword = consent.OptIn, "START"
+		case 2:
+			e.Scope, e.Source, e.Keyword = consent.Categories("marketing"), consent.SourceOneClick, ""
+		case 3:
+			e.Action, e.Scope, e.Source, e.Keyword = consent.OptIn, consent.Categories("marketing", "news"), consent.SourceAPI, ""
+		}
+		_, err := b.store.Record(ctx, b.tenant, tasks.SMS, ann, e)
+		return err
+	})
 	ledger, err := b.store.Ledger(ctx, b.tenant, tasks.SMS, ann)
 	if err != nil {
 		t.Fatal(err)
