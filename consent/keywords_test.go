@@ -87,8 +87,10 @@ func TestClassify(t *testing.T) {
 	if got := consent.Classify("alta", consent.Keywords{}); got.Intent != consent.IntentNone {
 		t.Errorf("alta without tenant words: %v", got)
 	}
-	if got := consent.Classify("baja", consent.Keywords{}); got.Intent != consent.IntentReview {
-		t.Errorf("baja without tenant words: %v", got)
+	for _, body := range []string{"baja", "Arrêt", "ARRET!"} {
+		if got := consent.Classify(body, consent.Keywords{}); got.Intent != consent.IntentReview {
+			t.Errorf("%s without tenant words: %v", body, got)
+		}
 	}
 }
 
