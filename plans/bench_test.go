@@ -26,3 +26,28 @@ func BenchmarkZonesAndClosed(b *testing.B) {
 		})
 	}
 }
+
+// The preset's cost beside a daily span's: the state lookup and a window
+// per day, for a Florida number and a toll-free one (every zone, every
+// state's rule).
+func BenchmarkTCPAClosed(b *testing.B) {
+	from := time.Date(2026, 3, 7, 12, 0, 0, 0, time.UTC)
+	daily := plans.QuietHours{Start: plans.ClockAt(21, 0), End: plans.ClockAt(8, 0)}
+	tcpa := plans.QuietHours{Preset: plans.PresetTCPA}
+	plans.USStates("+13055550100") // load the geocoder's data outside the timing
+	for _, phone := range []string{"+13055550100", "+18005550100"} {
+		zones, err := plans.Zones("", phone, time.UTC)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for name, q := range map[string]plans.QuietHours{"daily": daily, "tcpa": tcpa} {
+			b.Run(phone+"/"+name, func(b *testing.B) {
+				for b.Loop() {
+					if len(q.ClosedFor(from, 48*time.Hour, zones, phone)) == 0 {
+						b.Fatal("no spans")
+					}
+				}
+			})
+		}
+	}
+}

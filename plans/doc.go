@@ -18,6 +18,45 @@
 // "21:00-08:00" (also "21-8", "21:00 – 08:00", and "24:00" as an end), and
 // String writes the canonical "21:00-08:00" back.
 //
+// # Presets
+//
+// A preset is quiet hours that depend on where the recipient is and on the
+// day of the week. ParseQuietHours reads one by name, and a rule writes it
+// as sms.marketing:quiet=tcpa. PresetTCPA keeps the hours US law allows for
+// telephone solicitations by text, in the recipient's local time:
+//
+//	federal (47 CFR 64.1200(c)(1))            08:00–21:00 every day
+//	Florida, Oklahoma, Maryland, Mississippi,
+//	New Jersey                                08:00–20:00 every day
+//	Connecticut                               09:00–20:00 every day
+//	Texas (SB 140, from 1 September 2025)     09:00–21:00 Monday–Saturday, 12:00–21:00 Sunday
+//
+// The quiet span that begins on a day runs from that day's close to the
+// next day's open (Texas: Saturday 21:00 to Sunday 12:00), with the same
+// reading of days on which the clock jumps as a daily span. A day's rule is
+// that of its local date (Texas's holds from the night of 31 August 2025
+// into 1 September on).
+//
+// The state comes from the number (USStates): phonenumbers'
+// GetGeocodingForNumber names it ("Florida", "San Francisco, CA"); a
+// number whose area code belongs to a state with a rule of its own counts
+// as possibly in that state too, whatever the geocoder says of its
+// exchange. Where the state is unknown — no phone (ClosedFor without one,
+// and Closed), a toll-free or non-geographic number, a number outside the
+// US — every state's rule holds at once: 09:00–20:00 Monday to Saturday and
+// 12:00–20:00 on Sunday. Where several states are candidates, theirs all
+// hold. A US territory (Puerto Rico, Guam, the US Virgin Islands, American
+// Samoa, the Northern Mariana Islands) has the federal window. An area
+// code that spans two zones (Florida's 850 and 448, Texas's 432) adds both
+// to the candidate zones. A number outside the US gets the strictest US
+// rule, which is not its own country's: give its hours in a category of
+// its own with quiet=HH:MM-HH:MM.
+//
+// An area code is a presumption, not a location: a recipient who moved
+// keeps the old number. The preset follows the number (Florida's law
+// presumes a call to a Florida area code reaches someone in Florida); a
+// payload's tz changes the zones the rule is read in, never the state.
+//
 // # Zones
 //
 // Zones lists a recipient's candidate zones: the payload's IANA zone if it

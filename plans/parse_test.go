@@ -143,7 +143,8 @@ func TestQuietHoursText(t *testing.T) {
 
 func FuzzParseQuietHours(f *testing.F) {
 	for _, s := range []string{"21:00-08:00", "21-8", "9pm-8am", "22-24", "24-1", "0-0", " 1:05 – 2 ",
-		"12:00-13:00", "23:59-00:00", "21:00-08:00-09:00", "1:5-2", "99:99-99:99", "–", "-", "", "٢-٣", "\xff-1"} {
+		"12:00-13:00", "23:59-00:00", "21:00-08:00-09:00", "1:5-2", "99:99-99:99", "–", "-", "", "٢-٣", "\xff-1",
+		"tcpa", " TCPA ", "tcpa-1", "t", "Tcpa\x00"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

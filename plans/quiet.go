@@ -35,16 +35,31 @@ func (c Clock) String() string {
 }
 
 // QuietHours is a daily span of local wall-clock time in which nothing is
-// sent, from Start (inclusive) to End (exclusive). Start > End crosses
-// midnight (21:00–08:00 is quiet from 21:00 until 08:00 the next morning);
-// Start == End is invalid, since it could mean never or always. How the
-// span is read on days when the clock jumps is in the package
+// sent, from Start (inclusive) to End (exclusive), or a Preset. Start > End
+// crosses midnight (21:00–08:00 is quiet from 21:00 until 08:00 the next
+// morning); Start == End is invalid, since it could mean never or always.
+// How the span is read on days when the clock jumps is in the package
 // documentation.
-type QuietHours struct{ Start, End Clock }
+type QuietHours struct {
+	Start, End Clock
+	// Preset, when set, stands for quiet hours that depend on where the
+	// recipient is and on the day of the week (PresetTCPA); Start and End
+	// are then zero. See the package documentation.
+	Preset Preset
+}
 
-// Validate reports why q is unusable: a Clock out of range, or Start == End.
-// The zero QuietHours is invalid.
+// Validate reports why q is unusable: a Clock out of range, Start == End,
+// or an unknown preset. The zero QuietHours is invalid.
 func (q QuietHours) Validate() error {
+	if q.Preset != "" {
+		if _, ok := presets[q.Preset]; !ok {
+			return fmt.Errorf("%w: unknown preset %q (known: %s)", ErrBadQuietHours, string(q.Preset), presetNames())
+		}
+		if q.Start != 0 || q.End != 0 {
+			return fmt.Errorf("%w: preset %s takes no start or end", ErrBadQuietHours, q.Preset)
+		}
+		return nil
+	}
 	switch {
 	case !q.Start.Valid():
 		return fmt.Errorf("%w: start %v is not in 00:00..23:59", ErrBadQuietHours, q.Start)
@@ -56,8 +71,14 @@ func (q QuietHours) Validate() error {
 	return nil
 }
 
-// String formats q as "HH:MM-HH:MM", which ParseQuietHours reads back.
-func (q QuietHours) String() string { return q.Start.String() + "-" + q.End.String() }
+// String formats q as "HH:MM-HH:MM", or a preset by its name ("tcpa"),
+// which ParseQuietHours reads back.
+func (q QuietHours) String() string {
+	if q.Preset != "" {
+		return string(q.Preset)
+	}
+	return q.Start.String() + "-" + q.End.String()
+}
 
 // MarshalText writes q as String does; an invalid q is an error.
 func (q QuietHours) MarshalText() ([]byte, error) {
@@ -89,10 +110,19 @@ const maxQuietHoursLen = 64
 // stand for the hyphen. 12-hour forms ("9pm") are not accepted: "12am" is
 // too easy to get wrong for a rule that keeps people's phones quiet.
 //
+// A name instead reads a preset, in any case: "tcpa" (PresetTCPA).
+//
 // Errors wrap ErrBadQuietHours and name the part that is wrong.
 func ParseQuietHours(s string) (QuietHours, error) {
 	if len(s) > maxQuietHoursLen {
 		return QuietHours{}, fmt.Errorf("%w: %d bytes, at most %d", ErrBadQuietHours, len(s), maxQuietHoursLen)
+	}
+	if name := strings.TrimSpace(s); name != "" && isLetter(name[0]) {
+		p := Preset(strings.ToLower(name))
+		if _, ok := presets[p]; !ok {
+			return QuietHours{}, fmt.Errorf("%w %q: not a preset (known: %s) nor START-END, e.g. 21:00-08:00", ErrBadQuietHours, s, presetNames())
+		}
+		return QuietHours{Preset: p}, nil
 	}
 	norm := strings.ReplaceAll(s, "–", "-")
 	if strings.Count(norm, "-") != 1 {
@@ -138,6 +168,8 @@ func parseClock(s string, end bool) (Clock, error) {
 	return ClockAt(hour, minute), nil
 }
 
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
 func allDigits(s string) bool {
 	for _, r := range s {
 		if r < '0' || r > '9' {
@@ -174,17 +206,31 @@ func (s Span) String() string {
 // a nil entry of zones stands for UTC. Days on which the clock jumps are
 // read as the package documentation says. The work grows with the horizon
 // times the number of zones.
+//
+// A preset knows no phone number here, so it takes the strictest rule of
+// every place it covers; ClosedFor reads the recipient's state from its
+// number.
 func (q QuietHours) Closed(from time.Time, horizon time.Duration, zones []*time.Location) []Span {
+	return q.ClosedFor(from, horizon, zones, "")
+}
+
+// ClosedFor is Closed for the recipient with the phone number phone (E.164,
+// e.g. "+13055550100"; "" when there is none, as for email). A daily span
+// ignores phone; a preset reads from it where the recipient is (for
+// PresetTCPA, the US state: USStates) and may add that place's zones to
+// zones (see the package documentation).
+func (q QuietHours) ClosedFor(from time.Time, horizon time.Duration, zones []*time.Location, phone string) []Span {
 	if q.Validate() != nil || horizon <= 0 || len(zones) == 0 {
 		return nil
 	}
+	night, zones := q.nights(zones, phone)
 	from = from.UTC() // also drops any monotonic reading
 	to := from.Add(horizon)
 	var spans []Span
 	for _, loc := range zones {
 		z := newZone(loc)
 		for day, last := z.day(from)-2, z.day(to)+2; day <= last; day++ {
-			s, ok := z.quietSpan(q, day)
+			s, ok := z.span(night(day))
 			if !ok {
 				continue
 			}
@@ -207,9 +253,16 @@ func (q QuietHours) Closed(from time.Time, horizon time.Duration, zones []*time.
 // false if q is invalid or zones is empty; a nil entry of zones stands for
 // UTC.
 func (q QuietHours) Quiet(t time.Time, zones []*time.Location) bool {
+	return q.QuietFor(t, zones, "")
+}
+
+// QuietFor is Quiet for the recipient with the phone number phone, as
+// ClosedFor reads it: exactly when t lies in a span ClosedFor returns.
+func (q QuietHours) QuietFor(t time.Time, zones []*time.Location, phone string) bool {
 	if q.Validate() != nil {
 		return false
 	}
+	night, zones := q.nights(zones, phone)
 	for _, loc := range zones {
 		z := newZone(loc)
 		d := z.day(t)
@@ -217,12 +270,38 @@ func (q QuietHours) Quiet(t time.Time, zones []*time.Location) bool {
 		// crosses midnight); a clock set back across midnight can show an
 		// earlier date still. Two days either side are plenty.
 		for day := d - 2; day <= d+2; day++ {
-			if s, ok := z.quietSpan(q, day); ok && s.Contains(t) {
+			if s, ok := z.span(night(day)); ok && s.Contains(t) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// nightFunc gives the quiet span that begins on a local day (days since
+// 1970-01-01) as two wall times (see wall.go): it runs from the first
+// instant the clock reads startWall or later to the last instant it reads
+// endWall or earlier.
+type nightFunc func(day int64) (startWall, endWall int64)
+
+// nights returns how q's quiet spans fall on each day for the recipient
+// with phone, and the zones to read them in: zones itself for a daily
+// span, zones and its place's for a preset.
+func (q QuietHours) nights(zones []*time.Location, phone string) (nightFunc, []*time.Location) {
+	if q.Preset != "" {
+		return presets[q.Preset].nights(zones, phone)
+	}
+	return q.night, zones
+}
+
+// night is the nightFunc of a daily span: from Start on day to End on day,
+// or on day+1 when q crosses midnight.
+func (q QuietHours) night(day int64) (startWall, endWall int64) {
+	endDay := day
+	if q.End < q.Start {
+		endDay++
+	}
+	return day*secondsPerDay + int64(q.Start)*60, endDay*secondsPerDay + int64(q.End)*60
 }
 
 // merge sorts spans and joins those that overlap or touch.

@@ -30,7 +30,7 @@ type Kind int
 const (
 	KindRate        Kind = iota // CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]
 	KindExempt                  // CHANNEL.CATEGORY:exempt — a priority lane
-	KindQuiet                   // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM
+	KindQuiet                   // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM or sms[.CATEGORY]:quiet=tcpa
 	KindMaxDefer                // CHANNEL[.CATEGORY]:max-defer=DURATION
 	KindRerun                   // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
 	KindZone                    // [TENANT/]tz=ZONE — the default zone for quiet hours
@@ -146,6 +146,7 @@ func (p *Policy) index() {
 //	[TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]   a rate rule
 //	[TENANT/]CHANNEL.CATEGORY:exempt                        a priority lane
 //	[TENANT/]CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM           quiet hours, recipient's local time
+//	[TENANT/]sms[.CATEGORY]:quiet=tcpa                      US federal and state hours by the recipient's state
 //	[TENANT/]CHANNEL[.CATEGORY]:max-defer=DURATION          defer at most this long, then expire
 //	[TENANT/]CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
 //	[TENANT/]tz=ZONE                                        default zone for quiet hours
@@ -280,6 +281,9 @@ func parseEntry(s string) (Entry, error) {
 		q, err := ParseQuietHours(value)
 		if err != nil {
 			return e, err
+		}
+		if q.Preset != "" && e.Channel != tasks.SMS {
+			return e, fmt.Errorf("quiet=%s reads the recipient's state from a phone number: it is for sms (give %s quiet=HH:MM-HH:MM)", q, e.Channel)
 		}
 		e.Kind, e.Quiet = KindQuiet, q
 	case "max-defer":

@@ -98,23 +98,21 @@ func (z zone) lastReach(w int64) int64 {
 	return last
 }
 
-// quietSpan returns the quiet span of q that begins on the local day (days
-// since 1970-01-01): from the first instant the clock reads day+q.Start or
-// later to the last instant it reads q.End (on day, or on day+1 if q
-// crosses midnight) or earlier. ok is false if the span is empty, as when
-// it lies wholly in a spring-forward gap.
-func (z zone) quietSpan(q QuietHours, day int64) (s Span, ok bool) {
-	startWall := day*secondsPerDay + int64(q.Start)*60
-	endDay := day
-	if q.End < q.Start {
-		endDay++
-	}
-	endWall := endDay*secondsPerDay + int64(q.End)*60
+// span returns the instants from the first at which the local clock reads
+// startWall or later to the last at which it reads endWall or earlier; ok
+// is false if that is empty.
+func (z zone) span(startWall, endWall int64) (s Span, ok bool) {
 	start, end := z.firstReach(startWall), z.lastReach(endWall)
 	if start >= end {
 		return Span{}, false
 	}
 	return Span{Start: time.Unix(start, 0).UTC(), End: time.Unix(end, 0).UTC()}, true
+}
+
+// weekday returns the day of the week of a local day (days since
+// 1970-01-01, a Thursday).
+func weekday(day int64) time.Weekday {
+	return time.Weekday((day%7 + 7 + 4) % 7)
 }
 
 func floorDiv(a, b int64) int64 {

@@ -45,9 +45,9 @@ fuzztime=${SLUICE_FUZZTIME:-10000x}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
-                plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones \
+                plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates \
                 api:FuzzParseIdempotencyKey throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
-                sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord; do
+                sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then

@@ -1,0 +1,375 @@
+package consent
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+//go:embed record.lua
+var recordSrc string
+
+//go:embed check.lua
+var checkSrc string
+
+// CheckScript is check.lua, the reading of a suppression hash the limiter's
+// script makes (its contract is at the top of the file). Store.Check runs
+// it; phase B of issue 21 puts the same lines into scripts/limiter.lua.
+var CheckScript = checkSrc
+
+var (
+	recordScript = redis.NewScript(recordSrc)
+	checkScript  = redis.NewScript(checkSrc)
+)
+
+// Defaults and bounds of Options.
+const (
+	// DefaultRetention keeps ledger events five years: longer than the
+	// four-year federal limitations period for TCPA claims (28 U.S.C.
+	// § 1658), which runs from each message.
+	DefaultRetention = 5 * 365 * 24 * time.Hour
+	MinRetention     = 24 * time.Hour
+	MaxRetention     = 20 * 365 * 24 * time.Hour
+	// DefaultMaxEvents bounds the events kept per recipient and channel;
+	// the oldest beyond it are dropped (a recipient texting STOP and START
+	// back and forth cannot grow a ledger without end).
+	DefaultMaxEvents = 1000
+	MaxMaxEvents     = 100000
+)
+
+// Options configure a Store. The zero value of each field is its default.
+type Options struct {
+	// Retention is how long the ledger keeps an event. Default
+	// DefaultRetention; 24h to 20 years. Suppressions themselves never
+	// expire with it: an opt-out holds until an opt-in.
+	Retention time.Duration
+	// MaxEvents bounds the events kept per recipient and channel. Default
+	// DefaultMaxEvents; at most MaxMaxEvents.
+	MaxEvents int
+	// Now, for tests and tools only, replaces the Redis server clock. Left
+	// nil (the default), every event's time and every check's "now" is
+	// Redis TIME.
+	Now func() time.Time
+}
+
+// Store keeps suppressions and the consent ledger in Redis, under the
+// limiter's keyed hash of recipients: no recipient is stored in clear. It
+// is safe for concurrent use.
+type Store struct {
+	rdb       redis.UniversalClient
+	lim       *throttle.Limiter
+	retention time.Duration
+	maxEvents int
+	now       func() time.Time
+}
+
+// NewStore returns a store over rdb, keyed like lim (its prefix and its
+// HMAC of subjects under SLUICE_SUBJECT_SECRET).
+func NewStore(rdb redis.UniversalClient, lim *throttle.Limiter, opts Options) (*Store, error) {
+	if rdb == nil || lim == nil {
+		return nil, errors.New("consent: nil redis client or limiter")
+	}
+	s := &Store{rdb: rdb, lim: lim, retention: opts.Retention, maxEvents: opts.MaxEvents, now: opts.Now}
+	if s.retention == 0 {
+		s.retention = DefaultRetention
+	}
+	if s.maxEvents == 0 {
+		s.maxEvents = DefaultMaxEvents
+	}
+	if s.retention < MinRetention || s.retention > MaxRetention {
+		return nil, fmt.Errorf("%w: Retention %v must be between %v and %v", ErrInvalid, s.retention, MinRetention, MaxRetention)
+	}
+	if s.maxEvents < 1 || s.maxEvents > MaxMaxEvents {
+		return nil, fmt.Errorf("%w: MaxEvents %d must be between 1 and %d", ErrInvalid, s.maxEvents, MaxMaxEvents)
+	}
+	return s, nil
+}
+
+// Kinds of the keys beside the limiter's (throttle.Limiter.SubjectKey).
+const (
+	kindConsent = "consent:"    // + channel: the suppression hash
+	kindLedger  = "ledger:"     // + channel: the ledger list
+	kindOld     = "suppressed:" // + channel: delivery's suppression list before this package
+)
+
+// recipient checks and normalises a recipient's address the way the
+// limiter's keys and delivery's list do.
+func recipient(tenant string, ch tasks.Channel, to string) (string, error) {
+	if err := tasks.CheckTenant(tenant); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if _, err := ch.TaskType(); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	to = tasks.Notification{Channel: ch, To: to}.Normalized().To
+	if to == "" || len(to) > tasks.MaxEmailLen {
+		return "", fmt.Errorf("%w: recipient: must be 1–%d bytes", ErrInvalid, tasks.MaxEmailLen)
+	}
+	return to, nil
+}
+
+// Key is the key of the suppression hash of (tenant, ch, to):
+// <prefix>:{<tenant>}:consent:<channel>:<HMAC of the normalised recipient>,
+// in the tenant's hash slot beside the limiter's windows. This is the key
+// the limiter's script reads (check.lua). It is "" for a recipient that
+// cannot be keyed (empty, or a bad tenant or channel).
+func (s *Store) Key(tenant string, ch tasks.Channel, to string) string {
+	norm, err := recipient(tenant, ch, to)
+	if err != nil {
+		return ""
+	}
+	return s.lim.SubjectKey(tenant, kindConsent+string(ch), norm)
+}
+
+// keys returns the hash's and the ledger's keys of (tenant, ch, to).
+func (s *Store) keys(tenant string, ch tasks.Channel, to string) (hash, ledger string, err error) {
+	norm, err := recipient(tenant, ch, to)
+	if err != nil {
+		return "", "", err
+	}
+	return s.lim.SubjectKey(tenant, kindConsent+string(ch), norm), s.lim.SubjectKey(tenant, kindLedger+string(ch), norm), nil
+}
+
+func (s *Store) nowArg() string {
+	if s.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.now().UnixMilli(), 10)
+}
+
+// Record applies e to the suppressions of (tenant, ch, to) and appends it
+// to their ledger, atomically: the suppression hash is always what the
+// ledger's events, in order, leave behind. It returns e as recorded (At
+// set by the Redis clock, the scope of Undeliverable and Review filled in).
+// Errors wrap ErrInvalid for an event, tenant, channel or recipient that
+// cannot be recorded, and say so for Redis trouble; an event is recorded
+// even at Redis's maxmemory (noeviction).
+func (s *Store) Record(ctx context.Context, tenant string, ch tasks.Channel, to string, e Event) (Event, error) {
+	e, err := e.normalized()
+	if err != nil {
+		return Event{}, err
+	}
+	hkey, lkey, err := s.keys(tenant, ch, to)
+	if err != nil {
+		return Event{}, err
+	}
+	at, _, err := s.run(ctx, []string{hkey, lkey}, string(e.Action), e)
+	if err != nil {
+		return Event{}, err
+	}
+	e.At = at
+	return e, nil
+}
+
+// run calls record.lua.
+func (s *Store) run(ctx context.Context, keys []string, action string, e Event) (time.Time, bool, error) {
+	res, err := recordScript.Run(ctx, s.rdb, keys, s.nowArg(), action, string(e.Source), e.Scope.String(),
+		e.Code, untilMS(e.Until), e.Ref, e.Keyword, s.retention.Milliseconds(), s.maxEvents).Int64Slice()
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("consent: record: %w", err)
+	}
+	if len(res) != 2 {
+		return time.Time{}, false, fmt.Errorf("consent: record: unexpected reply %v", res)
+	}
+	return time.UnixMilli(res[0]).UTC(), res[1] == 1, nil
+}
+
+// State returns what the suppression hash of (tenant, ch, to) holds now;
+// lapsed marks are left out. A mark this version cannot read is an error
+// wrapping ErrUnreadable (the check script counts it as blocking).
+func (s *Store) State(ctx context.Context, tenant string, ch tasks.Channel, to string) (State, error) {
+	hkey, _, err := s.keys(tenant, ch, to)
+	if err != nil {
+		return State{}, err
+	}
+	p := s.rdb.Pipeline()
+	h, t := p.HGetAll(ctx, hkey), p.Time(ctx)
+	if _, err := p.Exec(ctx); err != nil {
+		return State{}, fmt.Errorf("consent: read suppressions: %w", err)
+	}
+	now := t.Val()
+	if s.now != nil {
+		now = s.now()
+	}
+	return decodeState(h.Val(), now)
+}
+
+// decodeState reads a suppression hash's fields, leaving out marks lapsed
+// at now.
+func decodeState(fields map[string]string, now time.Time) (State, error) {
+	var st State
+	for f, v := range fields {
+		m, err := parseMark(v)
+		if err != nil {
+			return State{}, fmt.Errorf("field %q: %w", f, err)
+		}
+		if !m.live(now) {
+			continue
+		}
+		switch {
+		case f == "!":
+			st.Undeliverable = &m
+		case f == "*":
+			st.All = &m
+		case strings.HasPrefix(f, "c:"):
+			if st.OptedOut == nil {
+				st.OptedOut = map[string]Mark{}
+			}
+			st.OptedOut[f[2:]] = m
+		case strings.HasPrefix(f, "+:"):
+			if st.OptedIn == nil {
+				st.OptedIn = map[string]Mark{}
+			}
+			st.OptedIn[f[2:]] = m
+		default:
+			return State{}, fmt.Errorf("%w: field %q", ErrUnreadable, f)
+		}
+	}
+	if st.All == nil {
+		st.OptedIn = nil // re-consents count only under an opt-out of every category
+	}
+	return st, nil
+}
+
+// Check reports whether a send of category (tasks.DefaultCategory when
+// empty) to (tenant, ch, to) is blocked, running check.lua — the reading
+// the limiter's script makes — on the Redis clock. exempt tells whether the
+// tenant declares the category one an opt-out of every category lets
+// through (see the package documentation).
+func (s *Store) Check(ctx context.Context, tenant string, ch tasks.Channel, to, category string, exempt bool) (Verdict, error) {
+	hkey, _, err := s.keys(tenant, ch, to)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if category == "" {
+		category = tasks.DefaultCategory
+	}
+	if err := tasks.CheckCategory(category); err != nil {
+		return Verdict{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	ex := "0"
+	if exempt {
+		ex = "1"
+	}
+	res, err := checkScript.Run(ctx, s.rdb, []string{hkey}, s.nowArg(), category, ex).Slice()
+	if err != nil {
+		return Verdict{}, fmt.Errorf("consent: check: %w", err)
+	}
+	if len(res) != 2 {
+		return Verdict{}, fmt.Errorf("consent: check: unexpected reply %v", res)
+	}
+	r, _ := res[0].(int64)
+	v := Verdict{Reason: Reason(r)}
+	if raw, _ := res[1].(string); raw != "" {
+		if m, err := parseMark(raw); err == nil {
+			v.Mark = &m
+		}
+	}
+	if v.Reason < NotBlocked || v.Reason > BlockedAll {
+		return Verdict{}, fmt.Errorf("consent: check: unexpected reason %d", r)
+	}
+	return v, nil
+}
+
+// Ledger returns the events recorded for (tenant, ch, to), oldest first,
+// within the retention: when and how the recipient opted out and in. An
+// entry this version cannot read is an error wrapping ErrUnreadable,
+// returned with the entries that could be read.
+func (s *Store) Ledger(ctx context.Context, tenant string, ch tasks.Channel, to string) ([]Event, error) {
+	_, lkey, err := s.keys(tenant, ch, to)
+	if err != nil {
+		return nil, err
+	}
+	p := s.rdb.Pipeline()
+	l, t := p.LRange(ctx, lkey, 0, -1), p.Time(ctx)
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("consent: read ledger: %w", err)
+	}
+	raw, now := l.Val(), t.Val()
+	if s.now != nil {
+		now = s.now()
+	}
+	cutoff := now.Add(-s.retention)
+	events := make([]Event, 0, len(raw))
+	var bad error
+	for _, r := range raw {
+		e, err := decodeEvent(r)
+		if err != nil {
+			bad = errors.Join(bad, err)
+			continue
+		}
+		if !e.At.Before(cutoff) {
+			events = append(events, e)
+		}
+	}
+	return events, bad
+}
+
+// MigrateDelivery moves every entry of delivery's SMS and email
+// suppression lists (<prefix>:{<tenant>}:suppressed:<channel>:<hmac>, a
+// string holding the provider's error code, with the list's TTL) into the
+// suppression hashes: each becomes an Undeliverable mark from source
+// provider with the entry's code, lapsing when the entry would have, and a
+// ledger event with ref "delivery-migration" (its time the migration's:
+// the old list kept none). The old keys are deleted. It needs no
+// recipient in clear: the old key and the new share the HMAC. It is safe
+// to run again and while workers run (each key moves in one script call);
+// it returns how many entries moved. On a Cluster it scans every master.
+func (s *Store) MigrateDelivery(ctx context.Context) (int, error) {
+	var moved atomic.Int64
+	for _, ch := range []tasks.Channel{tasks.SMS, tasks.Email} {
+		// The pattern of every tenant's old keys: the key of tenant "x"
+		// and an empty subject, with the tenant and the HMAC wildcarded.
+		base := strings.TrimSuffix(s.lim.SubjectKey("x", kindOld+string(ch), ""), s.lim.Subject(""))
+		pattern := strings.Replace(base, "{x}", "{*}", 1) + "*"
+		scan := func(ctx context.Context, node redis.UniversalClient) error {
+			it := node.Scan(ctx, 0, pattern, 1000).Iterator()
+			for it.Next(ctx) {
+				ok, err := s.migrateKey(ctx, it.Val(), ch)
+				if err != nil {
+					return err
+				}
+				if ok {
+					moved.Add(1)
+				}
+			}
+			return it.Err()
+		}
+		var err error
+		if c, ok := s.rdb.(*redis.ClusterClient); ok {
+			err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
+		} else {
+			err = scan(ctx, s.rdb)
+		}
+		if err != nil {
+			return int(moved.Load()), fmt.Errorf("consent: migrate delivery's suppression list: %w", err)
+		}
+	}
+	return int(moved.Load()), nil
+}
+
+// migrateKey moves one old key (through the store's client, which routes
+// by the key's slot); false when it was gone or is not one.
+func (s *Store) migrateKey(ctx context.Context, old string, ch tasks.Channel) (bool, error) {
+	sep := "}:" + kindOld + string(ch) + ":"
+	i := strings.LastIndex(old, sep)
+	if i < 0 {
+		return false, nil
+	}
+	head, hmac := old[:i], old[i+len(sep):]
+	hkey := head + "}:" + kindConsent + string(ch) + ":" + hmac
+	lkey := head + "}:" + kindLedger + string(ch) + ":" + hmac
+	_, ok, err := s.run(ctx, []string{hkey, lkey, old}, "migrate",
+		Event{Source: SourceProvider, Scope: AllCategories(), Ref: "delivery-migration"})
+	return ok, err
+}

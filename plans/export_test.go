@@ -1,0 +1,5 @@
+package plans
+
+// StrictAreaCodes is the area-code table, for the test that checks it
+// against phonenumbers' data.
+var StrictAreaCodes = strictAreaCodes
