@@ -141,8 +141,8 @@ var (
 	inlineRe   = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
 )
 
-// prose is the page without fenced code blocks and code spans, line by line.
-func prose(page string) []string {
+// outsideFences are the page's lines outside fenced code blocks.
+func outsideFences(page string) []string {
 	var out []string
 	fenced := false
 	for _, line := range strings.Split(page, "\n") {
@@ -150,12 +150,20 @@ func prose(page string) []string {
 			fenced = !fenced
 			continue
 		}
-		if fenced {
-			continue
+		if !fenced {
+			out = append(out, line)
 		}
-		out = append(out, withoutCodeSpans(line))
 	}
 	return out
+}
+
+// prose is the page without fenced code blocks and code spans, line by line.
+func prose(page string) []string {
+	lines := outsideFences(page)
+	for i, line := range lines {
+		lines[i] = withoutCodeSpans(line)
+	}
+	return lines
 }
 
 // withoutCodeSpans drops the line's code spans: a run of N backticks up to
@@ -217,15 +225,7 @@ func links(page string) []string {
 func headingAnchors(page string) []string {
 	var out []string
 	seen := map[string]int{}
-	fenced := false
-	for _, line := range strings.Split(page, "\n") {
-		if fenceRe.MatchString(line) {
-			fenced = !fenced
-			continue
-		}
-		if fenced {
-			continue
-		}
+	for _, line := range outsideFences(page) {
 		for _, m := range htmlIDRe.FindAllStringSubmatch(line, -1) {
 			out = append(out, m[1])
 		}
