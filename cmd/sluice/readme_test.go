@@ -31,20 +31,22 @@ func configTable() string {
 	return b.String()
 }
 
-// The README's config table is generated from the Config structs; this test
-// fails when they drift (and rewrites it with SLUICE_UPDATE_README=1).
+// The config table of docs/configuration.md (linked from the README) is
+// generated from the Config structs; this test fails when they drift (and
+// rewrites it with SLUICE_UPDATE_README=1, the name from when the table was
+// in the README).
 func TestReadmeConfigTable(t *testing.T) {
-	const path = "../../README.md"
+	const path = "../../docs/configuration.md"
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	i, j := strings.Index(readme, tableBegin), strings.Index(readme, tableEnd)
+	page := string(raw)
+	i, j := strings.Index(page, tableBegin), strings.Index(page, tableEnd)
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the config table markers %q … %q", tableBegin, tableEnd)
+		t.Fatalf("docs/configuration.md lacks the config table markers %q … %q", tableBegin, tableEnd)
 	}
-	want := readme[:i+len(tableBegin)] + "\n" + configTable() + readme[j:]
+	want := page[:i+len(tableBegin)] + "\n" + configTable() + page[j:]
 	if want == string(raw) {
 		return
 	}
@@ -54,7 +56,7 @@ func TestReadmeConfigTable(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("README.md's config table is out of date; run: SLUICE_UPDATE_README=1 go test ./cmd/sluice -run TestReadmeConfigTable")
+	t.Fatal("docs/configuration.md's config table is out of date; run: SLUICE_UPDATE_README=1 go test ./cmd/sluice -run TestReadmeConfigTable")
 }
 
 // The README's two quick-start commands are the ones that exist.
