@@ -170,7 +170,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	s.redisGuard.Load().Status().Write(w) // evictions, full memory (README, "Metrics and health")
+	s.redisGuard.Load().Status().Write(w) // evictions, full memory (docs/operations.md, "Metrics and health")
 }
 
 // Run serves until ctx ends, then shuts down gracefully: /readyz turns

@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// boundaryTraffic is the lesson's scenario at small scale: limit 10 per 1 s,
+// boundaryTraffic is the textbook boundary scenario at small scale: limit 10 per 1 s,
 // 20 attempts in the last 50 ms before each second boundary and 20 in the
 // first 50 ms after it.
 func boundaryTraffic(start time.Time) []time.Time {
@@ -64,7 +64,7 @@ func figures(ctx context.Context, rdb *redis.Client) {
 	var fixed, sliding []time.Time
 	for i, t := range boundaryTraffic(start) {
 		now = t
-		// A fixed window as the lesson describes it: INCR a per-second counter.
+		// A fixed window as the textbook describes it: INCR a per-second counter.
 		key := "fixed:" + strconv.FormatInt(t.Unix(), 10)
 		n, err := rdb.Incr(ctx, key).Result()
 		if err != nil {

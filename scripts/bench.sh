@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark harness, one command. It starts its own redis-server, runs
 # every scenario interleaved (A B A B, 3 rounds) against its peers in the same
-# run — a bare EVALSHA (the floor), go-redis/redis_rate (GCRA), the lesson's
+# run — a bare EVALSHA (the floor), go-redis/redis_rate (GCRA), the textbook
 # own script — and prints one table of medians and ratios, then writes the
 # figures to docs/. The peers live in bench/, a separate Go module, so the
 # product's go.mod does not depend on them.

@@ -87,7 +87,7 @@ func BenchmarkAllow(b *testing.B) {
 
 // TestMemoryPerEntry measures MEMORY USAGE of a window full at several
 // limits, with notification ids (UUIDv7 strings) as members and with compact
-// 8-byte members, beside the lesson's 70 B/entry estimate. Run with -v to see
+// 8-byte members, beside the often-quoted 70 B/entry estimate. Run with -v to see
 // the figures.
 func TestMemoryPerEntry(t *testing.T) {
 	t.Parallel()
@@ -117,7 +117,7 @@ func TestMemoryPerEntry(t *testing.T) {
 			}
 			enc := b.client.ObjectEncoding(ctx, key).Val()
 			perEntry[limit] = float64(bytes) / float64(limit)
-			t.Logf("%-7s limit %4d: %7d B, %6.1f B/entry (%s); lesson's estimate 70 B/entry", tc.name, limit, bytes, perEntry[limit], enc)
+			t.Logf("%-7s limit %4d: %7d B, %6.1f B/entry (%s); often-quoted estimate 70 B/entry", tc.name, limit, bytes, perEntry[limit], enc)
 		}
 		// Redis switches a sorted set from listpack to skiplist above 128
 		// entries: the cost per entry must jump there, or we are not measuring.

@@ -104,7 +104,7 @@ const (
 	// AtMostOnce answers StatusUnknown: the caller drops the send.
 	AtMostOnce RerunPolicy = "o"
 	// Idempotent answers StatusDuplicate: the re-run rides the earlier
-	// admission (the lesson's idempotent member).
+	// admission (the textbook's idempotent member).
 	Idempotent RerunPolicy = "d"
 )
 

@@ -42,6 +42,6 @@
 // # Memory
 //
 // A window holds at most its limit, so memory is bounded by
-// subjects × limit × bytes-per-entry whatever the traffic; see the README for
+// subjects × limit × bytes-per-entry whatever the traffic; see docs/redis.md for
 // measured bytes per entry.
 package throttle

@@ -15,7 +15,7 @@ import (
 // private redis-server.
 var exampleRedis func() redis.UniversalClient
 
-// The lesson's demo: 5 per 10 seconds, 8 requests — 5 allowed, 3 denied.
+// The classic sliding-log demo: 5 per 10 seconds, 8 requests — 5 allowed, 3 denied.
 func Example() {
 	ctx := context.Background()
 	lim, err := throttle.New(exampleRedis(), throttle.Options{Secret: []byte("change-me-to-32-random-bytes....")})

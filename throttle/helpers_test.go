@@ -23,7 +23,7 @@ type manualClock struct {
 }
 
 func newManualClock() *manualClock {
-	return &manualClock{t: time.UnixMilli(1_716_873_600_000)} // the lesson's example instant
+	return &manualClock{t: time.UnixMilli(1_716_873_600_000)} // the textbook example's instant
 }
 
 func (c *manualClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }

@@ -84,7 +84,7 @@ type Options struct {
 	Clock func() time.Time
 	// CompactMembers stores each member as the first 6 bytes of its
 	// SHA-256 instead of in full: about 20 bytes per entry instead of ~54
-	// for a UUID member (see the README). Admission stays idempotent (the
+	// for a UUID member (docs/redis.md, "Memory and capacity"). Admission stays idempotent (the
 	// same member maps to the same 6 bytes); two members of one window
 	// collide with probability about n²/2⁴⁹ (n = entries in the window:
 	// 2·10⁻¹¹ at n = 100, 2·10⁻⁹ at n = 1,000), which would undercount by

@@ -17,8 +17,8 @@ func recipient(rule throttle.Rule) throttle.Limit {
 	return throttle.Limit{Scope: "sms:recipient", Subject: "+14155550100", Rule: rule}
 }
 
-// The lesson's demo: limit 5, window 10 s, 8 requests 100 ms apart → 5 ALLOW, 3 DENY.
-func TestLessonDemo(t *testing.T) {
+// The classic sliding-log demo: limit 5, window 10 s, 8 requests 100 ms apart → 5 ALLOW, 3 DENY.
+func TestClassicDemo(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
 	lim := recipient(throttle.Rule{Limit: 5, Window: 10 * time.Second})
@@ -52,7 +52,7 @@ func TestLessonDemo(t *testing.T) {
 }
 
 // The same demo on Redis TIME, 100 ms apart in real time.
-func TestLessonDemoRealClock(t *testing.T) {
+func TestClassicDemoRealClock(t *testing.T) {
 	t.Parallel()
 	b := setup(t, false)
 	lim := recipient(throttle.Rule{Limit: 5, Window: 10 * time.Second})
@@ -103,7 +103,7 @@ func TestBoundary(t *testing.T) {
 	}
 }
 
-// The lesson's fixed-window burst: 100 at 00:59.950 and 100 at 01:00.000 with
+// The textbook fixed-window burst: 100 at 00:59.950 and 100 at 01:00.000 with
 // 100/min. A fixed window passes all 200; the sliding log must pass 100.
 func TestFixedWindowBurstDoesNotPass(t *testing.T) {
 	t.Parallel()
@@ -126,7 +126,7 @@ func TestFixedWindowBurstDoesNotPass(t *testing.T) {
 	if allowed != 100 {
 		t.Fatalf("admitted %d around the minute boundary, want 100", allowed)
 	}
-	// And the lesson's half-window case: 100 at 00:59:50 → at 01:00:50 only
+	// And the textbook half-window case: 100 at 00:59:50 → at 01:00:50 only
 	// those that left (none before 01:00:50.001) make room.
 	b.clock.Set(minute.Add(time.Minute - 50*time.Millisecond))
 	d, err := b.lim.Allow(ctx, b.group, member(), lim)

@@ -10,7 +10,7 @@ import (
 
 // Bounds on rules. A sliding log keeps one entry per admission, so its
 // memory grows with the limit: limits past MaxLimit belong to a counter, not
-// to a log (see the README's "when not to use it").
+// to a log (docs/throttling.md, "When to use a sliding log — and when not").
 const (
 	MaxLimit     = 1_000_000
 	MaxWindow    = 400 * 24 * time.Hour

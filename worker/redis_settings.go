@@ -6,7 +6,7 @@ import (
 	"github.com/sluicehq/sluice/plans"
 )
 
-// startRedisGuard checks every Redis node's settings (README, "Redis
+// startRedisGuard checks every Redis node's settings (docs/redis.md, "Redis
 // requirements"): it refuses an eviction policy unless REDIS_ALLOW_EVICTION,
 // logs durability, warns about rule limits above zset-max-listpack-entries,
 // and keeps watching for evictions until stop.
@@ -26,7 +26,7 @@ func (w *Worker) startRedisGuard(ctx context.Context) (stop func(), err error) {
 // checkListpack warns about rules whose limit is above Redis's
 // zset-max-listpack-entries (max; -1 where CONFIG GET is refused: nothing
 // to check): their full windows are skiplists, about 5× the memory per
-// entry (README, "Memory").
+// entry (docs/redis.md, "Memory and capacity").
 func (w *Worker) checkListpack(max int) {
 	if max < 0 {
 		w.log.Debug("cannot read zset-max-listpack-entries; not checking rule limits against it")

@@ -58,7 +58,7 @@ type Options struct {
 	// process installed one (cmd/sluice does when OTEL_TRACES_EXPORTER asks).
 	TracerProvider trace.TracerProvider
 	// NoRedisChecks skips reading Redis's settings (eviction policy,
-	// durability; README, "Redis requirements"): for dev mode's embedded
+	// durability; docs/redis.md, "Redis requirements"): for dev mode's embedded
 	// miniredis, which has none to read and never evicts.
 	NoRedisChecks bool
 }
@@ -349,7 +349,7 @@ func (w *Worker) HTTPHandler() http.Handler {
 			http.Error(rw, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.redisGuard.Load().Status().Write(rw) // evictions, full memory (README, "Metrics and health")
+		w.redisGuard.Load().Status().Write(rw) // evictions, full memory (docs/operations.md, "Metrics and health")
 	})
 	return mux
 }

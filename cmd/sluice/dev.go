@@ -36,7 +36,7 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Run an embedded demo: in-process Redis, a worker, and a throttled burst",
 		Long: `Run Sluice with nothing installed: an in-process Redis (miniredis), a worker
-with the log sender, and the lesson's demo — 8 SMS to one recipient under a
+with the log sender, and the classic sliding-log demo — 8 SMS to one recipient under a
 quota of 5 per 10 seconds. It shows live which sends went out, which were
 denied and when they were rescheduled to, then keeps serving (with /metrics,
 /healthz and /readyz) until Ctrl-C.`,
@@ -112,7 +112,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	}
 	p.w = w
 	p.printf("sluice dev: embedded Redis (miniredis) at %s, one worker, log sender\n", mr.Addr())
-	p.printf("quota: sms:recipient %s (the lesson's demo), sms:tenant 1000/1h\n", rule)
+	p.printf("quota: sms:recipient %s (the classic sliding-log demo), sms:tenant 1000/1h\n", rule)
 	p.printf("metrics: http://%s/metrics   health: http://%s/healthz  http://%s/readyz\n\n", ln.Addr(), ln.Addr(), ln.Addr())
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -133,7 +133,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		}
 		if i < f.sends {
 			select {
-			case <-time.After(100 * time.Millisecond): // the lesson's pacing
+			case <-time.After(100 * time.Millisecond): // the demo's pacing
 			case <-ctx.Done():
 			}
 		}

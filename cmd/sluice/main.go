@@ -75,7 +75,7 @@ send it asks an exact sliding-window-log limiter whether the recipient's and
 the tenant's quotas allow it; a denied notification is rescheduled for the
 moment its slot opens, never failed or dropped.
 
-Configuration comes from SLUICE_* environment variables (see the README).`,
+Configuration comes from SLUICE_* environment variables (docs/configuration.md).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

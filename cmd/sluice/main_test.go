@@ -355,7 +355,7 @@ func (s *syncBuffer) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Durat
 	}
 }
 
-// sluice dev delivers the lesson's demo — 5 at once, 3 after the window —
+// sluice dev delivers the classic sliding-log demo — 5 at once, 3 after the window —
 // and serves /metrics with the throttle counters moving.
 func TestDev(t *testing.T) {
 	out := &syncBuffer{notify: make(chan struct{}, 1)}

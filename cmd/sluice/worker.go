@@ -25,7 +25,7 @@ The effective configuration (secrets masked) and the quota rules are logged
 at start.
 
 Tracing (OpenTelemetry) is off unless OTEL_TRACES_EXPORTER is otlp or
-console; the standard OTEL_* variables configure it (see the README).`,
+console; the standard OTEL_* variables configure it (docs/operations.md, "Tracing").`,
 		Args: argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := config.UnknownVariables(nil, knownVariables()); err != nil {
