@@ -98,7 +98,7 @@ func Dashboard() ([]byte, error) {
 		WithPanel(graph("Admitted by category", "Sends the limiter admitted, now or for a slot moments ahead, by category (bounded to the categories the rules name, default and other). Per-tenant usage against limits is not a metric (tenants are unbounded): see the text panel below.", "ops", 12, true,
 			q(`sum by (channel, category) (rate(sluice_throttle_decisions_total{result=~"admitted|admitted_later"}`+ri+`))`, "{{channel}} {{category}}"))).
 		WithPanel(text.NewPanelBuilder().Title("Per-tenant usage").Span(12).Height(8).Mode(text.TextModeMarkdown).Content(
-			"Per-tenant usage against each limit (used, booked, next free slot) is not in Prometheus: a tenant label would be unbounded.\n\n"+
+			"Per-tenant usage against each limit (used, booked, next free slot) is not in Prometheus: a tenant label would be unbounded.\n\n" +
 				"It is on Sluice's own dashboard, `sluice api` at **/ui** (admin token: every tenant), in `GET /v1/quotas`, and in `sluice quota show --tenant T`.")).
 		WithRow(dashboard.NewRowBuilder("Waiting")).
 		WithPanel(graph("New waits by reason", "Checks that found no room now, by what the slot waits for: a rule (sms:recipient 1/1m) or quiet hours.", "ops", 12, true,
