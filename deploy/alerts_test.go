@@ -48,7 +48,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"SluiceRedisUnreachable", "SluiceDoneRecordsLost", "SluiceOrphansRequeued",
-		"SluiceSendsFailingPermanently", "SluiceSendsLateForSlot", "SluicePriorityLaneSlow"} {
+		"SluiceSendsFailingPermanently", "SluiceSendsLateForSlot", "SluicePriorityLaneSlow",
+		"SluiceRedisEvictedKeys", "SluiceRedisNotCrashSafe", "SluiceRedisMemoryHigh"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s", want)
 		}

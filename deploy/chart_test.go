@@ -68,6 +68,7 @@ func testSecrets() map[string]map[string]string { return secrets }
 // decodes strictly into its Kubernetes (or CRD) type, and the workloads are
 // what Sluice needs.
 func TestChartRendersEveryValuesFile(t *testing.T) {
+	t.Parallel()
 	c := loadChart(t)
 	for _, file := range valuesFiles(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
@@ -410,6 +411,7 @@ func checkNoSecrets(t *testing.T, r rendered) {
 // Putting a secret into values is refused, wherever it is put, and so is a
 // password in redis.url; the error says where the secret belongs.
 func TestChartRefusesSecretsInValues(t *testing.T) {
+	t.Parallel()
 	c := loadChart(t)
 	base := readValues(t, filepath.Join(chartDir, "ci", "single-redis.yaml"))
 	for _, name := range secretVars() {
@@ -447,6 +449,7 @@ func TestChartRefusesSecretsInValues(t *testing.T) {
 // Service alone gives the pods SLUICE_API_PORT and friends, and a worker
 // refuses to start.
 func TestServiceLinksWouldStopTheWorker(t *testing.T) {
+	t.Parallel()
 	r := render(t, loadChart(t), readValues(t, filepath.Join(chartDir, "ci", "single-redis.yaml")))
 	err := worker.UnknownVariables(serviceLinks(find[corev1.Service](r)), knownVariables())
 	if !errors.Is(err, worker.ErrConfig) || !strings.Contains(err.Error(), "SLUICE_API_PORT") {
@@ -624,6 +627,7 @@ func checkTrialRedis(t *testing.T, r rendered, wenv map[string]string) {
 // a real Redis, each task is counted by the trigger of its queue, and a task
 // waiting for later (scheduled, as a throttled one waits in retry) by none.
 func TestKEDAListsHoldThePendingTasks(t *testing.T) {
+	t.Parallel()
 	r := render(t, loadChart(t), readValues(t, filepath.Join(chartDir, "ci", "cluster-tls.yaml")))
 	w := one[appsv1.Deployment](t, r, "sluice-worker")
 	cfg, err := worker.ParseConfig(podEnv(t, w.Spec.Template.Spec, w.Spec.Template.Spec.Containers[0]))
@@ -670,5 +674,29 @@ func TestKEDAListsHoldThePendingTasks(t *testing.T) {
 	}
 	if total != 4 {
 		t.Errorf("the triggers count %d pending tasks, want the 4 that are pending (not the scheduled one)", total)
+	}
+}
+
+// The chart names the queues as tasks.Layout does — the "-K" suffixes that
+// put each shard in its share of Redis Cluster's slots included — for any
+// base name and shard count.
+func TestChartQueueNamesMatchTheLayout(t *testing.T) {
+	t.Parallel()
+	c := loadChart(t)
+	base := readValues(t, filepath.Join(chartDir, "ci", "trial.yaml"))
+	// Every name but a few needs a suffix once there are several shards.
+	layouts := []tasks.Layout{{Base: "notifications", Shards: 16}, {Base: "notify", Shards: 3}, {Base: "Q-1.x_y", Shards: 13}, {Base: "x", Shards: 1}}
+	for _, l := range layouts {
+		queue, shards := l.Base, l.Shards
+		{
+			r := render(t, c, withValues(t, base, map[string]any{"config.queue": queue, "config.queueShards": shards}))
+			var got []string
+			for _, tr := range find[scaledObject](r)[0].Spec.Triggers {
+				got = append(got, strings.TrimSuffix(strings.TrimPrefix(tr.Metadata["listName"], "asynq:{"), "}:pending"))
+			}
+			if want := (tasks.Layout{Base: queue, Shards: shards}).Queues(); !slices.Equal(got, want) {
+				t.Errorf("%s × %d: the chart names\n%v\nthe layout\n%v", queue, shards, got, want)
+			}
+		}
 	}
 }

@@ -123,6 +123,13 @@ func Dashboard() ([]byte, error) {
 		WithPanel(graph("Queue polls", "Asynq's polls of the queues sent to Redis, or answered by the worker because Redis reported the queue unchanged; gate active is the share of workers whose invalidations are on.", "ops", 12, false,
 			q(`sum by (result) (rate(sluice_queue_polls_total`+ri+`))`, "{{result}}"),
 			q(`avg(sluice_queue_gate_active)`, "gate active (share of workers)"))).
+		WithRow(dashboard.NewRowBuilder("Redis")).
+		WithPanel(graph("Redis memory used", "used_memory / maxmemory per node (nodes with a limit): at 1 a noeviction node refuses writes, and Sluice stops enqueueing and sending until there is room.", "percentunit", 8, false,
+			q(`max by (node) (sluice_redis_memory_used_ratio)`, "{{node}}"))).
+		WithPanel(graph("Redis evictions", "Keys Redis evicted per node: any may have been a quota window, a done record, an idempotency key or a queued task (maxmemory-policy must be noeviction).", "short", 8, false,
+			q(`max by (node) (increase(sluice_redis_evicted_keys_total`+ri+`))`, "{{node}}"))).
+		WithPanel(graph("Redis crash-safe nodes", "1 where an acknowledged write survives the node's crash (appendonly yes, appendfsync always), 0 where the receipt guarantee does not hold.", "short", 8, false,
+			q(`min by (node) (sluice_redis_crash_safe)`, "{{node}}"))).
 		WithRow(dashboard.NewRowBuilder("API")).
 		WithPanel(graph("API requests", "Requests by route and status code.", "reqps", 12, true,
 			q(`sum by (route, code) (rate(sluice_api_requests_total`+ri+`))`, "{{route}} {{code}}"))).

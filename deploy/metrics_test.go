@@ -39,7 +39,8 @@ const adminToken = "deploy-test-admin-token-0123456789abcdef"
 
 func startSluice(t *testing.T) running {
 	t.Helper()
-	srv := redistest.Start(t)
+	// A memory limit, as production Redis has: the memory ratio is reported for such nodes.
+	srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "noeviction")
 	env := map[string]string{
 		"SLUICE_REDIS_URL":        srv.URL(),
 		"SLUICE_SUBJECT_SECRET":   "deploy-test-subject-secret",
@@ -246,6 +247,7 @@ func (p probe) Collect(chan<- prometheus.Metric)    {}
 // worker or API serves on /metrics; the few that need a rare event (see
 // onlyRegistered) are at least registered by them.
 func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
+	t.Parallel()
 	run := startSluice(t)
 	served := families(t, run.workerURL)
 	for k := range families(t, run.apiURL) {
