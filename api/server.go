@@ -230,6 +230,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) close() { s.deps.Close() }
 
+// Close releases what New opened (Redis, the limiter) for a Server that
+// will not Run; Run closes them itself when it returns.
+func (s *Server) Close() { s.close() }
+
 // identity is who a request acts as.
 type identity struct {
 	Tenant  string // "" for the admin

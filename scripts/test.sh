@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: makes sure redis-server and Chromium exist (installing
 # Debian's packages when run as root with apt and they are missing), runs every test with
-# the race detector, then a short fuzz pass over every parser.
+# the race detector (and the deploy/ module's), then a short fuzz pass over every parser.
 #   SLUICE_FUZZTIME=200000x ./scripts/test.sh   longer fuzzing, in executions (0 skips it)
 #   ./scripts/test.sh -run TestBoundary     extra arguments go to `go test`
 set -euo pipefail
@@ -37,6 +37,11 @@ echo "test.sh: $(redis-server --version)"
 echo "test.sh: $("${SLUICE_CHROMIUM:-$(chromium_bin)}" --version 2>/dev/null || echo "browser at ${SLUICE_CHROMIUM:-$(chromium_bin)}")"
 # Tests start their own redis-server processes on free ports; the system one is not used.
 go test -race -count=1 -timeout 20m "$@" ./...
+# deploy/ is its own module (Helm, k8s.io/api, Prometheus, the Grafana SDK):
+# the chart, alert rules and dashboard, checked offline (docs/kubernetes.md).
+if [ "$#" -eq 0 ]; then
+  (cd deploy && go test -race -count=1 -timeout 5m ./...)
+fi
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
 # "context deadline exceeded" when a time budget ends (golang/go#75804, fixed

@@ -140,6 +140,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		}
 		registerGateMetrics(w.registry, w.gate)
 	}
+	w.registry.MustRegister(newQueueCollector(w.rdb, w.layout, w.log.With("component", "queue-metrics")))
 	w.servers = w.newServers()
 	w.mux = asynq.NewServeMux()
 	w.mux.Use(w.traceMiddleware, w.throttleMiddleware)

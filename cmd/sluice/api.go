@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/telemetry"
-	"github.com/sluicehq/sluice/sender/twilio"
+	"github.com/sluicehq/sluice/internal/apiserver"
 )
 
 func newAPICmd() *cobra.Command {
@@ -45,11 +45,8 @@ console; a request's W3C traceparent is continued into the tasks it enqueues.`,
 				return err
 			}
 			defer flushTraces(shutdown, log)
-			s, err := api.New(cfg, api.Options{Logger: log})
+			s, err := apiserver.New(cfg, nil, api.Options{Logger: log})
 			if err != nil {
-				return err
-			}
-			if err := twilio.Mount(s, nil, cfg.Base, s.Deps()); err != nil {
 				return err
 			}
 			return s.Run(cmd.Context())

@@ -1,0 +1,128 @@
+package worker_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// gauges returns a gauge family's values keyed by the listed labels' values
+// joined with "/".
+func gauges(t *testing.T, reg *prometheus.Registry, name string, labels ...string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			key := ""
+			for i, l := range labels {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == l {
+						if i > 0 {
+							key += "/"
+						}
+						key += lp.GetValue()
+					}
+				}
+			}
+			out[key] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// The queue gauges say what Asynq's own Inspector says about every queue the
+// worker serves, and the latency is the age of the oldest pending task.
+func TestQueueMetricsMatchAsynq(t *testing.T) {
+	b := setup(t, "sms:recipient=10/1m,sms.otp:exempt")
+	reg := prometheus.NewRegistry()
+	if _, err := worker.New(b.cfg, worker.Options{Registry: reg, Logger: testLogger(t)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		b.enqueue(t, tasks.NewSMS("acme", "+14155550100", "standard "+strconv.Itoa(i)))
+	}
+	otp := tasks.NewSMS("acme", "+14155550101", "123456")
+	otp.Category = "otp"
+	b.enqueue(t, otp)
+	b.enqueue(t, tasks.NewSMS("acme", "+14155550102", "later"), asynq.ProcessIn(time.Hour))
+
+	layout := b.cfg.Layout()
+	prio := layout.Route("acme", tasks.LanePriority, nil)
+	// The oldest pending priority task became pending 90 s ago.
+	if err := b.rdb.HSet(context.Background(), "asynq:{"+prio+"}:t:"+otp.ID, "pending_since", time.Now().Add(-90*time.Second).UnixNano()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	tasksBy := gauges(t, reg, "sluice_queue_tasks", "queue", "state")
+	latency := gauges(t, reg, "sluice_queue_latency_seconds", "queue")
+	lanes := gauges(t, reg, "sluice_queue_latency_seconds", "lane")
+	if len(latency) != len(layout.Queues()) {
+		t.Fatalf("latency of %d queues, want every one the worker serves (%d)", len(latency), len(layout.Queues()))
+	}
+	known, err := b.insp.Queues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, q := range layout.Queues() {
+		want := &asynq.QueueInfo{}
+		if slices.Contains(known, q) {
+			if want, err = b.insp.GetQueueInfo(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for state, n := range map[string]int{"pending": want.Pending, "active": want.Active, "scheduled": want.Scheduled, "retry": want.Retry, "archived": want.Archived} {
+			got, ok := tasksBy[q+"/"+state]
+			if !ok || got != float64(n) {
+				t.Errorf("%s %s: got %v (reported %v), Asynq's Inspector says %d", q, state, got, ok, n)
+			}
+			total += got
+		}
+		if d := math.Abs(latency[q] - want.Latency.Seconds()); d > 2 {
+			t.Errorf("%s latency %.1fs, Asynq's Inspector says %s", q, latency[q], want.Latency)
+		}
+	}
+	if total != 5 {
+		t.Errorf("%v tasks over all queues, want the 5 enqueued", total)
+	}
+	if got := latency[prio]; got < 89 || got > 95 {
+		t.Errorf("priority latency %.1fs, want about 90s", got)
+	}
+	if _, ok := lanes["priority"]; !ok {
+		t.Errorf("no lane label priority: %v", lanes)
+	}
+
+	// Redis gone: the queue gauges are left out, the rest of /metrics is served.
+	b.redis.Stop()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "sluice_queue_tasks") || strings.HasPrefix(mf.GetName(), "sluice_queue_latency") {
+			t.Errorf("without Redis /metrics still has %s", mf.GetName())
+		}
+		found = found || mf.GetName() == "sluice_limiter_errors_total"
+	}
+	if !found {
+		t.Error("without Redis /metrics lost sluice_limiter_errors_total")
+	}
+}
