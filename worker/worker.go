@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
@@ -282,6 +283,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer close(gateDone); w.gate.Run(gateCtx) }()
 		defer func() { stopGate(); <-gateDone }()
 	}
+	var sweeper *orphans.Sweeper
+	if w.cfg.OrphanAfter > 0 {
+		var err error
+		sweeper, err = orphans.New(w.rdb, orphans.Options{Queues: w.layout.Queues(), After: w.cfg.OrphanAfter, Gate: w.gate,
+			Logger: w.log.With("component", "orphans"), OnRequeued: func(string, string) { w.metrics.Orphans.Inc() }})
+		if err != nil {
+			if httpSrv != nil {
+				httpSrv.Close()
+			}
+			w.close()
+			return fmt.Errorf("start worker: %w", err)
+		}
+	}
 	for i, srv := range w.servers {
 		if err := srv.Start(w.mux); err != nil {
 			for _, started := range w.servers[:i] {
@@ -294,12 +308,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
-	if w.cfg.OrphanAfter > 0 {
-		sw := newOrphanSweeper(w.rdb, w.layout.Queues(), w.cfg.OrphanAfter, w.gate, w.log.With("component", "orphans"), func(string) { w.metrics.Orphans.Inc() })
-		sweepDone := make(chan struct{})
-		sweepCtx, stopSweep := context.WithCancel(ctx)
-		go func() { defer close(sweepDone); sw.run(sweepCtx) }()
-		defer func() { stopSweep(); <-sweepDone }()
+	if sweeper != nil {
+		if err := sweeper.Start(ctx); err != nil {
+			w.log.Error("orphan sweep not started", "err", err)
+		}
+		defer sweeper.Stop()
 	}
 	<-ctx.Done()
 	w.log.Info("shutting down: finishing in-flight sends", "timeout", w.cfg.ShutdownTimeout)

@@ -1,18 +1,5 @@
-package worker
-
-import (
-	"context"
-	"errors"
-	"log/slog"
-	"time"
-
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/internal/pollgate"
-)
-
-// Orphaned tasks.
+// Package orphans puts back tasks Asynq holds as active that no worker
+// runs, long before Asynq's own recovery would.
 //
 // Asynq marks a task "active" in the same script that hands it to a worker
 // (its dequeue) and gives it a 30 s lease, which the owning server's
@@ -24,7 +11,7 @@ import (
 // 60–120 s. Its interval and cutoff are not configurable.
 //
 // The sweeper does it sooner, from outside Asynq: a task whose lease score
-// has not moved for Config.OrphanAfter — observed by this process, with
+// has not moved for Options.After (SLUICE_ORPHAN_AFTER) — observed by this process, with
 // every observation answered by Redis, so an outage restarts the clock —
 // and that no live Asynq server lists among its active workers, is put back
 // at the head of its queue, in one script that first checks the lease is
@@ -34,12 +21,39 @@ import (
 //
 // A live task's lease moves with every heartbeat (5 s apart) except a first
 // one in the same second as the dequeue (the score is whole seconds), so it
-// stands still for at most ~6 s; OrphanAfter is at least 11 s (one missed
+// stands still for at most ~6 s; After is at least 11 s (one missed
 // heartbeat more), 15 s by default. A worker frozen for longer than that
 // (its heartbeat stopped, its handler still to resume) may see its task run
 // again elsewhere; the re-run finds the earlier admission and, like any
 // unknown outcome, takes a fresh slot (rerun=at-least-once) or is archived
 // (at-most-once), so no window goes over.
+//
+// The sweeper reads and writes Asynq's private keys (asynq:{QUEUE}:active,
+// :lease, :pending, :t:ID and the task hash's state field); the tests pin
+// them to the Asynq version in go.mod.
+package orphans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/pollgate"
+)
+
+// AsynqVersion is the Asynq release whose key names and task states the
+// sweeper was checked against (TestAsynqKeys); a test fails when go.mod
+// names another, so an upgrade re-checks them.
+const AsynqVersion = "v0.26.0"
+
+// ErrOptions reports options a Sweeper cannot run with.
+var ErrOptions = errors.New("orphans: bad options")
 
 // requeueOrphan moves one task from active back to the head of pending
 // if its lease is still the one observed.
@@ -57,16 +71,41 @@ redis.call('HSET', KEYS[4], 'state', 'pending')
 return 1
 `)
 
-// orphanSweeper watches the leases of every queue the worker serves.
-type orphanSweeper struct {
-	rdb      redis.UniversalClient
-	insp     *asynq.Inspector
-	queues   []string
-	gate     *pollgate.Gate // nil: every queue's leases are read every sweep
-	after    time.Duration
-	interval time.Duration
-	log      *slog.Logger
-	onFound  func(id string)
+// Options configure a Sweeper.
+type Options struct {
+	// Queues are the Asynq queues whose active tasks are watched.
+	Queues []string
+	// After is how long a lease must stand still (observed while Redis
+	// answered) before its task counts as orphaned; at least 11 s.
+	After time.Duration
+	// Gate, when set, spares reading a queue's lease set it knows empty.
+	Gate *pollgate.Gate
+	// Logger gets one line per requeued task; nil: discarded.
+	Logger *slog.Logger
+	// OnRequeued is called for each task put back.
+	OnRequeued func(queue, id string)
+}
+
+// MinAfter is the shortest Options.After: a live task's lease moves every
+// 5 s, and may stand still ~6 s after its dequeue.
+const MinAfter = 11 * time.Second
+
+// Sweeper watches the leases of a set of queues. Start it once; Stop ends
+// it and waits. Sweep runs one observation by itself (tests).
+type Sweeper struct {
+	rdb        redis.UniversalClient
+	insp       *asynq.Inspector
+	queues     []string
+	gate       *pollgate.Gate // nil: every queue's leases are read every sweep
+	after      time.Duration
+	interval   time.Duration
+	log        *slog.Logger
+	onRequeued func(queue, id string)
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	// seen holds each active task's lease score and when this process
 	// first saw it (monotonic clock), by queue and task id.
@@ -80,24 +119,70 @@ type leaseSeen struct {
 	since time.Time
 }
 
-func newOrphanSweeper(rdb redis.UniversalClient, queues []string, after time.Duration, gate *pollgate.Gate, log *slog.Logger, onFound func(string)) *orphanSweeper {
-	return &orphanSweeper{
-		rdb:      rdb,
-		insp:     asynq.NewInspectorFromRedisClient(rdb),
-		queues:   queues,
-		gate:     gate,
-		after:    after,
-		interval: min(time.Second, after/4),
-		log:      log,
-		onFound:  onFound,
-		seen:     map[taskRef]leaseSeen{},
+// New returns a Sweeper over rdb; it does nothing until Start.
+func New(rdb redis.UniversalClient, opts Options) (*Sweeper, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: no Redis client", ErrOptions)
 	}
+	if len(opts.Queues) == 0 {
+		return nil, fmt.Errorf("%w: no queues", ErrOptions)
+	}
+	if opts.After < MinAfter {
+		return nil, fmt.Errorf("%w: After %v is below %v (a live task's lease moves every 5 s)", ErrOptions, opts.After, MinAfter)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Sweeper{
+		rdb:        rdb,
+		insp:       asynq.NewInspectorFromRedisClient(rdb),
+		queues:     opts.Queues,
+		gate:       opts.Gate,
+		after:      opts.After,
+		interval:   min(time.Second, opts.After/4),
+		log:        log,
+		onRequeued: opts.OnRequeued,
+		seen:       map[taskRef]leaseSeen{},
+	}, nil
 }
 
+// keyPrefix is the prefix of Asynq's keys of queue.
 func keyPrefix(queue string) string { return "asynq:{" + queue + "}:" }
 
+// Start sweeps every second (or After/4) in the background until ctx ends
+// or Stop. A second Start is an error.
+func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("%w: started twice", ErrOptions)
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.run(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the background sweeps and waits for the one in progress. It
+// is safe to call more than once, and on a Sweeper never started.
+func (s *Sweeper) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
 // run sweeps every interval until ctx ends.
-func (s *orphanSweeper) run(ctx context.Context) {
+func (s *Sweeper) run(ctx context.Context) {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -105,19 +190,20 @@ func (s *orphanSweeper) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := s.sweep(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			if _, err := s.Sweep(ctx, time.Now()); err != nil && ctx.Err() == nil {
 				s.log.Debug("orphan sweep: redis did not answer; observations start again", "err", err)
 			}
 		}
 	}
 }
 
-// sweep observes the leases once at now and requeues the tasks found
-// orphaned; it returns their ids. Any error forgets every observation, so
-// time without answers from Redis never counts towards OrphanAfter. A
+// Sweep observes the leases once at now and requeues the tasks found
+// orphaned; it returns their ids. Sweeps of one Sweeper must not overlap
+// (Start runs them one after another). Any error forgets every observation, so
+// time without answers from Redis never counts towards After. A
 // queue whose lease set the gate knows to be empty (no task was dequeued
 // from it since it was last read empty) is not read.
-func (s *orphanSweeper) sweep(ctx context.Context, now time.Time) ([]string, error) {
+func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.interval)
 	defer cancel()
 	type read struct {
@@ -205,8 +291,8 @@ func (s *orphanSweeper) sweep(ctx context.Context, now time.Time) ([]string, err
 			moved = append(moved, ref.id)
 			s.log.Info("requeued an orphaned task: Asynq held it active, but its lease had not been extended and no live worker listed it",
 				"task", ref.id, "queue", ref.queue, "lease_unchanged_for", s.after)
-			if s.onFound != nil {
-				s.onFound(ref.id)
+			if s.onRequeued != nil {
+				s.onRequeued(ref.queue, ref.id)
 			}
 		}
 	}
