@@ -175,9 +175,13 @@ func NewStore(rdb redis.UniversalClient, lim *throttle.Limiter) *Store {
 	return &Store{rdb: rdb, lim: lim}
 }
 
+// RecordKind names delivery records among the limiter's records of a
+// notification (throttle.Limiter.RecordKey).
+const RecordKind = "dlv"
+
 // Key is the key of id's delivery record in tenant: beside the limiter's
-// state key of the notification.
-func (s *Store) Key(tenant, id string) string { return s.lim.StateKey(tenant, id) + ":dlv" }
+// record of the notification, in its hash slot.
+func (s *Store) Key(tenant, id string) string { return s.lim.RecordKey(tenant, id, RecordKind) }
 
 // Update records r for the notification id of tenant, for ttl, if its
 // status is further along than the recorded one (r.At is ignored: Redis

@@ -24,7 +24,7 @@
 --            deadline_ms or "", state_ttl_ms, nonce, block (1/0), n, then per rule: limit, window_ms, drop (1/0), then m, then m
 --            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
 --   A rule holds when no span of window+slack ms holds more than limit entries (window+slack:
---   every entry may land up to slack ms after its score; with slack 0 this is the lesson's
+--   every entry may land up to slack ms after its score; with slack 0 this is the textbook
 --   window, and an entry scored exactly now-window is still inside). The slot is the earliest
 --   x >= max(now, tmin), outside every closed interval, at which one more entry keeps every
 --   rule — entries booked for the future included. A rule far from its limit does not move it.
@@ -70,6 +70,19 @@
 --   the window (-1), newest (-1), next free slot (earliest fit at or after now).
 
 local function fmt(x) return string.format('%d', x) end
+
+-- The statuses of "R", as throttle.Status numbers them (TestLuaStatusCodes checks both agree).
+local DENIED, ADMITTED, DUPLICATE, DONE, BOOKED, UNKNOWN, EXPIRED, DROPPED, BLOCKED = 0, 1, 2, 3, 4, 5, 6, 7, 8
+
+-- args returns a reader of one operation's ARGV from index a0: each call gives the next value,
+-- so an operation binds its arguments to named locals in the order the header lists them.
+local function args(a0)
+  local i = a0 - 1
+  return function()
+    i = i + 1
+    return ARGV[i]
+  end
+end
 
 local now
 if ARGV[1] == '' then
@@ -175,26 +188,27 @@ local function add(keys, wps, counts, c, m)
 end
 
 local function reserve(k0, a0)
-  local member, policy = ARGV[a0], ARGV[a0 + 1]
-  local slack, horizon = tonumber(ARGV[a0 + 2]), tonumber(ARGV[a0 + 3])
-  local book = ARGV[a0 + 4] == '1'
-  local c = start(ARGV[a0 + 5], tonumber(ARGV[a0 + 6]))
-  local deadline = nil
-  if ARGV[a0 + 7] ~= '' then deadline = tonumber(ARGV[a0 + 7]) end
-  local sttl = tonumber(ARGV[a0 + 8])
-  local nonce = ARGV[a0 + 9]
-  local block = ARGV[a0 + 10] == '1'
-  local n = tonumber(ARGV[a0 + 11])
+  local arg = args(a0)
+  local member, policy = arg(), arg()
+  local slack, horizon = tonumber(arg()), tonumber(arg())
+  local book = arg() == '1'
+  local tmin, late = arg(), tonumber(arg())
+  local deadline = arg()
+  if deadline == '' then deadline = nil else deadline = tonumber(deadline) end
+  local sttl = tonumber(arg())
+  local nonce = arg()
+  local block = arg() == '1'
+  local n = tonumber(arg())
   local keys, limits, wps, drops = {}, {}, {}, {}
   for i = 1, n do
     keys[i] = KEYS[k0 + i - 1]
-    limits[i] = tonumber(ARGV[a0 + 9 + 3 * i])
-    wps[i] = tonumber(ARGV[a0 + 10 + 3 * i]) + slack
-    drops[i] = ARGV[a0 + 11 + 3 * i] == '1'
+    limits[i] = tonumber(arg())
+    wps[i] = tonumber(arg()) + slack
+    drops[i] = arg() == '1'
   end
-  local q = a0 + 12 + 3 * n
   local closed = {}
-  for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
+  for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
+  local c = start(tmin, late)
 
   for i = 1, n do
     redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(math.min(now, c) - wps[i]))
@@ -209,13 +223,13 @@ local function reserve(k0, a0)
       local kind, k, t, who = string.match(st, '^(%a)(%d+):(%-?%d+):?(.*)$')
       if not kind then error('state key holds ' .. st) end
       k, t = tonumber(k), tonumber(t)
-      if kind == 'd' then return {3, 0, -1, 0, k, t} end
+      if kind == 'd' then return {DONE, 0, -1, 0, k, t} end
       if kind == 'a' and nonce ~= '' and who == nonce then
-        return {1, 0, math.max(t - now, 0), 0, k, t}
+        return {ADMITTED, 0, math.max(t - now, 0), 0, k, t}
       end
       if kind == 'a' then
-        if policy == 'o' then return {5, 0, -1, 0, k, t} end
-        if policy == 'd' then return {2, 0, -1, 0, k, t} end
+        if policy == 'o' then return {UNKNOWN, 0, -1, 0, k, t} end
+        if policy == 'd' then return {DUPLICATE, 0, -1, 0, k, t} end
         attempt = k + 1
       else
         attempt, held = k, true
@@ -229,12 +243,12 @@ local function reserve(k0, a0)
       local v = redis.call('GET', KEYS[k0 + n + 1])
       if v then
         if held then redis.call('DEL', skey) end
-        return {8, 0, -1, 0, attempt, now, tonumber(v) or 0}
+        return {BLOCKED, 0, -1, 0, attempt, now, tonumber(v) or 0}
       end
     end
   else
     for i = 1, n do
-      if redis.call('ZSCORE', keys[i], m) then return {2, 0, -1, 0, 1, now} end
+      if redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
     end
   end
 
@@ -243,7 +257,7 @@ local function reserve(k0, a0)
     for i = 1, n do
       if drops[i] then
         local x = earliest(keys[i], limits[i], wps[i], c)
-        if x ~= c then return {7, i, -1, 0, attempt, c} end
+        if x ~= c then return {DROPPED, i, -1, 0, attempt, c} end
       end
     end
   end
@@ -253,7 +267,7 @@ local function reserve(k0, a0)
   local wait = math.max(c - now, 0)
   if deadline and c > deadline then
     if held then redis.call('DEL', skey) end
-    return {6, rule, wait, 0, attempt, c}
+    return {EXPIRED, rule, wait, 0, attempt, c}
   end
   local remaining = -1
   for i = 1, n do
@@ -264,32 +278,32 @@ local function reserve(k0, a0)
   local admit = wait <= horizon
   if not admit and not book then
     if held then redis.call('DEL', skey) end
-    return {0, rule, wait, 0, attempt, c}
+    return {DENIED, rule, wait, 0, attempt, c}
   end
   add(keys, wps, counts, c, m)
   if admit then
     if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
-    return {1, rule, wait, remaining, attempt, c}
+    return {ADMITTED, rule, wait, remaining, attempt, c}
   end
   if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
-  return {4, rule, wait, 0, attempt, c}
+  return {BOOKED, rule, wait, 0, attempt, c}
 end
 
 local function place(k0, a0, nkeys)
-  local m, slack, lead = ARGV[a0], tonumber(ARGV[a0 + 1]), tonumber(ARGV[a0 + 3])
+  local arg = args(a0)
+  local m, slack, tmin, lead = arg(), tonumber(arg()), arg(), tonumber(arg())
   local c = now + lead
-  if ARGV[a0 + 2] ~= '' then c = start(ARGV[a0 + 2], lead) end
+  if tmin ~= '' then c = start(tmin, lead) end
   local keys, limits, wps = {}, {}, {}
   for i = 1, nkeys do
     keys[i] = KEYS[k0 + i - 1]
-    limits[i] = tonumber(ARGV[a0 + 2 + 2 * i])
-    wps[i] = tonumber(ARGV[a0 + 3 + 2 * i]) + slack
+    limits[i] = tonumber(arg())
+    wps[i] = tonumber(arg()) + slack
     redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(math.min(now, c) - wps[i]))
     redis.call('ZREM', keys[i], m)
   end
-  local q = a0 + 4 + 2 * nkeys
   local closed = {}
-  for j = 1, 2 * tonumber(ARGV[q]) do closed[j] = tonumber(ARGV[q + j]) end
+  for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
   local rule, counts
   c, rule, counts = search(keys, limits, wps, c, closed)
   add(keys, wps, counts, c, m)
@@ -299,14 +313,16 @@ end
 local function done(k0, a0)
   -- A write Redis never refuses for memory comes first (see the top): at maxmemory the
   -- record still replaces the admission's, a few bytes, so a re-run does not send again.
-  redis.call('PEXPIRE', KEYS[k0], ARGV[a0 + 1])
-  redis.call('SET', KEYS[k0], 'd' .. ARGV[a0] .. ':' .. fmt(now), 'PX', ARGV[a0 + 1])
+  local arg = args(a0)
+  local attempt, ttl = arg(), arg()
+  redis.call('PEXPIRE', KEYS[k0], ttl)
+  redis.call('SET', KEYS[k0], 'd' .. attempt .. ':' .. fmt(now), 'PX', ttl)
   return {1}
 end
 
 local function release(k0, a0, nkeys)
-  local attempt = tonumber(ARGV[a0 + 1])
-  local m = ARGV[a0]
+  local arg = args(a0)
+  local m, attempt = arg(), tonumber(arg())
   if attempt > 1 then m = m .. '#' .. attempt end
   local removed = 0
   for i = 0, nkeys - 2 do removed = removed + redis.call('ZREM', KEYS[k0 + i], m) end
@@ -334,12 +350,12 @@ local function state(k0)
 end
 
 local function usage(k0, a0)
-  local slack, n = tonumber(ARGV[a0]), tonumber(ARGV[a0 + 1])
+  local arg = args(a0)
+  local slack, n = tonumber(arg()), tonumber(arg())
   local out = {}
   for i = 1, n do
     local key = KEYS[k0 + i - 1]
-    local limit = tonumber(ARGV[a0 + 2 * i])
-    local window = tonumber(ARGV[a0 + 2 * i + 1])
+    local limit, window = tonumber(arg()), tonumber(arg())
     local from, nowf = fmt(now - window), fmt(now)
     local used = redis.call('ZCOUNT', key, from, nowf)
     local booked = redis.call('ZCOUNT', key, '(' .. nowf, '+inf')

@@ -149,3 +149,49 @@ func TestReserveAcrossGroupsOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// One clock (invariant 2): a check across groups that answers without a
+// slot — the id already done, or admitted under AtMostOnce or Idempotent —
+// stamps its decision with the clock the script used (here the limiter's
+// explicit clock, else Redis TIME), never the host's.
+func TestAcrossGroupsAnswersOnTheScriptClock(t *testing.T) {
+	t.Parallel()
+	_, cc := redistest.NewCluster(t, 3, 0)
+	clock := newManualClock() // 2024: far from the host's clock
+	l, err := throttle.New(cc, throttle.Options{Secret: testSecret, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rcpt := throttle.Limit{Scope: "sms:recipient", Subject: "+14155550100", Rule: throttle.Rule{Limit: 3, Window: time.Minute}}
+	sender := throttle.Limit{Scope: "sms:sender", Subject: "+15005550006", Group: "~shared", Rule: throttle.Rule{Limit: 5, Window: time.Minute}}
+	for _, tc := range []struct {
+		policy throttle.RerunPolicy
+		done   bool
+		want   throttle.Status
+	}{
+		{throttle.AtLeastOnce, true, throttle.StatusDone},
+		{throttle.AtMostOnce, false, throttle.StatusUnknown},
+		{throttle.Idempotent, false, throttle.StatusDuplicate},
+	} {
+		id := uuid.NewString()
+		opts := throttle.ReserveOptions{Book: true, Horizon: time.Second, Policy: tc.policy}
+		d, err := l.Reserve(ctx, "acme", id, opts, rcpt, sender)
+		if err != nil || d.Status != throttle.StatusAdmitted {
+			t.Fatalf("first check: %+v, %v", d, err)
+		}
+		if tc.done {
+			if err := l.MarkDone(ctx, "acme", id, d.Attempt, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Add(time.Second)
+		d, err = l.Reserve(ctx, "acme", id, opts, rcpt, sender)
+		if err != nil || d.Status != tc.want {
+			t.Fatalf("%v: second check: %+v, %v; want %v", tc.policy, d, err, tc.want)
+		}
+		if !d.Now.Equal(clock.Now()) {
+			t.Errorf("%v: %v decided at %v, want the script's clock %v (the host's is %v)", tc.policy, d.Status, d.Now, clock.Now(), time.Now())
+		}
+	}
+}
