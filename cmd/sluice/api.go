@@ -7,8 +7,8 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/apiserver"
+	"github.com/sluicehq/sluice/internal/telemetry"
 )
 
 func newAPICmd() *cobra.Command {
