@@ -6,8 +6,11 @@
 // The worker asks Closed for the spans of the next day or two and hands
 // them to the limiter, which places each send outside them.
 //
-// The package depends only on the standard library and
-// github.com/nyaruka/phonenumbers.
+// Besides the standard library the package depends on
+// github.com/nyaruka/phonenumbers (zones and US states of numbers),
+// github.com/redis/go-redis/v9 (tenant plans in Redis), and Sluice's tasks
+// (the notification) and throttle (the limits it builds); never on the
+// worker, the API or the command (TestDependencies, TestPackageDoc).
 //
 // # Quiet hours
 //

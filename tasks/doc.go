@@ -5,7 +5,8 @@
 // # Enqueue
 //
 //	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "localhost:6379"})
-//	info, err := tasks.Enqueue(ctx, client, tasks.NewSMS("acme", "+14155550100", "Your code is 123456"))
+//	keys, err := tasks.ParseKeyring(os.Getenv("SLUICE_PAYLOAD_KEYS")) // seals the payload
+//	info, err := tasks.Enqueue(ctx, client, keys, tasks.NewSMS("acme", "+14155550100", "Your code is 123456"))
 //
 // A notification's ID (a UUIDv7 unless set) is its task id: enqueueing the same
 // id twice returns ErrDuplicate, so a producer can retry an enqueue safely.

@@ -1,11 +1,16 @@
 // Package throttle is an exact sliding-window-log limiter in Redis.
 //
-// Each limited subject and rule has one sorted set: score = admission time
-// in milliseconds, member = the stable id of the admitted send. A check is one
-// Lua script (scripts/allow.lua) that, for every rule of the check, trims the
-// entries that left the window, counts what is left, and admits only if every
-// rule has room — then adds the member to every set and sets each set's TTL
-// to its window.
+// Each limited subject and rule has one sorted set: score = the instant of
+// a send in milliseconds (its slot: now, or a booked instant ahead), member
+// = the stable id of the send. A check is one call of scripts/limiter.lua,
+// a batch of operations that share one clock reading (Redis TIME). Its
+// reserve operation trims, for every rule of the check, the entries that
+// left the window; reads the entries around the wanted instant with ZCOUNT
+// and ZRANGEBYSCORE … WITHSCORES; and finds the earliest slot at which one
+// more send keeps every rule (outside any closed spans: quiet hours) —
+// then admits the send there, books it for later, or denies it, all
+// rules or none. Other operations record a send done, release an
+// admission, read a notification's record, and read usage.
 //
 // # Guarantees
 //
@@ -15,8 +20,10 @@
 //   - Boundary: an entry scored exactly now−window is still inside; one
 //     millisecond older is out.
 //   - Denials add nothing, so a set never holds more than its limit.
-//   - Retry-after is exact: on denial the script reads, with ZRANGE …
-//     WITHSCORES, the entry that must leave and returns oldest+window+1ms−now.
+//   - Retry-after is exact: on denial the script reads the window's entries
+//     with their scores (ZRANGE … WITHSCORES, by score) and returns the
+//     instant the oldest entry that must leave opens a slot:
+//     oldest+window+1ms−now when one rule is full.
 //   - Several rules, one answer: all-or-nothing across the limits of a check;
 //     the denial names the rule with the longest wait.
 //   - Idempotent: asking again for an admitted member returns Duplicate and
@@ -25,9 +32,12 @@
 //
 // # Redis Cluster
 //
-// Every key of a check carries its group (the tenant) as hash tag, so one
-// check always touches one slot and runs as one script. Checks across groups
-// are not offered: ask once per group.
+// Every key of a check carries its group (the tenant) as hash tag, so a
+// check of one group touches one slot and runs as one script. A check whose
+// limits live in several groups (a sender window shared by every tenant) is
+// taken one group at a time on a Cluster: placed in every other group at an
+// instant a few milliseconds ahead, then admitted in its own, and rolled
+// back everywhere when any group moves the slot (across.go).
 //
 // # Replicas
 //

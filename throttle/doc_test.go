@@ -1,0 +1,39 @@
+package throttle_test
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// packageDoc is the package comment of doc.go.
+func packageDoc(t *testing.T) string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil || f.Doc == nil {
+		t.Fatalf("doc.go has no package comment: %v", err)
+	}
+	return f.Doc.Text()
+}
+
+// The package doc names files that exist — the script a check runs among
+// them (it once named a scripts/allow.lua long gone).
+func TestPackageDoc(t *testing.T) {
+	doc := packageDoc(t)
+	if !strings.Contains(doc, "scripts/limiter.lua") {
+		t.Error("the package doc does not name scripts/limiter.lua, the script every check runs")
+	}
+	for _, m := range regexp.MustCompile(`[\w/]+\.(?:lua|go)\b`).FindAllString(doc, -1) {
+		path := m
+		if strings.HasPrefix(m, "scripts/") {
+			path = filepath.Join("..", m)
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the package doc names %s, which does not exist", m)
+		}
+	}
+}
