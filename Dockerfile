@@ -5,7 +5,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/sluice ./cmd/sluice
+# -tags nodev: the production build, without `sluice dev` and its in-process Redis.
+RUN CGO_ENABLED=0 go build -tags nodev -trimpath -ldflags="-s -w" -o /out/sluice ./cmd/sluice
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sluice /usr/local/bin/sluice
