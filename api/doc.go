@@ -19,6 +19,13 @@
 // problem (application/problem+json) written by one helper, with
 // invalid-params naming each bad field and, in a batch, its index.
 //
+// # Batches
+//
+// A batch is all or nothing even with workers running: its items are
+// enqueued held (tasks.Batch: scheduled tasks.BatchHold ahead) and released
+// together once all are in; a failure part-way deletes them before any
+// worker could take one.
+//
 // # Tokens
 //
 // A tenant token ("sluice_<id>_<secret>", from `sluice tenant token

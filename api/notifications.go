@@ -168,49 +168,94 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, BatchAccepted{Notifications: out})
 }
 
-// enqueue enqueues every notification, or (without idempotency keys) as
-// few as it can: on a failure part-way it deletes those it enqueued that no
-// worker has taken yet. With keys the ids are the request's own, so a
-// retry completes the batch instead.
+// enqueue enqueues every notification or none, even with workers running.
+// One notification is enqueued as it is. A batch goes through a
+// tasks.Batch: each item is enqueued held (scheduled tasks.BatchHold
+// ahead), so no worker can take one while the rest are enqueued; once all
+// are in they are released together, in order. On a failure part-way the
+// held items are deleted — no worker can have sent one — and a retry
+// (with an Idempotency-Key, the same ids) enqueues the batch afresh,
+// adopting items an earlier attempt left held. Items an abort could not
+// delete (Redis gone) are deleted in the background until the hold is
+// nearly over.
 func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed bool) ([]Accepted, error) {
 	out := make([]Accepted, len(ns))
-	queues := make([]string, len(ns)) // where each went, for the rollback
 	policy, layout := s.policy(), s.cfg.Layout()
+	batch := tasks.NewBatch(s.client, s.rdb, s.keys)
+	held := len(ns) > 1
+	var fresh []tasks.Channel // what this request enqueued, for the metric
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
 		if keyed {
 			// A retry whose first attempt was sent already: the id is not in
 			// the queue any more, but the workers' done record holds it.
 			if rec, err := s.stateRecord(ctx, n.Tenant, n.ID); err != nil {
+				s.abort(batch)
 				return nil, err
 			} else if rec != nil && rec.Kind == 'd' {
 				out[i].State = StateSent
 				continue
 			}
 		}
-		queues[i] = policy.Queue(layout, n)
-		_, err := tasks.Enqueue(ctx, s.client, s.keys, n, asynq.Queue(queues[i]))
+		queue := policy.Queue(layout, n)
+		var err error
+		if held {
+			_, err = batch.Add(ctx, n, queue)
+		} else {
+			_, err = tasks.Enqueue(ctx, s.client, s.keys, n, asynq.Queue(queue))
+		}
 		if keyed && errors.Is(err, tasks.ErrDuplicate) {
 			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)
 			if serr != nil {
+				s.abort(batch)
 				return nil, serr
 			}
 			if found {
 				out[i].State = st.State
 			}
+			if held {
+				batch.Adopt(queue, n.ID) // left held by an earlier attempt: released with this one
+			}
 			continue
 		}
 		if err != nil {
-			if !keyed {
-				for j, a := range out[:i] {
-					_ = s.insp.DeleteTask(queues[j], a.ID)
-				}
-			}
+			s.abort(batch)
 			return nil, err
 		}
-		s.metrics.enqueued.WithLabelValues(string(n.Channel)).Inc()
+		fresh = append(fresh, n.Channel)
+	}
+	if held {
+		if err := batch.Release(ctx); err != nil {
+			// Every item is in; those not released go when the hold ends.
+			s.log.Error("a batch is enqueued but not all of it released: the rest goes when its hold ends",
+				"hold", tasks.BatchHold, "err", err)
+		}
+	}
+	for _, ch := range fresh {
+		s.metrics.enqueued.WithLabelValues(string(ch)).Inc()
 	}
 	return out, nil
+}
+
+// abort deletes what a failed batch enqueued; what Redis did not let it
+// delete is tried again in the background until shortly before the hold
+// ends (after that the items would be sent).
+func (s *Server) abort(b *tasks.Batch) {
+	left, err := b.Abort()
+	if err == nil {
+		return
+	}
+	s.log.Warn("a failed batch left held tasks; deleting them in the background", "tasks", len(left), "err", err)
+	go func() {
+		deadline := time.Now().Add(tasks.BatchHold - 30*time.Second)
+		for len(left) > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Second)
+			left, err = tasks.AbortTasks(s.insp, left)
+		}
+		if len(left) > 0 {
+			s.log.Error("held tasks of a failed batch could not be deleted: they will be sent when their hold ends", "tasks", len(left), "err", err)
+		}
+	}()
 }
 
 // answerRetry answers a request whose Idempotency-Key has a record: the

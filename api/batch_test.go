@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// failNthEnqueue fails Asynq's n-th enqueue script (of a task, to pending
+// or scheduled) as if Redis had gone away, but first gives a running
+// worker up to 2 s to send what the batch enqueued before it.
+type failNthEnqueue struct {
+	n, seen atomic.Int32
+	sent    func() int
+}
+
+func (h *failNthEnqueue) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failNthEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *failNthEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name, _ := args[0].(string); (name == "evalsha" || name == "eval") && len(args) >= 5 {
+			k0, _ := args[3].(string)
+			k1, _ := args[4].(string)
+			if strings.Contains(k0, "}:t:") && (strings.HasSuffix(k1, "}:pending") || strings.HasSuffix(k1, "}:scheduled")) {
+				if h.seen.Add(1) == h.n.Load() {
+					for deadline := time.Now().Add(2 * time.Second); h.sent() == 0 && time.Now().Before(deadline); {
+						time.Sleep(10 * time.Millisecond) // the fake signals nothing the hook could wait on
+					}
+					err := errors.New("injected: connection reset by peer")
+					cmd.SetErr(err)
+					return err
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A batch is all or nothing even with a worker running: Redis fails at
+// the third of five items, after the worker had its chance to take the
+// first two. The answer is 503; nothing of the batch reaches the provider
+// (a notification sent after it arrives alone) and no task of it is left.
+func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=10/1m", map[string]string{"SLUICE_POLL_INTERVAL": "20ms"})
+	w, err := worker.New(b.wcfg, worker.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// A second API on a client whose third enqueue fails.
+	o := *b.rdb.Options()
+	faulty := redis.NewClient(&o)
+	t.Cleanup(func() { faulty.Close() })
+	hook := &failNthEnqueue{sent: b.sms.Attempts}
+	hook.n.Store(3)
+	faulty.AddHook(hook)
+	srv, err := api.New(b.cfg, api.Options{Redis: faulty, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WatchPlans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Listener.Close()
+	if hs.Listener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	faultyAPI := &bundle{http: hs}
+
+	var items []map[string]any
+	for i := range 5 {
+		items = append(items, sms("+1415555020"+string(rune('0'+i)), "part of a batch"))
+	}
+	r := faultyAPI.do(t, "POST", "/v1/notifications", b.tokens["acme"], map[string]any{"notifications": items})
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("batch with Redis failing at item 3: %d %s, want 503", r.status, r.body)
+	}
+	if hook.seen.Load() < 3 {
+		t.Fatalf("the fault never fired (%d enqueues)", hook.seen.Load())
+	}
+	// A notification after the failed batch: once it arrives, the worker
+	// has had every chance to send what the batch left.
+	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550299", "after the batch"))
+	ds := b.sms.WaitCount(t, 1, 10*time.Second)
+	if len(ds) != 1 || ds[0].To != "+14155550299" {
+		var to []string
+		for _, d := range ds {
+			to = append(to, d.To)
+		}
+		t.Fatalf("the provider received %v; want only the notification sent after the failed batch", to)
+	}
+	// The sentinel's task goes once its send completes (no retention).
+	eventually(t, 5*time.Second, "no task of the failed batch left in any queue", func() bool { return len(b.queued(t)) == 0 })
+}

@@ -1,0 +1,232 @@
+package tasks_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+const holdQueue = "hold-test"
+
+func holdKey(s string) string { return "asynq:{" + holdQueue + "}:" + s }
+
+func holdSMS(i int) tasks.Notification {
+	n := tasks.NewSMS("acme", "+1415555010"+string(rune('0'+i)), "batch")
+	n.ID = tasks.NewID()
+	return n
+}
+
+// counting is an Asynq server on holdQueue that records the ids it ran.
+type counting struct {
+	mu  sync.Mutex
+	ids []string
+	ran chan string
+}
+
+func runServer(t *testing.T, rdb *redis.Client) *counting {
+	t.Helper()
+	c := &counting{ran: make(chan string, 64)}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{holdQueue: 1}, LogLevel: asynq.FatalLevel,
+		TaskCheckInterval: 20 * time.Millisecond, DelayedTaskCheckInterval: 50 * time.Millisecond})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		c.mu.Lock()
+		c.ids = append(c.ids, id)
+		c.mu.Unlock()
+		c.ran <- id
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return c
+}
+
+func (c *counting) wait(t *testing.T, id string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-c.ran:
+			if got == id {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("task %s never ran", id)
+		}
+	}
+}
+
+func (c *counting) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ids)
+}
+
+// With a worker polling the queue, nothing of a batch runs while it is
+// built; an aborted batch leaves nothing behind and never runs; a
+// released one runs whole, in the order added.
+func TestBatchAllOrNothingWithAWorker(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	client := asynq.NewClientFromRedisClient(rdb)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	c := runServer(t, rdb)
+
+	queueInfo := func() *asynq.QueueInfo {
+		qi, err := insp.GetQueueInfo(holdQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qi
+	}
+	// Aborted.
+	b := tasks.NewBatch(client, rdb, nil)
+	var aborted []string
+	for i := range 3 {
+		n := holdSMS(i)
+		if _, err := b.Add(ctx, n, holdQueue); err != nil {
+			t.Fatal(err)
+		}
+		aborted = append(aborted, n.ID)
+	}
+	if qi := queueInfo(); qi.Scheduled != 3 || qi.Pending+qi.Active != 0 {
+		t.Fatalf("while the batch is built: %d scheduled, %d pending, %d active; want all 3 held", qi.Scheduled, qi.Pending, qi.Active)
+	}
+	if left, err := b.Abort(); err != nil || len(left) != 0 {
+		t.Fatalf("Abort = %v, %v", left, err)
+	}
+	if qi := queueInfo(); qi.Size != 0 {
+		t.Fatalf("after Abort the queue holds %d tasks, want none", qi.Size)
+	}
+	// A sentinel enqueued after the abort runs; nothing of the batch ran before it.
+	sentinel := holdSMS(9)
+	if _, err := tasks.Enqueue(ctx, client, nil, sentinel, asynq.Queue(holdQueue)); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, sentinel.ID)
+	if got := c.seen(); !slices.Equal(got, []string{sentinel.ID}) {
+		t.Fatalf("ran %v; want only the sentinel (aborted: %v)", got, aborted)
+	}
+	// Released: all of it, in order.
+	b = tasks.NewBatch(client, rdb, nil)
+	var released []string
+	for i := range 5 {
+		n := holdSMS(i)
+		if _, err := b.Add(ctx, n, holdQueue); err != nil {
+			t.Fatal(err)
+		}
+		released = append(released, n.ID)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, released[len(released)-1])
+	if got := c.seen()[1:]; !slices.Equal(got, released) {
+		t.Fatalf("ran %v after the release, want %v in that order", got, released)
+	}
+}
+
+// An id enqueued (held) by an earlier attempt is adopted: released with
+// the batch, and never deleted by an Abort.
+func TestBatchAdopt(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	client := asynq.NewClientFromRedisClient(rdb)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	first := tasks.NewBatch(client, rdb, nil)
+	n := holdSMS(1)
+	if _, err := first.Add(ctx, n, holdQueue); err != nil {
+		t.Fatal(err)
+	}
+	// The attempt ended without Release or Abort (its process died).
+	retry := tasks.NewBatch(client, rdb, nil)
+	if _, err := retry.Add(ctx, n, holdQueue); err == nil {
+		t.Fatal("the same id enqueued twice")
+	}
+	retry.Adopt(holdQueue, n.ID)
+	if _, err := retry.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := insp.GetTaskInfo(holdQueue, n.ID); err != nil {
+		t.Fatalf("Abort deleted an adopted task: %v", err)
+	}
+	retry.Adopt(holdQueue, n.ID)
+	if err := retry.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ti, err := insp.GetTaskInfo(holdQueue, n.ID); err != nil || ti.State != asynq.TaskStatePending {
+		t.Fatalf("adopted task after Release: %+v, %v; want pending", ti, err)
+	}
+}
+
+// Release moves a held task as Asynq's forwarder moves a scheduled task
+// that came due: the same fields in its hash (the encoded task and the
+// pending_since instant aside), at the same end of the pending list. This
+// pins the keys and fields Release writes to the Asynq version in go.mod.
+func TestBatchReleaseIsAsynqsForward(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	client := asynq.NewClientFromRedisClient(rdb)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	// Asynq's way: a paused queue's server still forwards due tasks.
+	if _, err := client.Enqueue(asynq.NewTask("x", nil), asynq.Queue(holdQueue)); err != nil {
+		t.Fatal(err) // the queue must exist to be paused
+	}
+	if err := insp.PauseQueue(holdQueue); err != nil {
+		t.Fatal(err)
+	}
+	theirs := holdSMS(1)
+	if _, err := tasks.Enqueue(ctx, client, nil, theirs, asynq.Queue(holdQueue), asynq.ProcessIn(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{holdQueue: 1}, LogLevel: asynq.FatalLevel, DelayedTaskCheckInterval: 50 * time.Millisecond})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.HGet(ctx, holdKey("t:"+theirs.ID), "state").Val() != "pending" {
+		if time.Now().After(deadline) {
+			t.Fatal("Asynq's forwarder never made the scheduled task pending")
+		}
+		time.Sleep(20 * time.Millisecond) // Asynq signals nothing
+	}
+	// The batch's way.
+	ours := holdSMS(2)
+	b := tasks.NewBatch(client, rdb, nil)
+	if _, err := b.Add(ctx, ours, holdQueue); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	read := func(id string) map[string]string {
+		h := rdb.HGetAll(ctx, holdKey("t:"+id)).Val()
+		if h["pending_since"] == "" {
+			t.Errorf("task %s has no pending_since", id)
+		}
+		delete(h, "msg")
+		delete(h, "pending_since")
+		return h
+	}
+	if a, b := read(theirs.ID), read(ours.ID); !maps.Equal(a, b) {
+		t.Fatalf("task hash after Asynq's forward %v, after Release %v", a, b)
+	}
+	pending := rdb.LRange(ctx, holdKey("pending"), 0, -1).Val()
+	if len(pending) != 3 || pending[0] != ours.ID || pending[1] != theirs.ID {
+		t.Fatalf("pending list %v: want the released task pushed where Asynq pushed the forwarded one (LPUSH, newest first)", pending)
+	}
+	if n := rdb.ZCard(ctx, holdKey("scheduled")).Val(); n != 0 {
+		t.Fatalf("%d tasks left in the scheduled set", n)
+	}
+}
