@@ -1,4 +1,4 @@
-package api_test
+package dashboard_test
 
 import (
 	"bufio"
@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -106,7 +105,7 @@ func (b *browser) csrf(path string) string {
 // fill admits n sends into tenant's window of rule, as a worker would.
 func fill(t *testing.T, b *bundle, tenant, scope, rule, subject string, n int) {
 	t.Helper()
-	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.wcfg.SubjectSecret), CompactMembers: b.wcfg.CompactMembers, Direct: true})
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers, Direct: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,10 +486,7 @@ func TestUIRecipientLookupNeverShowsOrLogsTheRecipient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	var logs syncBuffer
-	srv, err := api.New(b.cfg, api.Options{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := b.newServer(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	fill(t, b, "acme", "sms:recipient", "1/1m", "+14155550100", 1)
