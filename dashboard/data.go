@@ -208,11 +208,12 @@ type uiTask struct {
 	Slot        time.Time // the slot held or told, for a throttled one
 	NextAttempt time.Time
 	LastAt      time.Time // when the worker last handed it back (denial, archive)
-	Deadline    time.Time // when it expires unsent; zero: never
+	Deadline    time.Time // the latest slot it may still be sent at (the worker's: Check.SendBy); zero: never
 	to          string    // normalised recipient, only compared in memory
 }
 
-// ExpiresSoon: waiting, and its deadline within uiExpirySoon.
+// ExpiresSoon: waiting, and its deadline within uiExpirySoon (or past:
+// the worker archives it as expired when it wakes).
 func (t uiTask) ExpiresSoon(now time.Time) bool {
 	return t.State == stateWaiting && !t.Deadline.IsZero() && t.Deadline.Sub(now) < uiExpirySoon
 }
@@ -297,6 +298,9 @@ func (u *Dashboard) scanTasks(ctx context.Context, tenant string) (uiScan, error
 	return sc, nil
 }
 
+// uiTaskOf is how the dashboard lists a task. Its deadline is the one the
+// worker holds its send to: the shared planner's (expires_at, or the
+// category's max-defer), less SLUICE_SEND_SLACK.
 func (u *Dashboard) uiTaskOf(policy plans.Policy, now time.Time, state string, info *asynq.TaskInfo, n tasks.Notification) uiTask {
 	n = n.Normalized()
 	t := uiTask{ID: n.ID, Tenant: n.Tenant, Channel: string(n.Channel), Category: n.CategoryOrDefault(), To: tasks.Mask(n.To),
@@ -315,14 +319,7 @@ func (u *Dashboard) uiTaskOf(policy plans.Policy, now time.Time, state string, i
 	case stateArchived:
 		t.Reason = tasks.ReadTaskError(info.LastErr, false).Reason
 	}
-	if !n.ExpiresAt.IsZero() {
-		t.Deadline = n.ExpiresAt
-	}
-	if m := policy.Match(n.Tenant, n.Channel, n.Category); m.MaxDefer > 0 && !n.EnqueuedAt.IsZero() {
-		if d := n.EnqueuedAt.Add(m.MaxDefer); t.Deadline.IsZero() || d.Before(t.Deadline) {
-			t.Deadline = d
-		}
-	}
+	t.Deadline = u.planner.Check(policy, n, u.b.Settings.Origin(n), now).SendBy(u.planner.SendSlack)
 	return t
 }
 
