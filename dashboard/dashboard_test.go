@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"html"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -674,5 +676,15 @@ func TestUIDeadlineIsTheWorkers(t *testing.T) {
 	}
 	if row[1] != "2" || !regexp.MustCompile(`^3\d(\.\d)?s ago$`).MatchString(row[2]) {
 		t.Fatalf("expiring: %s, the first %q; want 2, the first about 30s ago (expires_at − SLUICE_SEND_SLACK)", row[1], row[2])
+	}
+}
+
+// A Backend without a part the dashboard needs is an error naming it, not
+// a panic on the first page.
+func TestNewNeedsACompleteBackend(t *testing.T) {
+	t.Parallel()
+	_, err := dashboard.New(dashboard.Backend{Log: slog.New(slog.DiscardHandler)})
+	if !errors.Is(err, dashboard.ErrBackend) || !strings.Contains(err.Error(), "Limiter, Plans, PlanStore, Queues, Auth") {
+		t.Fatalf("New with a bare backend: %v", err)
 	}
 }
