@@ -12,7 +12,7 @@
 //	POST /v1/callbacks/sms/{tenant}/{id}  the SMS provider's status callbacks, signed (X-Twilio-Signature) → 204
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
 //	GET  /metrics, /healthz, /readyz
-//	     /ui…                      the dashboard (package dashboard), mounted beside the API by `sluice api`
+//	     /ui…                      the dashboard (package dashboard), mounted beside the API by internal/apiserver
 //
 // Routing is the standard library's method-and-path patterns; handlers are
 // methods of Server; middleware is func(http.Handler) http.Handler
@@ -22,9 +22,9 @@
 //
 // # Routes mounted beside the API
 //
-// The API knows no other product: `sluice api` mounts the SMS provider's
-// callbacks (sender/twilio) and the dashboard (package dashboard) on the
-// Server with Mount — behind the access log and the metrics, not behind
+// The API knows no other product: internal/apiserver, the process `sluice
+// api` runs, mounts the SMS provider's callbacks (sender/twilio) and the
+// dashboard (package dashboard) on the Server with Mount — behind the access log and the metrics, not behind
 // the token check or rate — or MountBare (static files). A mounted handler
 // names who a request acted for in the access log through its
 // ResponseWriter's SetIdentity; Auth gives it the API's token checks

@@ -8,7 +8,7 @@ import (
 
 // The dashboard depends on its Backend, not on the API: it imports neither
 // the API, nor the worker, nor a sender, nor the command; and the API does
-// not import the dashboard (cmd/sluice wires the two).
+// not import the dashboard (internal/apiserver wires the two).
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	for pkg, banned := range map[string][]string{
