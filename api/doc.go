@@ -12,6 +12,7 @@
 //	POST /v1/callbacks/sms/{tenant}/{id}  the SMS provider's status callbacks, signed (X-Twilio-Signature) → 204
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
 //	GET  /metrics, /healthz, /readyz
+//	     /ui…                      the dashboard (package dashboard), mounted beside the API by internal/apiserver
 //
 // Routing is the standard library's method-and-path patterns; handlers are
 // methods of Server; middleware is func(http.Handler) http.Handler
@@ -25,6 +26,18 @@
 // enqueued held (tasks.Batch: scheduled tasks.BatchHold ahead) and released
 // together once all are in; a failure part-way deletes them before any
 // worker could take one.
+//
+// # Routes mounted beside the API
+//
+// The API knows no other product: internal/apiserver, the process `sluice
+// api` runs, mounts the SMS provider's callbacks (sender/twilio) and the
+// dashboard (package dashboard) on the Server with Mount — behind the
+// access log and the metrics, not behind the token check or rate — or
+// MountBare (static files). A mounted handler names who a request acted
+// for in the access log through its
+// ResponseWriter's SetIdentity; Auth gives it the API's token checks
+// (Identify, Valid, Tenants, and a SessionKey that changes with the token
+// key or the admin token); Stopping ends its long answers on shutdown.
 //
 // # Tokens
 //

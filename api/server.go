@@ -45,6 +45,8 @@ type Options struct {
 type Route struct {
 	Pattern string
 	Handler http.Handler
+	// Bare routes are served as is: no access log, no metrics (static files).
+	Bare bool
 }
 
 // Server is the HTTP ingest API: handlers are its methods.
@@ -132,6 +134,10 @@ func (s *Server) Handler() http.Handler {
 	// Routes mounted beside the API's (a provider's callbacks are signed by
 	// the provider instead of carrying a token, nor a token's rate).
 	for _, rt := range s.routes {
+		if rt.Bare {
+			mux.Handle(rt.Pattern, rt.Handler)
+			continue
+		}
 		mux.Handle(rt.Pattern, s.instrument(rt.Handler))
 	}
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,7 +161,6 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
-	s.registerUI(mux)
 	return mux
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,6 +145,64 @@ func (s *Tokens) List(ctx context.Context, tenant string) ([]TokenInfo, error) {
 		return strings.Compare(a.ID, b.ID)
 	})
 	return out, nil
+}
+
+// Has reports whether tenant holds the token id: false once it is revoked.
+func (s *Tokens) Has(ctx context.Context, tenant, id string) (bool, error) {
+	if err := tasks.CheckTenant(tenant); err != nil {
+		return false, err
+	}
+	ok, err := s.rdb.HExists(ctx, keyTenant+tenant, id).Result()
+	if err != nil {
+		return false, fmt.Errorf("api: token of %s: %w", tenant, err)
+	}
+	return ok, nil
+}
+
+// tenantScanCalls is the SCAN calls (COUNT 1000) Auth.Tenants spends.
+const tenantScanCalls = 200
+
+// Tenants lists the tenants holding tokens, in no order. No index lists
+// them, so it SCANs for their token hashes with a budget of calls (a
+// keyspace of millions of windows is not walked for one page); more
+// reports a scan that stopped at its budget.
+func (s *Tokens) Tenants(ctx context.Context, calls int) (tenants []string, more bool, err error) {
+	var mu sync.Mutex // ForEachMaster scans the masters at once
+	seen := map[string]bool{}
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		var cursor uint64
+		for range calls {
+			keys, next, err := c.Scan(ctx, cursor, keyTenant+"*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, k := range keys {
+				if t := strings.TrimPrefix(k, keyTenant); tasks.CheckTenant(t) == nil && !seen[t] {
+					seen[t] = true
+					tenants = append(tenants, t)
+				}
+			}
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+		mu.Lock()
+		more = true
+		mu.Unlock()
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// The token keys share one hash slot: one master holds them all.
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("api: tenants with tokens: %w", err)
+	}
+	return tenants, more, nil
 }
 
 // Revoke deletes tenant's token id: requests with it are refused from now on.

@@ -26,3 +26,10 @@ var deliverySrc string
 // Delivery records a message's delivery status as its provider reports
 // it, moving only forward (delivery.lua).
 var Delivery = redis.NewScript(deliverySrc)
+
+//go:embed series.lua
+var seriesSrc string
+
+// Series reads how one limiter window filled over a span, step by step,
+// on one clock reading (series.lua). It writes nothing.
+var Series = redis.NewScript(seriesSrc)

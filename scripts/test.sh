@@ -25,7 +25,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
-# The dashboard's browser test (api: TestDashboardInBrowser) drives a headless Chromium.
+# The dashboard's browser test (dashboard: TestDashboardInBrowser) drives a headless Chromium.
 chromium_bin() { command -v chromium || command -v chromium-browser || command -v google-chrome || command -v google-chrome-stable; }
 if [ -z "${SLUICE_CHROMIUM:-}" ] && ! chromium_bin >/dev/null 2>&1; then
   if ! apt_install chromium || ! chromium_bin >/dev/null 2>&1; then

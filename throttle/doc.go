@@ -10,7 +10,10 @@
 // more send keeps every rule (outside any closed spans: quiet hours) —
 // then admits the send there, books it for later, or denies it, all
 // rules or none. Other operations record a send done, release an
-// admission, read a notification's record, and read usage.
+// admission, read a notification's record, and read usage. Series reads
+// how one window filled, step by step, for a chart (scripts/series.lua,
+// read-only, on the same clock), so no reader outside builds a key or
+// counts entries itself.
 //
 // # Guarantees
 //

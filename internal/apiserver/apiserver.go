@@ -1,12 +1,14 @@
 // Package apiserver assembles the API process: the ingest API of package
 // api with the routes other packages own mounted on it — the SMS status
-// callbacks of sender/twilio. It is what `sluice api` runs, and what tests
-// outside cmd/sluice (deploy's metrics check) start, so both serve the same
-// routes and metrics. api itself imports no sender.
+// callbacks of sender/twilio and the dashboard at /ui. It is what `sluice
+// api` runs, and what tests outside cmd/sluice (the dashboard's, deploy's
+// metrics check) start, so both serve the same routes and metrics. api
+// itself imports no sender and not the dashboard.
 package apiserver
 
 import (
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/sender/twilio"
 )
 
@@ -22,5 +24,11 @@ func New(cfg api.Config, environ map[string]string, opts api.Options) (*api.Serv
 		s.Close()
 		return nil, err
 	}
+	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, s.Deps(), s.Auth(), s.Stopping))
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	d.Mount(s)
 	return s, nil
 }

@@ -1,10 +1,11 @@
-package api_test
+package dashboard_test
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"html"
 	"io"
 	"log/slog"
@@ -13,12 +14,15 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/api"
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -106,7 +110,7 @@ func (b *browser) csrf(path string) string {
 // fill admits n sends into tenant's window of rule, as a worker would.
 func fill(t *testing.T, b *bundle, tenant, scope, rule, subject string, n int) {
 	t.Helper()
-	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.wcfg.SubjectSecret), CompactMembers: b.wcfg.CompactMembers, Direct: true})
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers, Direct: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,10 +491,7 @@ func TestUIRecipientLookupNeverShowsOrLogsTheRecipient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	var logs syncBuffer
-	srv, err := api.New(b.cfg, api.Options{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := b.newServer(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	fill(t, b, "acme", "sms:recipient", "1/1m", "+14155550100", 1)
@@ -644,4 +645,46 @@ func readEvents(r io.Reader) <-chan [2]string {
 		}
 	}()
 	return out
+}
+
+// A waiting message shows the deadline the worker holds it to: the latest
+// slot that still reaches the provider by its expires_at, i.e. expires_at
+// less SLUICE_SEND_SLACK (plans.Check.SendBy). One whose expires_at is 30 s
+// ahead has had its last slot pass half a minute ago with a slack of a
+// minute; one expiring in an hour and 30 s has under an hour left to be
+// sent: both are listed as expiring, the first as past due.
+func TestUIDeadlineIsTheWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, map[string]string{"SLUICE_SEND_SLACK": "1m"})
+	client := asynq.NewClientFromRedisClient(b.rdb)
+	t.Cleanup(func() { client.Close() })
+	now := time.Now().UTC()
+	for i, expires := range []time.Duration{30 * time.Second, time.Hour + 30*time.Second, 3 * time.Hour} {
+		n := tasks.Notification{Tenant: "acme", Channel: tasks.SMS, To: "+1415555010" + strconv.Itoa(i), Body: "hi",
+			ExpiresAt: now.Add(expires), EnqueuedAt: now}
+		q := b.srv.Deps().Plans.Policy().Queue(b.cfg.Layout(), n)
+		if _, err := tasks.Enqueue(context.Background(), client, b.keys, n, asynq.Queue(q), asynq.ProcessIn(2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := newBrowser(t, b.http.URL)
+	admin.login(adminToken, "/ui")
+	p := admin.get("/ui/tenants/acme")
+	row := regexp.MustCompile(`<tr data-reason="expiry_soon"[^>]*>.*?<td class="num">(\d+)</td><td>first ([^<]*)</td></tr>`).FindStringSubmatch(p.body)
+	if p.status != 200 || row == nil {
+		t.Fatalf("no expiring row on acme's page (%d): %s", p.status, p.body)
+	}
+	if row[1] != "2" || !regexp.MustCompile(`^3\d(\.\d)?s ago$`).MatchString(row[2]) {
+		t.Fatalf("expiring: %s, the first %q; want 2, the first about 30s ago (expires_at − SLUICE_SEND_SLACK)", row[1], row[2])
+	}
+}
+
+// A Backend without a part the dashboard needs is an error naming it, not
+// a panic on the first page.
+func TestNewNeedsACompleteBackend(t *testing.T) {
+	t.Parallel()
+	_, err := dashboard.New(dashboard.Backend{Log: slog.New(slog.DiscardHandler)})
+	if !errors.Is(err, dashboard.ErrBackend) || !strings.Contains(err.Error(), "Limiter, Plans, PlanStore, Queues, Auth") {
+		t.Fatalf("New with a bare backend: %v", err)
+	}
 }

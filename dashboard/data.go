@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"cmp"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
@@ -29,18 +28,24 @@ import (
 //     denial (LastFailedAt); a drop or an expiry is an archived task.
 //   - queue depths: Asynq's Inspector;
 //   - the chart: the entries of the tenant's own window (each is a send),
-//     counted per minute.
+//     counted per minute by throttle.Limiter.Series.
 
 const (
-	uiScanLimit  = 2000 // tasks read per state and page view
-	uiScanPage   = 500
-	uiListLen    = 25 // rows of each list of messages
-	uiExpirySoon = time.Hour
-	uiMaxTenants = 200
-	// SCAN calls (COUNT 1000) spent looking for tenants with tokens.
-	uiTokenScanCalls = 200
-	uiChartMinute    = time.Minute
-	uiChartSpan      = time.Hour
+	uiScanLimit   = 2000 // tasks read per state and page view
+	uiScanPage    = 500
+	uiListLen     = 25 // rows of each list of messages
+	uiExpirySoon  = time.Hour
+	uiMaxTenants  = 200
+	uiChartMinute = time.Minute
+	uiChartSpan   = time.Hour
+)
+
+// The states of a message the dashboard lists, in the words of
+// GET /v1/notifications/{id}.
+const (
+	stateQueued   = "queued"   // waiting for a worker, nothing in its way
+	stateWaiting  = "waiting"  // held back: a quota's slot, quiet hours, a retry, Redis away
+	stateArchived = "archived" // will not be sent; Reason says why
 )
 
 // uiWindow is one quota window as the dashboard shows it.
@@ -106,13 +111,13 @@ func tenantCategories(p plans.Policy, tenant string) []string {
 }
 
 // tenantWindows reads the tenant-wide windows of tenant, every category.
-func (s *Server) tenantWindows(ctx context.Context, tenant string) ([]uiWindow, time.Time, error) {
-	policy := s.policy()
+func (u *Dashboard) tenantWindows(ctx context.Context, tenant string) ([]uiWindow, time.Time, error) {
+	policy := u.b.Plans.Policy()
 	seen := map[string]bool{}
 	var out []uiWindow
 	var now time.Time
 	for _, cat := range tenantCategories(policy, tenant) {
-		rep, err := report.Quotas(ctx, s.lim, policy, s.cfg, report.QuotaQuery{Tenant: tenant, Category: cat})
+		rep, err := report.Quotas(ctx, u.b.Limiter, policy, u.b.Settings, report.QuotaQuery{Tenant: tenant, Category: cat})
 		if errors.Is(err, report.ErrNoRules) {
 			continue
 		}
@@ -136,16 +141,16 @@ type uiPlan struct {
 	History []plans.Change
 }
 
-func (s *Server) tenantPlan(ctx context.Context, tenant string, history bool) (uiPlan, error) {
+func (u *Dashboard) tenantPlan(ctx context.Context, tenant string, history bool) (uiPlan, error) {
 	var p uiPlan
-	if s.plans.Following() {
-		for _, pl := range s.plans.Current().Plans {
+	if u.b.Plans.Following() {
+		for _, pl := range u.b.Plans.Current().Plans {
 			if pl.Tenant == tenant {
 				p.Own, p.Plan = true, pl
 			}
 		}
 	} else {
-		pl, err := plans.NewStore(s.rdb, s.plans.Defaults()).Get(ctx, tenant)
+		pl, err := u.b.PlanStore.Get(ctx, tenant)
 		switch {
 		case err == nil:
 			p.Own, p.Plan = true, pl
@@ -153,9 +158,10 @@ func (s *Server) tenantPlan(ctx context.Context, tenant string, history bool) (u
 			return p, err
 		}
 	}
-	for _, e := range s.policy().Entries() {
+	policy := u.b.Plans.Policy()
+	for _, e := range policy.Entries() {
 		if e.Tenant == "" || e.Tenant == tenant {
-			if e.Tenant == "" && slices.ContainsFunc(s.policy().Entries(), func(o plans.Entry) bool { return o.Tenant == tenant && sameTarget(o, e) }) {
+			if e.Tenant == "" && slices.ContainsFunc(policy.Entries(), func(o plans.Entry) bool { return o.Tenant == tenant && sameTarget(o, e) }) {
 				continue // replaced by the tenant's own
 			}
 			e.Tenant = ""
@@ -163,7 +169,7 @@ func (s *Server) tenantPlan(ctx context.Context, tenant string, history bool) (u
 		}
 	}
 	if history {
-		hist, err := plans.NewStore(s.rdb, s.plans.Defaults()).History(ctx, 200)
+		hist, err := u.b.PlanStore.History(ctx, 200)
 		if err != nil {
 			return p, err
 		}
@@ -202,13 +208,14 @@ type uiTask struct {
 	Slot        time.Time // the slot held or told, for a throttled one
 	NextAttempt time.Time
 	LastAt      time.Time // when the worker last handed it back (denial, archive)
-	Deadline    time.Time // when it expires unsent; zero: never
+	Deadline    time.Time // the latest slot it may still be sent at (the worker's: Check.SendBy); zero: never
 	to          string    // normalised recipient, only compared in memory
 }
 
-// ExpiresSoon: waiting, and its deadline within uiExpirySoon.
+// ExpiresSoon: waiting, and its deadline within uiExpirySoon (or past:
+// the worker archives it as expired when it wakes).
 func (t uiTask) ExpiresSoon(now time.Time) bool {
-	return t.State == StateWaiting && !t.Deadline.IsZero() && t.Deadline.Sub(now) < uiExpirySoon
+	return t.State == stateWaiting && !t.Deadline.IsZero() && t.Deadline.Sub(now) < uiExpirySoon
 }
 
 // uiScan is what one pass over the queue found.
@@ -223,25 +230,26 @@ type uiScan struct {
 // scanTasks reads the tasks Asynq holds for the queue — queued, waiting
 // (retry and scheduled) and archived, up to uiScanLimit of each — and keeps
 // those of tenant ("" keeps none, counting tenants only; "*" keeps all).
-func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
+func (u *Dashboard) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 	sc := uiScan{Tenants: map[string]int{}}
-	policy := s.policy()
+	policy := u.b.Plans.Policy()
+	now := time.Now()
 	lists := []struct {
 		state string
 		list  func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	}{
-		{StateQueued, s.insp.ListPendingTasks},
-		{StateWaiting, s.insp.ListRetryTasks},
-		{StateWaiting, s.insp.ListScheduledTasks},
-		{StateArchived, s.insp.ListArchivedTasks},
+		{stateQueued, u.b.Queues.ListPendingTasks},
+		{stateWaiting, u.b.Queues.ListRetryTasks},
+		{stateWaiting, u.b.Queues.ListScheduledTasks},
+		{stateArchived, u.b.Queues.ListArchivedTasks},
 	}
-	queues := s.cfg.Layout().Queues()
+	queues := u.b.Settings.Layout().Queues()
 	if tenant != "" && tenant != "*" {
-		queues = s.cfg.Layout().Candidates(tenant, policy.Pins())
+		queues = u.b.Settings.Layout().Candidates(tenant, policy.Pins())
 	}
-	exist, err := s.insp.Queues()
+	exist, err := u.b.Queues.Queues()
 	if err != nil {
-		return sc, fmt.Errorf("api: queues: %w", err)
+		return sc, fmt.Errorf("dashboard: queues: %w", err)
 	}
 	queues = slices.DeleteFunc(queues, func(q string) bool { return !slices.Contains(exist, q) })
 	for _, l := range lists {
@@ -261,7 +269,7 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 					continue queue
 				}
 				if err != nil {
-					return sc, fmt.Errorf("api: list %s tasks of %s: %w", l.state, q, err)
+					return sc, fmt.Errorf("dashboard: list %s tasks of %s: %w", l.state, q, err)
 				}
 				full := len(infos) == uiScanPage
 				if len(infos) > left {
@@ -270,7 +278,7 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 				left -= len(infos)
 				for _, info := range infos {
 					sc.Scanned++
-					n, err := tasks.Open(s.keys, info.ID, info.Type, info.Payload, s.cfg.PayloadPlaintext == "accept")
+					n, err := tasks.Open(u.b.Keys, info.ID, info.Type, info.Payload, u.b.Settings.PayloadPlaintext == "accept")
 					if err != nil {
 						sc.Unreadable++
 						continue
@@ -279,7 +287,7 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 					if tenant == "" || (tenant != "*" && n.Tenant != tenant) {
 						continue
 					}
-					sc.Tasks = append(sc.Tasks, s.uiTaskOf(policy, l.state, info, n))
+					sc.Tasks = append(sc.Tasks, u.uiTaskOf(policy, now, l.state, info, n))
 				}
 				if !full {
 					continue queue
@@ -290,7 +298,10 @@ func (s *Server) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 	return sc, nil
 }
 
-func (s *Server) uiTaskOf(policy plans.Policy, state string, info *asynq.TaskInfo, n tasks.Notification) uiTask {
+// uiTaskOf is how the dashboard lists a task. Its deadline is the one the
+// worker holds its send to: the shared planner's (expires_at, or the
+// category's max-defer), less SLUICE_SEND_SLACK.
+func (u *Dashboard) uiTaskOf(policy plans.Policy, now time.Time, state string, info *asynq.TaskInfo, n tasks.Notification) uiTask {
 	n = n.Normalized()
 	t := uiTask{ID: n.ID, Tenant: n.Tenant, Channel: string(n.Channel), Category: n.CategoryOrDefault(), To: tasks.Mask(n.To),
 		State: state, LastAt: info.LastFailedAt, NextAttempt: info.NextProcessAt, to: n.To}
@@ -298,24 +309,17 @@ func (s *Server) uiTaskOf(policy plans.Policy, state string, info *asynq.TaskInf
 		t.LastAt = t.LastAt.UTC()
 	}
 	switch state {
-	case StateWaiting:
+	case stateWaiting:
 		if info.LastErr == "" {
 			t.Reason = "scheduled" // enqueued to be sent later
 			break
 		}
 		le := tasks.ReadTaskError(info.LastErr, true)
 		t.Reason, t.Rule, t.Slot = le.Reason, le.Rule, le.Until
-	case StateArchived:
+	case stateArchived:
 		t.Reason = tasks.ReadTaskError(info.LastErr, false).Reason
 	}
-	if !n.ExpiresAt.IsZero() {
-		t.Deadline = n.ExpiresAt
-	}
-	if m := policy.Match(n.Tenant, n.Channel, n.Category); m.MaxDefer > 0 && !n.EnqueuedAt.IsZero() {
-		if d := n.EnqueuedAt.Add(m.MaxDefer); t.Deadline.IsZero() || d.Before(t.Deadline) {
-			t.Deadline = d
-		}
-	}
+	t.Deadline = u.planner.Check(policy, n, u.b.Settings.Origin(n), now).SendBy(u.planner.SendSlack)
 	return t
 }
 
@@ -349,9 +353,9 @@ func summarize(sc uiScan, now time.Time) uiActivity {
 	reasons := map[[2]string]*uiReason{}
 	for _, t := range sc.Tasks {
 		switch t.State {
-		case StateQueued:
+		case stateQueued:
 			a.Queued++
-		case StateWaiting:
+		case stateWaiting:
 			a.Waiting++
 			k := [2]string{t.Reason, t.Rule}
 			r := reasons[k]
@@ -370,7 +374,7 @@ func summarize(sc uiScan, now time.Time) uiActivity {
 			if t.Reason == "throttled" || t.Reason == "quiet_hours" {
 				a.Denials = append(a.Denials, t)
 			}
-		case StateArchived:
+		case stateArchived:
 			a.Archived++
 			if t.Reason == "dropped" || t.Reason == "expired" {
 				a.Lost = append(a.Lost, t)
@@ -436,20 +440,20 @@ func (q uiQueue) Busy() bool { return q.Pending+q.Active+q.Scheduled+q.Retry+q.A
 
 // queueDepths lists each lane (its shards summed), after it the shards that
 // hold work, then the legacy queue and any other queue Asynq knows.
-func (s *Server) queueDepths() ([]uiQueue, error) {
-	names, err := s.insp.Queues()
+func (u *Dashboard) queueDepths() ([]uiQueue, error) {
+	names, err := u.b.Queues.Queues()
 	if err != nil {
-		return nil, fmt.Errorf("api: queues: %w", err)
+		return nil, fmt.Errorf("dashboard: queues: %w", err)
 	}
 	slices.Sort(names)
-	layout := s.cfg.Layout()
+	layout := u.b.Settings.Layout()
 	lanes := map[tasks.Lane]*uiQueue{}
 	shards := map[tasks.Lane][]uiQueue{}
 	var others []uiQueue
 	for _, q := range names {
-		info, err := s.insp.GetQueueInfo(q)
+		info, err := u.b.Queues.GetQueueInfo(q)
 		if err != nil {
-			return nil, fmt.Errorf("api: queue %s: %w", q, err)
+			return nil, fmt.Errorf("dashboard: queue %s: %w", q, err)
 		}
 		row := uiQueue{Name: q}
 		row.add(info)
@@ -481,12 +485,12 @@ func (s *Server) queueDepths() ([]uiQueue, error) {
 // knownTenants: tenants with a plan, named in the rules, holding a token,
 // or with tasks in the queue (seen), sorted, at most uiMaxTenants. more
 // reports a longer list, or a token scan that stopped at its budget.
-func (s *Server) knownTenants(ctx context.Context, seen map[string]int) (tenants []string, more bool, err error) {
+func (u *Dashboard) knownTenants(ctx context.Context, seen map[string]int) (tenants []string, more bool, err error) {
 	set := map[string]bool{}
-	for _, p := range s.plans.Current().Plans {
+	for _, p := range u.b.Plans.Current().Plans {
 		set[p.Tenant] = true
 	}
-	for _, e := range s.policy().Entries() {
+	for _, e := range u.b.Plans.Policy().Entries() {
 		if e.Tenant != "" {
 			set[e.Tenant] = true
 		}
@@ -494,36 +498,12 @@ func (s *Server) knownTenants(ctx context.Context, seen map[string]int) (tenants
 	for t := range seen {
 		set[t] = true
 	}
-	// Tenants with tokens: no index lists them, so SCAN for their token
-	// hashes, with a budget (a keyspace of millions of windows is not
-	// walked for one page).
-	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		var cursor uint64
-		for range uiTokenScanCalls {
-			keys, next, err := c.Scan(ctx, cursor, keyTenant+"*", 1000).Result()
-			if err != nil {
-				return err
-			}
-			for _, k := range keys {
-				if t := strings.TrimPrefix(k, keyTenant); tasks.CheckTenant(t) == nil {
-					set[t] = true
-				}
-			}
-			if cursor = next; cursor == 0 {
-				return nil
-			}
-		}
-		more = true
-		return nil
-	}
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		// The token keys share one hash slot: one master holds them all.
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rdb)
-	}
+	withTokens, more, err := u.b.Auth.Tenants(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("api: tenants with tokens: %w", err)
+		return nil, false, fmt.Errorf("dashboard: tenants with tokens: %w", err)
+	}
+	for _, t := range withTokens {
+		set[t] = true
 	}
 	tenants = make([]string, 0, len(set))
 	for t := range set {
@@ -554,14 +534,14 @@ type uiChart struct {
 	Peak     int // most sends in one minute
 }
 
-// chartData reads tenant's tenant-wide window of ch with the longest span:
-// its entries are the sends (admissions) and, after now, booked slots;
-// members are hashed ids, nothing personal. Every count is a ZCOUNT in one
-// pipeline.
-func (s *Server) chartData(ctx context.Context, tenant string, ch tasks.Channel) (uiChart, bool, error) {
+// chartData reads tenant's tenant-wide window of ch with the longest span
+// (throttle.Series): its entries are the sends (admissions) and, after
+// now, booked slots; members are hashed ids, nothing personal.
+func (u *Dashboard) chartData(ctx context.Context, tenant string, ch tasks.Channel) (uiChart, bool, error) {
 	c := uiChart{Channel: string(ch)}
+	rates := u.b.Plans.Policy().Match(tenant, ch, "").Rates
 	var longest plans.Entry
-	for _, e := range s.policy().Match(tenant, ch, "").Rates {
+	for _, e := range rates {
 		if e.Scope == plans.ScopeTenant && e.Rule.Window > longest.Rule.Window {
 			longest = e
 		}
@@ -569,50 +549,17 @@ func (s *Server) chartData(ctx context.Context, tenant string, ch tasks.Channel)
 	if longest.Rule.Window == 0 {
 		return c, false, nil
 	}
-	for _, e := range s.policy().Match(tenant, ch, "").Rates {
+	for _, e := range rates {
 		if e.Scope == plans.ScopeTenant && e.Rule != longest.Rule {
 			c.Others = append(c.Others, e.Rule)
 		}
 	}
 	c.Rule = longest.Rule
-	key, err := s.lim.Key(tenant, longest.Limit("", ""))
+	s, err := u.b.Limiter.Series(ctx, tenant, longest.Limit("", ""), uiChartSpan, uiChartMinute)
 	if err != nil {
-		return c, false, err
+		return c, false, fmt.Errorf("dashboard: chart: %w", err)
 	}
-	now, err := s.rdb.Time(ctx).Result()
-	if err != nil {
-		return c, false, fmt.Errorf("api: chart: %w", err)
-	}
-	c.Now = now
-	n := int(uiChartSpan / uiChartMinute)
-	nowMS, minute, start := now.UnixMilli(), uiChartMinute.Milliseconds(), now.UnixMilli()-c.Rule.Window.Milliseconds()
-	ms := func(v int64) string { return strconv.FormatInt(v, 10) }
-	perMinute, inWindow := make([]*redis.IntCmd, n), make([]*redis.IntCmd, n)
-	var booked *redis.IntCmd
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range n {
-			hi := nowMS - int64(n-1-i)*minute
-			perMinute[i] = p.ZCount(ctx, key, "("+ms(hi-minute), ms(hi))
-			if hi > start {
-				inWindow[i] = p.ZCount(ctx, key, "("+ms(start), ms(hi))
-			}
-		}
-		booked = p.ZCount(ctx, key, "("+ms(nowMS), "+inf")
-		return nil
-	})
-	if err != nil {
-		return c, false, fmt.Errorf("api: chart: %w", err)
-	}
-	c.Counts, c.InWindow = make([]int, n), make([]int, n)
-	for i := range n {
-		c.Counts[i] = int(perMinute[i].Val())
-		c.Total += c.Counts[i]
-		c.Peak = max(c.Peak, c.Counts[i])
-		c.InWindow[i] = -1
-		if inWindow[i] != nil {
-			c.InWindow[i] = int(inWindow[i].Val())
-		}
-	}
-	c.Used, c.Booked = c.InWindow[n-1], int(booked.Val())
+	c.Now, c.Counts, c.InWindow = s.Now, s.Counts, s.InWindow
+	c.Used, c.Booked, c.Total, c.Peak = s.Used, s.Booked, s.Total(), s.Peak()
 	return c, true, nil
 }

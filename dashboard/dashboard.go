@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -21,16 +20,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// The dashboard: server-rendered pages under /ui, signed in with an API
-// token (the admin's, or a tenant's, which sees its own tenant only). Live
-// figures arrive over server-sent events; every read-only view works
-// without JavaScript.
-
-//go:embed ui/templates/*.tmpl ui/static/*
+//go:embed templates/*.tmpl static/*
 var uiFS embed.FS
 
 const (
@@ -49,15 +44,14 @@ const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 var (
-	uiPages   map[string]*template.Template
-	uiAssets  = map[string]string{} // file name → content hash, for cache-busting URLs
-	uiStatic  fs.FS
-	errNoPage = errors.New("no such page")
+	uiPages  map[string]*template.Template
+	uiAssets = map[string]string{} // file name → content hash, for cache-busting URLs
+	uiStatic fs.FS
 )
 
 func init() {
 	var err error
-	if uiStatic, err = fs.Sub(uiFS, "ui/static"); err != nil {
+	if uiStatic, err = fs.Sub(uiFS, "static"); err != nil {
 		panic(err)
 	}
 	entries, err := fs.ReadDir(uiStatic, ".")
@@ -69,34 +63,44 @@ func init() {
 		sum := sha256.Sum256(b)
 		uiAssets[e.Name()] = hex.EncodeToString(sum[:6])
 	}
-	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiFS, "ui/templates/layout.tmpl", "ui/templates/parts.tmpl"))
+	base := template.Must(template.New("").Funcs(uiFuncs).ParseFS(uiFS, "templates/layout.tmpl", "templates/parts.tmpl"))
 	uiPages = map[string]*template.Template{}
 	for _, name := range []string{"login", "overview", "tenant", "recipient", "reset", "error"} {
 		t := template.Must(base.Clone())
-		uiPages[name] = template.Must(t.ParseFS(uiFS, "ui/templates/"+name+".tmpl"))
+		uiPages[name] = template.Must(t.ParseFS(uiFS, "templates/"+name+".tmpl"))
 	}
 }
 
-// ui serves the dashboard for one Server.
-type ui struct {
-	s       *Server
-	key     []byte // signs sessions and CSRF tokens
+// Dashboard serves the pages of one server, from its Backend.
+type Dashboard struct {
+	b       Backend
+	planner plans.Planner // the worker's: zones, send slack, deadlines
+	key     []byte        // signs sessions and CSRF tokens
 	cop     *http.CrossOriginProtection
 	streams chan struct{}
 }
 
-// registerUI adds the dashboard's routes to mux.
-func (s *Server) registerUI(mux *http.ServeMux) {
+// New builds the dashboard on b; Mount puts its routes on a server.
+func New(b Backend) (*Dashboard, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if b.Stopping == nil {
+		b.Stopping = func() bool { return false }
+	}
 	// The session key follows the token key and the admin token: changing
 	// either signs every browser out.
-	m := hmac.New(sha256.New, []byte(s.cfg.TokenKey))
-	m.Write([]byte("sluice ui session\x00" + s.cfg.AdminToken))
-	u := &ui{s: s, key: m.Sum(nil), cop: http.NewCrossOriginProtection(), streams: make(chan struct{}, uiMaxStreams)}
+	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: make(chan struct{}, uiMaxStreams)}
 	u.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusForbidden, "This form was sent from another site; nothing was done.")
 	}))
+	return u, nil
+}
+
+// Mount adds the dashboard's routes, under /ui, to m.
+func (u *Dashboard) Mount(m Mounter) {
 	page := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.instrument(u.headers(u.cop.Handler(h))))
+		m.Mount(pattern, u.headers(u.cop.Handler(h)))
 	}
 	signedIn := func(pattern string, h http.HandlerFunc) { page(pattern, u.session(h)) }
 	tenantPage := func(pattern string, h func(http.ResponseWriter, *http.Request, string)) {
@@ -114,7 +118,7 @@ func (s *Server) registerUI(mux *http.ServeMux) {
 	tenantPage("POST /ui/tenants/{tenant}/recipient", u.withCSRF(u.recipient))
 	tenantPage("GET /ui/tenants/{tenant}/reset", u.resetForm)
 	tenantPage("POST /ui/tenants/{tenant}/reset", u.withCSRF(u.reset))
-	mux.Handle("GET /ui/static/{file}", u.headers(http.HandlerFunc(u.static)))
+	m.MountBare("GET /ui/static/{file}", u.headers(http.HandlerFunc(u.static)))
 	page("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ui/" {
 			http.Redirect(w, r, "/ui", http.StatusSeeOther)
@@ -124,12 +128,8 @@ func (s *Server) registerUI(mux *http.ServeMux) {
 	})
 }
 
-// Unwrap lets http.ResponseController reach the connection under the
-// access log's recorder (the live streams flush through it).
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
 // headers sets the security headers of every dashboard answer.
-func (u *ui) headers(next http.Handler) http.Handler {
+func (u *Dashboard) headers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", uiCSP)
@@ -145,7 +145,7 @@ func (u *ui) headers(next http.Handler) http.Handler {
 	})
 }
 
-func (u *ui) static(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) static(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
 	if _, ok := uiAssets[name]; !ok {
 		http.NotFound(w, r)
@@ -169,19 +169,19 @@ type uiSession struct {
 	Nonce   string `json:"n"`
 }
 
-func (u *ui) sign(b []byte) []byte {
+func (u *Dashboard) sign(b []byte) []byte {
 	m := hmac.New(sha256.New, u.key)
 	m.Write(b)
 	return m.Sum(nil)
 }
 
-func (u *ui) encodeSession(s uiSession) string {
+func (u *Dashboard) encodeSession(s uiSession) string {
 	body, _ := json.Marshal(s)
 	p := base64.RawURLEncoding.EncodeToString(body)
 	return p + "." + base64.RawURLEncoding.EncodeToString(u.sign([]byte(p)))
 }
 
-func (u *ui) decodeSession(v string, now time.Time) (uiSession, bool) {
+func (u *Dashboard) decodeSession(v string, now time.Time) (uiSession, bool) {
 	p, sig, ok := strings.Cut(v, ".")
 	if !ok || len(v) > 1024 {
 		return uiSession{}, false
@@ -202,7 +202,7 @@ func (u *ui) decodeSession(v string, now time.Time) (uiSession, bool) {
 }
 
 // csrfToken is the token every state-changing form of a session carries.
-func (u *ui) csrfToken(s uiSession) string {
+func (u *Dashboard) csrfToken(s uiSession) string {
 	return base64.RawURLEncoding.EncodeToString(u.sign([]byte("csrf\x00" + s.Nonce))[:24])
 }
 
@@ -215,23 +215,21 @@ func sessionOf(r *http.Request) uiSession {
 
 // session admits requests of a signed-in browser whose token is still
 // valid; others go to the login form (pages) or get 401 (streams, images).
-func (u *ui) session(next http.HandlerFunc) http.HandlerFunc {
+func (u *Dashboard) session(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, ok := u.current(w, r)
 		if !ok {
 			return
 		}
-		id := identity{Admin: s.Admin, Tenant: s.Tenant, TokenID: s.TokenID}
-		if rec, ok := w.(*recorder); ok {
-			rec.id = id
+		if log, ok := w.(interface{ SetIdentity(tenant, tokenID string) }); ok {
+			log.SetIdentity(s.Tenant, s.TokenID) // the access log names the token
 		}
-		ctx := context.WithValue(context.WithValue(r.Context(), uiSessionKey{}, s), identityKey{}, id)
-		next(w, r.WithContext(ctx))
+		next(w, r.WithContext(context.WithValue(r.Context(), uiSessionKey{}, s)))
 	}
 }
 
 // current reads the session of r, answering for it when there is none.
-func (u *ui) current(w http.ResponseWriter, r *http.Request) (uiSession, bool) {
+func (u *Dashboard) current(w http.ResponseWriter, r *http.Request) (uiSession, bool) {
 	var s uiSession
 	ok := false
 	if c, err := r.Cookie(uiCookie); err == nil {
@@ -240,7 +238,7 @@ func (u *ui) current(w http.ResponseWriter, r *http.Request) (uiSession, bool) {
 	if ok {
 		valid, err := u.stillValid(r.Context(), s)
 		if err != nil {
-			u.s.log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
+			u.b.Log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
 			u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; try again.")
 			return s, false
 		}
@@ -260,20 +258,17 @@ func (u *ui) current(w http.ResponseWriter, r *http.Request) (uiSession, bool) {
 
 // stillValid: the admin token is unchanged (the session key covers it) and
 // a tenant token has not been revoked.
-func (u *ui) stillValid(ctx context.Context, s uiSession) (bool, error) {
-	if s.Admin {
-		return u.s.cfg.AdminToken != "", nil
-	}
-	n, err := u.s.rdb.HExists(ctx, keyTenant+s.Tenant, s.TokenID).Result()
+func (u *Dashboard) stillValid(ctx context.Context, s uiSession) (bool, error) {
+	ok, err := u.b.Auth.Valid(ctx, s.Tenant, s.TokenID)
 	if err != nil {
-		return false, fmt.Errorf("api: ui session: %w", err)
+		return false, fmt.Errorf("dashboard: session: %w", err)
 	}
-	return n, nil
+	return ok, nil
 }
 
 // tenant admits a tenant's pages to the admin and to that tenant only.
 // Another tenant gets 403 and a page that names nothing of the one asked for.
-func (u *ui) tenant(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+func (u *Dashboard) tenant(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		t := r.PathValue("tenant")
 		s := sessionOf(r)
@@ -290,7 +285,7 @@ func (u *ui) tenant(next func(http.ResponseWriter, *http.Request, string)) http.
 }
 
 // withCSRF checks the form's CSRF token before a state-changing handler.
-func (u *ui) withCSRF(next func(http.ResponseWriter, *http.Request, string)) func(http.ResponseWriter, *http.Request, string) {
+func (u *Dashboard) withCSRF(next func(http.ResponseWriter, *http.Request, string)) func(http.ResponseWriter, *http.Request, string) {
 	return func(w http.ResponseWriter, r *http.Request, t string) {
 		if u.checkCSRF(w, r) {
 			next(w, r, t)
@@ -298,7 +293,7 @@ func (u *ui) withCSRF(next func(http.ResponseWriter, *http.Request, string)) fun
 	}
 }
 
-func (u *ui) csrf(next http.HandlerFunc) http.HandlerFunc {
+func (u *Dashboard) csrf(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if u.checkCSRF(w, r) {
 			next(w, r)
@@ -306,7 +301,7 @@ func (u *ui) csrf(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (u *ui) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
+func (u *Dashboard) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, uiMaxForm)
 	if err := r.ParseForm(); err != nil {
 		u.fail(w, r, http.StatusBadRequest, "The form could not be read.")
@@ -320,12 +315,12 @@ func (u *ui) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (u *ui) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+func (u *Dashboard) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: value, Path: "/ui", MaxAge: maxAge,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
-func (u *ui) clearCookie(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) clearCookie(w http.ResponseWriter, r *http.Request) {
 	if _, err := r.Cookie(uiCookie); err == nil {
 		u.setCookie(w, r, "", -1)
 	}
@@ -339,7 +334,7 @@ func nextPath(p string) string {
 	return path.Clean(p)
 }
 
-func (u *ui) loginForm(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(uiCookie); err == nil {
 		if _, ok := u.decodeSession(c.Value, time.Now()); ok {
 			http.Redirect(w, r, nextPath(r.URL.Query().Get("next")), http.StatusSeeOther)
@@ -355,7 +350,7 @@ type uiLogin struct {
 }
 
 // login checks a token as the API does and signs the browser in with it.
-func (u *ui) login(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, uiMaxForm)
 	if err := r.ParseForm(); err != nil {
 		u.fail(w, r, http.StatusBadRequest, "The form could not be read.")
@@ -367,10 +362,10 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	d, err := u.s.lim.Allow(r.Context(), "ui-login/"+host, tasks.NewID(),
+	d, err := u.b.Limiter.Allow(r.Context(), "ui-login/"+host, tasks.NewID(),
 		throttle.Limit{Scope: "ui:login", Rule: throttle.Rule{Limit: uiLoginRate, Window: time.Minute}})
 	if err != nil {
-		u.s.log.Error("redis trouble; login refused", "err", err)
+		u.b.Log.Error("redis trouble; login refused", "err", err)
 		u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
 		return
 	}
@@ -379,39 +374,34 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusTooManyRequests, "login", uiLogin{Next: next, Error: "Too many sign-in attempts from this address; wait a minute."})
 		return
 	}
-	var s uiSession
-	switch {
-	case token == "":
+	if token == "" {
 		u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "Enter an API token."})
 		return
-	case u.s.cfg.AdminToken != "" && sameSecret(token, u.s.cfg.AdminToken):
-		s = uiSession{Admin: true, TokenID: "admin"}
-	default:
-		info, err := u.s.tokens.Lookup(r.Context(), token)
-		if errors.Is(err, ErrUnknownToken) {
-			u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "That token is unknown or revoked."})
-			return
-		}
-		if err != nil {
-			u.s.log.Error("redis trouble; login refused", "err", err)
-			u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
-			return
-		}
-		s = uiSession{Tenant: info.Tenant, TokenID: info.ID}
-		if next == "/ui" {
-			next = "/ui/tenants/" + info.Tenant
-		}
+	}
+	tenant, tokenID, ok, err := u.b.Auth.Identify(r.Context(), token)
+	if err != nil {
+		u.b.Log.Error("redis trouble; login refused", "err", err)
+		u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
+		return
+	}
+	if !ok {
+		u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "That token is unknown or revoked."})
+		return
+	}
+	s := uiSession{Admin: tenant == "", Tenant: tenant, TokenID: tokenID}
+	if !s.Admin && next == "/ui" {
+		next = "/ui/tenants/" + tenant
 	}
 	var n [16]byte
 	_, _ = rand.Read(n[:])
 	s.Nonce = base64.RawURLEncoding.EncodeToString(n[:])
 	s.Expires = time.Now().Add(uiSessionTTL).Unix()
 	u.setCookie(w, r, u.encodeSession(s), int(uiSessionTTL/time.Second))
-	u.s.log.Info("dashboard sign-in", "tenant", s.Tenant, "token_id", s.TokenID)
+	u.b.Log.Info("dashboard sign-in", "tenant", s.Tenant, "token_id", s.TokenID)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-func (u *ui) logout(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	u.setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
@@ -426,11 +416,11 @@ type uiView struct {
 	Page    any
 }
 
-func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, name string, page any) {
+func (u *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name string, page any) {
 	u.renderTitled(w, r, status, name, "", "", page)
 }
 
-func (u *ui) renderTitled(w http.ResponseWriter, r *http.Request, status int, name, title, live string, page any) {
+func (u *Dashboard) renderTitled(w http.ResponseWriter, r *http.Request, status int, name, title, live string, page any) {
 	t := uiPages[name]
 	v := uiView{Title: title, Page: page, Live: live}
 	if s, ok := r.Context().Value(uiSessionKey{}).(uiSession); ok {
@@ -438,7 +428,7 @@ func (u *ui) renderTitled(w http.ResponseWriter, r *http.Request, status int, na
 	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout", v); err != nil {
-		u.s.log.Error("dashboard page did not render", "page", name, "err", err)
+		u.b.Log.Error("dashboard page did not render", "page", name, "err", err)
 		http.Error(w, "the page did not render", http.StatusInternalServerError)
 		return
 	}
@@ -453,7 +443,7 @@ type uiError struct {
 }
 
 // fail answers with an error page (HTML) or, for a stream or an image, plain text.
-func (u *ui) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func (u *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if strings.HasSuffix(r.URL.Path, "/live") || strings.HasSuffix(r.URL.Path, ".svg") {
 		http.Error(w, msg, status)
 		return
@@ -462,8 +452,8 @@ func (u *ui) fail(w http.ResponseWriter, r *http.Request, status int, msg string
 }
 
 // unavailable answers a page that Redis could not serve.
-func (u *ui) unavailable(w http.ResponseWriter, r *http.Request, err error) {
-	u.s.log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
+func (u *Dashboard) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	u.b.Log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
 	w.Header().Set("Retry-After", "1")
 	u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; nothing was done, try again.")
 }

@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"bytes"
@@ -34,14 +34,14 @@ type uiOverview struct {
 // overview is the admin's page: every tenant with its plan and tenant-wide
 // windows, the queues, and what waits or was lost across tenants. A tenant
 // is sent to its own page.
-func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
 	if !s.Admin {
 		http.Redirect(w, r, "/ui/tenants/"+s.Tenant, http.StatusSeeOther)
 		return
 	}
 	ctx := r.Context()
-	sc, err := u.s.scanTasks(ctx, "*")
+	sc, err := u.scanTasks(ctx, "*")
 	if err != nil {
 		u.unavailable(w, r, err)
 		return
@@ -54,15 +54,15 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	v.Activity = summarize(sc, time.Now())
 	v.Activity.ShowTenant = true
 	v.Unreadable = sc.Unreadable
-	if v.Queues, err = u.s.queueDepths(); err != nil {
+	if v.Queues, err = u.queueDepths(); err != nil {
 		u.unavailable(w, r, err)
 		return
 	}
 	u.renderTitled(w, r, http.StatusOK, "overview", "All tenants", "/ui/live", v)
 }
 
-func (u *ui) overviewData(ctx context.Context, held map[string]int) (uiOverview, error) {
-	tenants, more, err := u.s.knownTenants(ctx, held)
+func (u *Dashboard) overviewData(ctx context.Context, held map[string]int) (uiOverview, error) {
+	tenants, more, err := u.knownTenants(ctx, held)
 	if err != nil {
 		return uiOverview{}, err
 	}
@@ -70,14 +70,14 @@ func (u *ui) overviewData(ctx context.Context, held map[string]int) (uiOverview,
 }
 
 // tenantRows reads the plan and tenant-wide windows of each tenant.
-func (u *ui) tenantRows(ctx context.Context, tenants []string, more bool, held map[string]int) (uiOverview, error) {
+func (u *Dashboard) tenantRows(ctx context.Context, tenants []string, more bool, held map[string]int) (uiOverview, error) {
 	v := uiOverview{More: more, Now: time.Now()}
 	for _, t := range tenants {
-		ws, now, err := u.s.tenantWindows(ctx, t)
+		ws, now, err := u.tenantWindows(ctx, t)
 		if err != nil {
 			return v, err
 		}
-		p, err := u.s.tenantPlan(ctx, t, false)
+		p, err := u.tenantPlan(ctx, t, false)
 		if err != nil {
 			return v, err
 		}
@@ -88,7 +88,7 @@ func (u *ui) tenantRows(ctx context.Context, tenants []string, more bool, held m
 }
 
 // openTenant sends the admin's "open a tenant" form to its page.
-func (u *ui) openTenant(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) openTenant(w http.ResponseWriter, r *http.Request) {
 	t := strings.TrimSpace(r.URL.Query().Get("tenant"))
 	if err := tasks.CheckTenant(t); err != nil {
 		u.fail(w, r, http.StatusBadRequest, "A tenant id is 1–64 of A–Z, a–z, 0–9, '.', '_' and '-'.")
@@ -113,7 +113,7 @@ type uiLookupForm struct {
 	Error string
 }
 
-func (u *ui) tenantPage(w http.ResponseWriter, r *http.Request, tenant string) {
+func (u *Dashboard) tenantPage(w http.ResponseWriter, r *http.Request, tenant string) {
 	v, err := u.tenantData(r.Context(), sessionOf(r), tenant)
 	if err != nil {
 		u.unavailable(w, r, err)
@@ -131,17 +131,17 @@ func (u *ui) tenantPage(w http.ResponseWriter, r *http.Request, tenant string) {
 	u.renderTitled(w, r, http.StatusOK, "tenant", "Tenant "+tenant, "/ui/tenants/"+url.PathEscape(tenant)+"/live", v)
 }
 
-func (u *ui) tenantData(ctx context.Context, s uiSession, tenant string) (uiTenantPage, error) {
+func (u *Dashboard) tenantData(ctx context.Context, s uiSession, tenant string) (uiTenantPage, error) {
 	v := uiTenantPage{Tenant: tenant}
 	var err error
-	if v.Windows, v.Now, err = u.s.tenantWindows(ctx, tenant); err != nil {
+	if v.Windows, v.Now, err = u.tenantWindows(ctx, tenant); err != nil {
 		return v, err
 	}
-	if v.Plan, err = u.s.tenantPlan(ctx, tenant, true); err != nil {
+	if v.Plan, err = u.tenantPlan(ctx, tenant, true); err != nil {
 		return v, err
 	}
 	for _, ch := range []tasks.Channel{tasks.SMS, tasks.Email} {
-		c, ok, err := u.s.chartData(ctx, tenant, ch)
+		c, ok, err := u.chartData(ctx, tenant, ch)
 		if err != nil {
 			return v, err
 		}
@@ -149,13 +149,13 @@ func (u *ui) tenantData(ctx context.Context, s uiSession, tenant string) (uiTena
 			v.Charts = append(v.Charts, c)
 		}
 	}
-	sc, err := u.s.scanTasks(ctx, tenant)
+	sc, err := u.scanTasks(ctx, tenant)
 	if err != nil {
 		return v, err
 	}
 	v.Activity = summarize(sc, time.Now())
 	if s.Admin {
-		if v.Queues, err = u.s.queueDepths(); err != nil {
+		if v.Queues, err = u.queueDepths(); err != nil {
 			return v, err
 		}
 	}
@@ -164,15 +164,15 @@ func (u *ui) tenantData(ctx context.Context, s uiSession, tenant string) (uiTena
 
 // chart is the SVG picture of a channel's sends per minute against the
 // tenant-wide limits, drawn here: no script, no library.
-func (u *ui) chart(w http.ResponseWriter, r *http.Request, tenant string) {
+func (u *Dashboard) chart(w http.ResponseWriter, r *http.Request, tenant string) {
 	ch := tasks.Channel(r.URL.Query().Get("channel"))
 	if ch != tasks.SMS && ch != tasks.Email {
 		http.Error(w, "channel must be sms or email", http.StatusBadRequest)
 		return
 	}
-	c, ok, err := u.s.chartData(r.Context(), tenant, ch)
+	c, ok, err := u.chartData(r.Context(), tenant, ch)
 	if err != nil {
-		u.s.log.Error("redis trouble; chart refused", "err", err)
+		u.b.Log.Error("redis trouble; chart refused", "err", err)
 		http.Error(w, "Redis could not be asked", http.StatusServiceUnavailable)
 		return
 	}
@@ -199,7 +199,7 @@ type uiRecipientPage struct {
 
 // recipient looks a recipient up: POSTed so the number or address never
 // lands in a URL, the history or an access log, and never logged here.
-func (u *ui) recipient(w http.ResponseWriter, r *http.Request, tenant string) {
+func (u *Dashboard) recipient(w http.ResponseWriter, r *http.Request, tenant string) {
 	raw := strings.TrimSpace(r.PostForm.Get("recipient"))
 	ch, norm, problem := parseRecipient(raw)
 	if problem != "" {
@@ -212,8 +212,8 @@ func (u *ui) recipient(w http.ResponseWriter, r *http.Request, tenant string) {
 		u.renderTitled(w, r, http.StatusBadRequest, "tenant", "Tenant "+tenant, "/ui/tenants/"+url.PathEscape(tenant)+"/live", v)
 		return
 	}
-	v := uiRecipientPage{Tenant: tenant, Masked: tasks.Mask(norm), Subject: u.s.lim.Subject(norm)[:12], Channel: string(ch)}
-	rep, err := report.Quotas(r.Context(), u.s.lim, u.s.policy(), u.s.cfg, report.QuotaQuery{Tenant: tenant, Channel: ch, Recipient: norm})
+	v := uiRecipientPage{Tenant: tenant, Masked: tasks.Mask(norm), Subject: u.b.Limiter.Subject(norm)[:12], Channel: string(ch)}
+	rep, err := report.Quotas(r.Context(), u.b.Limiter, u.b.Plans.Policy(), u.b.Settings, report.QuotaQuery{Tenant: tenant, Channel: ch, Recipient: norm})
 	switch {
 	case errors.Is(err, report.ErrNoRules):
 	case err != nil:
@@ -227,7 +227,7 @@ func (u *ui) recipient(w http.ResponseWriter, r *http.Request, tenant string) {
 	if v.Now.IsZero() {
 		v.Now = time.Now()
 	}
-	sc, err := u.s.scanTasks(r.Context(), tenant)
+	sc, err := u.scanTasks(r.Context(), tenant)
 	if err != nil {
 		u.unavailable(w, r, err)
 		return
@@ -272,8 +272,8 @@ type uiReset struct {
 }
 
 // findWindow finds the tenant-wide window id names under the rules in force.
-func (u *ui) findWindow(ctx context.Context, tenant, id string) (uiWindow, bool, error) {
-	ws, _, err := u.s.tenantWindows(ctx, tenant)
+func (u *Dashboard) findWindow(ctx context.Context, tenant, id string) (uiWindow, bool, error) {
+	ws, _, err := u.tenantWindows(ctx, tenant)
 	if err != nil {
 		return uiWindow{}, false, err
 	}
@@ -287,7 +287,7 @@ func (u *ui) findWindow(ctx context.Context, tenant, id string) (uiWindow, bool,
 
 // resetForm asks before a window is reset. Only the admin resets: a quota
 // is the operator's limit on a tenant, not the tenant's own to lift.
-func (u *ui) resetForm(w http.ResponseWriter, r *http.Request, tenant string) {
+func (u *Dashboard) resetForm(w http.ResponseWriter, r *http.Request, tenant string) {
 	if !sessionOf(r).Admin {
 		u.fail(w, r, http.StatusForbidden, "Only the admin may reset a tenant's quota windows.")
 		return
@@ -305,7 +305,7 @@ func (u *ui) resetForm(w http.ResponseWriter, r *http.Request, tenant string) {
 }
 
 // reset forgets every send in one tenant-wide window (CSRF-checked, confirmed).
-func (u *ui) reset(w http.ResponseWriter, r *http.Request, tenant string) {
+func (u *Dashboard) reset(w http.ResponseWriter, r *http.Request, tenant string) {
 	s := sessionOf(r)
 	if !s.Admin {
 		u.fail(w, r, http.StatusForbidden, "Only the admin may reset a tenant's quota windows.")
@@ -324,26 +324,26 @@ func (u *ui) reset(w http.ResponseWriter, r *http.Request, tenant string) {
 		u.fail(w, r, http.StatusNotFound, "No tenant-wide window of this tenant has that name under the rules in force; nothing was done.")
 		return
 	}
-	if err := u.s.lim.Reset(r.Context(), tenant, win.limit); err != nil {
+	if err := u.b.Limiter.Reset(r.Context(), tenant, win.limit); err != nil {
 		u.unavailable(w, r, err)
 		return
 	}
-	u.s.log.Warn("quota window reset from the dashboard", "tenant", tenant, "window", win.Scope+" "+win.Rule, "used", win.Used, "booked", win.Booked, "by", s.TokenID)
+	u.b.Log.Warn("quota window reset from the dashboard", "tenant", tenant, "window", win.Scope+" "+win.Rule, "used", win.Used, "booked", win.Booked, "by", s.TokenID)
 	http.Redirect(w, r, "/ui/tenants/"+url.PathEscape(tenant)+"?reset="+url.QueryEscape(win.Scope+" "+win.Rule), http.StatusSeeOther)
 }
 
 // tenantLive streams the tenant's windows as HTML fragments (server-sent
 // events), one a second: the page's script swaps them in.
-func (u *ui) tenantLive(w http.ResponseWriter, r *http.Request, tenant string) {
+func (u *Dashboard) tenantLive(w http.ResponseWriter, r *http.Request, tenant string) {
 	s := sessionOf(r)
 	u.stream(w, r, func(ctx context.Context, tick int) ([]uiEvent, error) {
-		ws, now, err := u.s.tenantWindows(ctx, tenant)
+		ws, now, err := u.tenantWindows(ctx, tenant)
 		if err != nil {
 			return nil, err
 		}
 		ev := []uiEvent{{"windows", "windows", uiWindowsPart{Tenant: tenant, Windows: ws, Now: now, Admin: s.Admin}}}
 		if s.Admin && tick%5 == 0 {
-			qs, err := u.s.queueDepths()
+			qs, err := u.queueDepths()
 			if err != nil {
 				return nil, err
 			}
@@ -354,7 +354,7 @@ func (u *ui) tenantLive(w http.ResponseWriter, r *http.Request, tenant string) {
 }
 
 // overviewLive streams every tenant's windows for the admin's overview.
-func (u *ui) overviewLive(w http.ResponseWriter, r *http.Request) {
+func (u *Dashboard) overviewLive(w http.ResponseWriter, r *http.Request) {
 	if !sessionOf(r).Admin {
 		u.fail(w, r, http.StatusForbidden, "The overview is the admin's.")
 		return
@@ -366,12 +366,12 @@ func (u *ui) overviewLive(w http.ResponseWriter, r *http.Request) {
 	var more bool
 	u.stream(w, r, func(ctx context.Context, tick int) ([]uiEvent, error) {
 		if tick%60 == 0 {
-			sc, err := u.s.scanTasks(ctx, "")
+			sc, err := u.scanTasks(ctx, "")
 			if err != nil {
 				return nil, err
 			}
 			held = sc.Tenants
-			if tenants, more, err = u.s.knownTenants(ctx, held); err != nil {
+			if tenants, more, err = u.knownTenants(ctx, held); err != nil {
 				return nil, err
 			}
 		}
@@ -381,7 +381,7 @@ func (u *ui) overviewLive(w http.ResponseWriter, r *http.Request) {
 		}
 		ev := []uiEvent{{"tenants", "tenants", v}}
 		if tick%5 == 0 {
-			qs, err := u.s.queueDepths()
+			qs, err := u.queueDepths()
 			if err != nil {
 				return nil, err
 			}
@@ -410,7 +410,7 @@ type uiEvent struct {
 // stream sends the events next produces every uiLiveInterval until the
 // browser leaves, the server stops, the session ends, or uiStreamMax passes
 // (EventSource then reconnects by itself).
-func (u *ui) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, int) ([]uiEvent, error)) {
+func (u *Dashboard) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, int) ([]uiEvent, error)) {
 	select {
 	case u.streams <- struct{}{}:
 		defer func() { <-u.streams }()
@@ -436,13 +436,13 @@ func (u *ui) stream(w http.ResponseWriter, r *http.Request, next func(context.Co
 			if ctx.Err() != nil {
 				return
 			}
-			u.s.log.Warn("live dashboard: could not read the figures", "route", r.Pattern, "err", err)
+			u.b.Log.Warn("live dashboard: could not read the figures", "route", r.Pattern, "err", err)
 			buf.WriteString("event: trouble\ndata: Redis could not be asked; the figures are stale.\n\n")
 		}
 		for _, ev := range evs {
 			var part bytes.Buffer
 			if err := uiPages["tenant"].ExecuteTemplate(&part, ev.Template, ev.Data); err != nil {
-				u.s.log.Error("live dashboard: fragment did not render", "fragment", ev.Template, "err", err)
+				u.b.Log.Error("live dashboard: fragment did not render", "fragment", ev.Template, "err", err)
 				return
 			}
 			buf.WriteString("event: " + ev.Name + "\n")
@@ -464,7 +464,7 @@ func (u *ui) stream(w http.ResponseWriter, r *http.Request, next func(context.Co
 			return
 		case <-tick.C:
 		}
-		if u.s.stopping.Load() || time.Now().After(end) || time.Now().Unix() >= s.Expires {
+		if u.b.Stopping() || time.Now().After(end) || time.Now().Unix() >= s.Expires {
 			return
 		}
 		if i%10 == 9 {
