@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -75,21 +73,7 @@ func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 	hook := &failNthEnqueue{sent: b.sms.Attempts}
 	hook.n.Store(3)
 	faulty.AddHook(hook)
-	srv, err := api.New(b.cfg, api.Options{Redis: faulty, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.WatchPlans(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.Listener.Close()
-	if hs.Listener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	hs.Start()
-	t.Cleanup(hs.Close)
-	faultyAPI := &bundle{http: hs}
+	faultyAPI := b.another(t, ctx, api.Options{Redis: faulty})
 
 	var items []map[string]any
 	for i := range 5 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
@@ -235,4 +236,32 @@ func markSent(t *testing.T, b *bundle, tenant, id string) {
 	if err := b.rdb.Set(context.Background(), lim.StateKey(tenant, id), rec, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// another starts a second API server on the bundle's configuration (and
+// its Redis unless opts names another), serving on its own loopback
+// address, for tests that need other Options; its tokens are the bundle's.
+func (b *bundle) another(t *testing.T, ctx context.Context, opts api.Options) *bundle {
+	t.Helper()
+	if opts.Redis == nil {
+		opts.Redis = b.rdb
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	srv, err := api.New(b.cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WatchPlans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	other := *b
+	other.srv, other.http = srv, hs
+	return &other
 }

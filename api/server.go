@@ -16,6 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
@@ -35,6 +38,11 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Listener serves the API instead of listening on Config.Addr.
 	Listener net.Listener
+	// TracerProvider makes each request's server span, continuing the
+	// trace of a W3C traceparent the client sent; the span context travels
+	// into the tasks enqueued. Default: the global provider (cmd/sluice
+	// installs one when OTEL_TRACES_EXPORTER asks).
+	TracerProvider trace.TracerProvider
 	// Routes are mounted beside the API's own, instrumented like them but
 	// without its token authentication: a provider's callback route
 	// (sender/twilio's status callbacks), the dashboard.
@@ -70,6 +78,7 @@ type Server struct {
 	listener   net.Listener
 	stopping   atomic.Bool
 	redisGuard atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
+	tracing    trace.TracerProvider
 }
 
 // New builds the API server from its configuration (validated). It does
@@ -87,7 +96,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, rdb: deps.Redis, keys: deps.Keys, lim: deps.Limiter, plans: deps.Plans,
-		registry: deps.Registry, listener: opts.Listener, rate: rate, routes: opts.Routes}
+		registry: deps.Registry, listener: opts.Listener, rate: rate, routes: opts.Routes, tracing: opts.TracerProvider}
+	if s.tracing == nil {
+		s.tracing = otel.GetTracerProvider()
+	}
 	s.metrics = newMetrics(s.registry)
 	s.delivery = delivery.NewStore(s.rdb, s.lim)
 	if s.tokens, err = NewTokens(s.rdb, cfg.TokenKey); err != nil {
@@ -335,9 +347,18 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-// instrument logs and counts each request by its route pattern. The query
-// string is never logged: it may hold a recipient (GET /v1/quotas).
+// instrument traces, logs and counts each request by its route pattern.
+// The query string is never logged: it may hold a recipient (GET
+// /v1/quotas). The span (otelhttp) continues a traceparent the client
+// sent, and its context is the request's, so enqueued tasks carry it.
 func (s *Server) instrument(next http.Handler) http.Handler {
+	next = otelhttp.NewHandler(next, "sluice-api", otelhttp.WithTracerProvider(s.tracing), otelhttp.WithPropagators(tasks.Propagator()),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method + " other"
+		}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}

@@ -19,10 +19,11 @@ const (
 // that never touched OpenTelemetry's globals still hands its span context on.
 var traceContext = propagation.TraceContext{}
 
-// propagator is W3C Trace Context plus whatever the process installed with
+// Propagator is W3C Trace Context plus whatever the process installed with
 // otel.SetTextMapPropagator (e.g. baggage). Trace Context comes last, so on
-// extraction its traceparent wins.
-func propagator() propagation.TextMapPropagator {
+// extraction its traceparent wins. The API extracts a request's trace with
+// it, the way the worker extracts a task's.
+func Propagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(otel.GetTextMapPropagator(), traceContext)
 }
 
@@ -31,7 +32,7 @@ func propagator() propagation.TextMapPropagator {
 // nothing. NewTaskContext and Enqueue call it; use it for tasks built
 // another way.
 func InjectTrace(ctx context.Context, headers map[string]string) {
-	propagator().Inject(ctx, propagation.MapCarrier(headers))
+	Propagator().Inject(ctx, propagation.MapCarrier(headers))
 }
 
 // ExtractTrace returns ctx carrying the remote span context found in task
@@ -40,5 +41,5 @@ func ExtractTrace(ctx context.Context, headers map[string]string) context.Contex
 	if len(headers) == 0 {
 		return ctx
 	}
-	return propagator().Extract(ctx, propagation.MapCarrier(headers))
+	return Propagator().Extract(ctx, propagation.MapCarrier(headers))
 }
