@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // MaxBatch is the most notifications one request may carry.
@@ -189,10 +189,10 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		if keyed {
 			// A retry whose first attempt was sent already: the id is not in
 			// the queue any more, but the workers' done record holds it.
-			if rec, err := s.stateRecord(ctx, n.Tenant, n.ID); err != nil {
+			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
 				s.abort(batch)
 				return nil, err
-			} else if rec != nil && rec.Kind == 'd' {
+			} else if rec != nil && rec.Kind == throttle.RecordDone {
 				out[i].State = StateSent
 				continue
 			}
@@ -397,20 +397,4 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
-}
-
-// stateRecord reads the limiter's record of a notification; nil when none.
-func (s *Server) stateRecord(ctx context.Context, tenant, id string) (*stateRecord, error) {
-	raw, err := s.rdb.Get(ctx, s.lim.StateKey(tenant, id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("api: state record: %w", err)
-	}
-	rec, err := parseStateRecord(raw)
-	if err != nil {
-		return nil, nil // not one the API can read: say nothing rather than guess
-	}
-	return &rec, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // Status is what GET /v1/notifications/{id} answers.
@@ -133,15 +134,15 @@ func (s *Server) status(ctx context.Context, tenant string, admin bool, id strin
 	if tenant == "" {
 		return Status{}, false, nil
 	}
-	rec, err := s.stateRecord(ctx, tenant, id)
+	rec, err := s.lim.Record(ctx, tenant, id)
 	if err != nil || rec == nil {
 		return Status{}, false, err
 	}
 	st := Status{ID: id, Tenant: tenant, Attempt: rec.Attempt}
 	switch rec.Kind {
-	case 'd':
+	case throttle.RecordDone:
 		st.State, st.SentAt = StateSent, rec.At
-	case 'b':
+	case throttle.RecordBooked:
 		// Booked, and the task is not under its own id: a copy rescheduled
 		// by the worker holds it.
 		st.State, st.Reason, st.Slot = StateWaiting, "throttled", rec.At
@@ -174,20 +175,20 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 	}
 	st := Status{ID: n.ID, Tenant: n.Tenant, Channel: string(n.Channel), Category: n.CategoryOrDefault(), To: tasks.Mask(n.To),
 		EnqueuedAt: n.EnqueuedAt, ExpiresAt: n.ExpiresAt, Detail: info.LastErr}
-	rec, err := s.stateRecord(ctx, n.Tenant, n.ID)
+	rec, err := s.lim.Record(ctx, n.Tenant, n.ID)
 	if err != nil {
 		return Status{}, false, err
 	}
 	if rec != nil {
 		st.Attempt = rec.Attempt
-		if rec.Kind == 'b' || rec.Kind == 'a' {
+		if rec.Kind == throttle.RecordBooked || rec.Kind == throttle.RecordAdmitted {
 			st.Slot = rec.At
 		}
 	}
 	switch info.State {
 	case asynq.TaskStatePending:
 		st.State = StateQueued
-		if rec != nil && rec.Kind == 'd' {
+		if rec != nil && rec.Kind == throttle.RecordDone {
 			st.State, st.SentAt, st.Slot = StateSent, rec.At, time.Time{}
 		}
 	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
@@ -203,7 +204,7 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 		}
 	case asynq.TaskStateActive:
 		st.State = StateSending
-		if rec != nil && rec.Kind == 'd' {
+		if rec != nil && rec.Kind == throttle.RecordDone {
 			st.State, st.SentAt, st.Slot = StateSent, rec.At, time.Time{}
 		}
 	case asynq.TaskStateArchived:
