@@ -352,14 +352,9 @@ func (r *recorder) Write(b []byte) (int, error) {
 // /v1/quotas). The span (otelhttp) continues a traceparent the client
 // sent, and its context is the request's, so enqueued tasks carry it.
 func (s *Server) instrument(next http.Handler) http.Handler {
-	next = otelhttp.NewHandler(next, "sluice-api", otelhttp.WithTracerProvider(s.tracing), otelhttp.WithPropagators(tasks.Propagator()),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			if r.Pattern != "" {
-				return r.Pattern
-			}
-			return r.Method + " other"
-		}))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The span is outside the access log's recorder, so a handler still
+	// finds the recorder's SetIdentity on its ResponseWriter.
+	return otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
@@ -378,7 +373,13 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		}
 		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "route", route, "status", rec.status,
 			"duration", time.Since(start).Round(time.Microsecond), "tenant", rec.id.Tenant, "token_id", rec.id.TokenID)
-	})
+	}), "sluice-api", otelhttp.WithTracerProvider(s.tracing), otelhttp.WithPropagators(tasks.Propagator()),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method + " other"
+		}))
 }
 
 type metrics struct {
