@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -139,6 +140,11 @@ func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 21))
+	clocked, err := throttle.New(b.rdb, throttle.Options{Secret: testSecret, Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clocked.Close()
 	cats := []string{"marketing", "otp", "news"}
 	sources := []consent.Source{consent.SourceKeyword, consent.SourceOneClick, consent.SourceBounce, consent.SourceComplaint, consent.SourceAPI, consent.SourceCLI, consent.SourceProvider}
 	cli, err := exec.LookPath("redis-cli")
@@ -181,6 +187,16 @@ func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 				want := st.Blocks(cat, exempt, now)
 				if got := b.check(t, tasks.SMS, to, cat, exempt); got != want {
 					t.Fatalf("seed %d %s %s exempt %v: Check %v, Blocks %v (hash %v)", seed, to, cat, exempt, got, want, raw)
+				}
+				// The limiter's own reading, inside its check (scripts/limiter.lua).
+				d, err := clocked.Reserve(ctx, b.tenant, uuid.NewString(), throttle.ReserveOptions{Policy: throttle.AtLeastOnce,
+					Consent: &throttle.ConsentCheck{Key: key, Category: cat, Exempt: exempt}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := map[bool]consent.Reason{true: consent.Reason(d.BlockReason), false: consent.NotBlocked}[d.Status == throttle.StatusBlocked]; got != want ||
+					(want == consent.NotBlocked) != (d.Status == throttle.StatusAdmitted) {
+					t.Fatalf("seed %d %s %s exempt %v: the limiter decided %v (reason %d), Blocks %v (hash %v)", seed, to, cat, exempt, d.Status, d.BlockReason, want, raw)
 				}
 				if i%6 != 0 {
 					continue // redis-cli is a process per call: a sample is enough

@@ -19,10 +19,17 @@
 -- Opcode "R" — reserve: admit a member now, admit it for a near-future instant, or book a slot.
 --   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
 --            member's state key when a state policy is given (see below), then, with block = 1,
---            a key whose existence blocks the send (a suppression-list entry).
+--            a key whose existence blocks the send (delivery's suppression list of earlier
+--            releases), then, with consent = 1, the recipient's suppression hash (consent/), then,
+--            with last_ttl > 0, the key that remembers the category last admitted to the recipient.
 --   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", late_ms,
 --            deadline_ms or "", state_ttl_ms, nonce, block (1/0), n, then per rule: limit, window_ms, drop (1/0), then m, then m
---            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end).
+--            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end),
+--            then consent (1/0), category, exempt (1/0), last_ttl_ms.
+--   Consent: the suppression hash's fields are "<until_ms>:<at_ms>:<source>:<code>" (until 0:
+--   no end), read with one HMGET: a live "!" blocks (undeliverable), a live "c:<category>"
+--   blocks, a live "*" blocks unless the category is exempt or "+:<category>" is live; an
+--   unreadable value blocks (consent/check.lua is the same reading, tested against the Go one).
 --   A rule holds when no span of window+slack ms holds more than limit entries (window+slack:
 --   every entry may land up to slack ms after its score; with slack 0 this is the textbook
 --   window, and an entry scored exactly now-window is still inside). The slot is the earliest
@@ -46,8 +53,11 @@
 --            2 duplicate, 3 done, 5 unknown outcome (policy "o"): nothing changed
 --            6 expired: slot is after the deadline; nothing held (its booking is released)
 --            7 dropped: a drop rule was full at max(now, tmin); nothing added
---            8 blocked: the block key exists; nothing added (a booking is released); the reply
---              has a 7th value, the block key's integer value
+--            8 blocked: the block key exists or the suppression hash blocks the category; nothing
+--              added (a booking is released); the reply has three more values: the code (the
+--              block key's integer value, or the mark's code), the reason (0 the block key,
+--              1 undeliverable, 2 the category opted out, 3 every category opted out) and the
+--              mark's at_ms (0 for the block key)
 --     rule   1-based index of the rule that set the slot (0: none)
 --     remaining  fewest further entries any rule takes around the slot, bookings counted
 --
@@ -187,6 +197,21 @@ local function add(keys, wps, counts, c, m)
   end
 end
 
+-- suppressed: whether the suppression hash key blocks a send of category (see "R" above).
+-- Returns the reason (0: not blocked) and the mark that blocks.
+local function suppressed(key, category, exempt)
+  local f = redis.call('HMGET', key, '!', 'c:' .. category, '*', '+:' .. category)
+  local function live(v)
+    if not v then return false end
+    local u = tonumber(string.match(v, '^(%d+):'))
+    return not u or u == 0 or u > now
+  end
+  if live(f[1]) then return 1, f[1] end
+  if live(f[2]) then return 2, f[2] end
+  if live(f[3]) and not exempt and not live(f[4]) then return 3, f[3] end
+  return 0, nil
+end
+
 local function reserve(k0, a0)
   local arg = args(a0)
   local member, policy = arg(), arg()
@@ -208,6 +233,8 @@ local function reserve(k0, a0)
   end
   local closed = {}
   for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
+  local consent, category, exempt = arg() == '1', arg(), arg() == '1'
+  local lastttl = tonumber(arg())
   local c = start(tmin, late)
 
   for i = 1, n do
@@ -217,6 +244,7 @@ local function reserve(k0, a0)
   local skey = nil
   if policy ~= '' then skey = KEYS[k0 + n] end
   local attempt, m, held = 1, member, false
+  local lastkey = nil
   if skey then
     local st = redis.call('GET', skey)
     if st then
@@ -239,13 +267,29 @@ local function reserve(k0, a0)
     if held then
       for i = 1, n do redis.call('ZREM', keys[i], m) end
     end
+    local kx = k0 + n + 1 -- the keys after the state key
     if block then
-      local v = redis.call('GET', KEYS[k0 + n + 1])
+      local v = redis.call('GET', KEYS[kx])
       if v then
         if held then redis.call('DEL', skey) end
-        return {BLOCKED, 0, -1, 0, attempt, now, tonumber(v) or 0}
+        return {BLOCKED, 0, -1, 0, attempt, now, tonumber(v) or 0, 0, 0}
       end
+      kx = kx + 1
     end
+    if consent then
+      local reason, mark = suppressed(KEYS[kx], category, exempt)
+      if reason > 0 then
+        if held then redis.call('DEL', skey) end
+        local code, at = 0, 0
+        if mark then
+          at = tonumber(string.match(mark, '^%d+:(%d+):')) or 0
+          code = tonumber(string.match(mark, ':(%d+)$')) or 0
+        end
+        return {BLOCKED, 0, -1, 0, attempt, now, code, reason, at}
+      end
+      kx = kx + 1
+    end
+    if lastttl > 0 then lastkey = KEYS[kx] end
   else
     for i = 1, n do
       if redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
@@ -283,6 +327,7 @@ local function reserve(k0, a0)
   add(keys, wps, counts, c, m)
   if admit then
     if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
+    if lastkey then redis.call('SET', lastkey, category, 'PX', lastttl) end
     return {ADMITTED, rule, wait, remaining, attempt, c}
   end
   if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end

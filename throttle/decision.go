@@ -31,7 +31,9 @@ const (
 	// StatusDropped: a rule with Drop set was full; nothing was added.
 	StatusDropped Status = 7
 	// StatusBlocked: ReserveOptions.Block exists (e.g. the recipient is on a
-	// suppression list); nothing was added and a booking the id had is released.
+	// suppression list), or ReserveOptions.Consent's suppression hash blocks
+	// the category (Decision.BlockReason); nothing was added and a booking
+	// the id had is released.
 	StatusBlocked Status = 8
 )
 
@@ -81,8 +83,15 @@ type Decision struct {
 	// Remaining is the fewest further sends any rule takes around the slot,
 	// booked slots counted as used.
 	Remaining int
-	// BlockValue is the block key's integer value (StatusBlocked).
+	// BlockValue is the block key's integer value, or the code of the
+	// consent mark that blocks (StatusBlocked).
 	BlockValue int64
+	// BlockReason says what blocked (StatusBlocked): BlockedByKey, or the
+	// consent mark's kind.
+	BlockReason BlockReason
+	// BlockedSince is when the consent mark that blocks was recorded; zero
+	// for the block key.
+	BlockedSince time.Time
 	// Attempt numbers the id's admissions (Reserve): 1, or k+1 when an
 	// earlier attempt k had an unknown outcome and was given a fresh slot.
 	Attempt int
@@ -144,12 +153,42 @@ type ReserveOptions struct {
 	// the send (StatusBlocked), read in the same script call: a per-recipient
 	// suppression list costs no extra round trip. Needs a state policy.
 	Block string
+	// Consent, when set, is the recipient's suppression hash (consent
+	// package), read in the same script call: it blocks the send
+	// (StatusBlocked) as its marks say for the category. Needs a state policy.
+	Consent *ConsentCheck
 	// Nonce identifies the caller's run of this id (up to 32 bytes of
 	// [A-Za-z0-9_-]): asking again with the nonce of an admission — a retry
 	// after a lost reply — returns that admission instead of treating it as
 	// an unknown outcome. Empty: every call is a new one.
 	Nonce string
 }
+
+// ConsentCheck is what a check reads of the recipient's consent.
+type ConsentCheck struct {
+	// Key is the suppression hash of (tenant, channel, recipient), in the
+	// check's group.
+	Key string
+	// Category is the send's category; Exempt whether the tenant declares it
+	// one that an opt-out of every category lets through.
+	Category string
+	Exempt   bool
+	// LastKey, when set, remembers Category as the one last admitted to the
+	// recipient, for LastTTL (an opt-out by keyword then names it).
+	LastKey string
+	LastTTL time.Duration
+}
+
+// BlockReason says what blocked a check (StatusBlocked).
+type BlockReason int
+
+// The reasons a check is blocked; the consent ones are consent.Reason's.
+const (
+	BlockedByKey         BlockReason = 0 // ReserveOptions.Block exists
+	BlockedUndeliverable BlockReason = 1 // the recipient cannot take messages
+	BlockedCategory      BlockReason = 2 // opted out of this category
+	BlockedAll           BlockReason = 3 // opted out of every category, and this one is not exempt
+)
 
 func (d *Decision) fill(reply []int64, limits int, clock func() time.Time) error {
 	st := Status(reply[0])
@@ -187,8 +226,12 @@ func (d *Decision) fill(reply []int64, limits int, clock func() time.Time) error
 		d.DeniedBy = -1
 	case StatusBlocked:
 		d.DeniedBy = -1
-		if len(reply) > 6 {
-			d.BlockValue = reply[6]
+		if len(reply) != 9 || reply[7] < 0 || reply[7] > int64(BlockedAll) {
+			return fmt.Errorf("unexpected reply %v", reply)
+		}
+		d.BlockValue, d.BlockReason = reply[6], BlockReason(reply[7])
+		if reply[8] > 0 {
+			d.BlockedSince = time.UnixMilli(reply[8]).UTC()
 		}
 	}
 	if d.Wait == 0 && d.DeniedBy >= 0 && st == StatusAdmitted {

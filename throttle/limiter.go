@@ -248,7 +248,7 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	for _, lim := range limits {
 		longest = max(longest, lim.Rule.Window)
 	}
-	sttl := max(opts.StateTTL, longest+opts.Slack)
+	sttl := max(opts.StateTTL, longest+opts.Slack, time.Second) // a check with no limits still keeps its record a while
 	args := make([]any, 0, 10+3*len(limits)+2*len(opts.Closed))
 	if len(opts.Nonce) > 32 || strings.ContainsAny(opts.Nonce, ":# ") {
 		return Decision{}, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
@@ -266,19 +266,34 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		}
 		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
 	}
+	cc := opts.Consent
+	if cc != nil {
+		if cc.Key == "" || cc.Category == "" || (cc.LastKey != "") != (cc.LastTTL > 0) {
+			return Decision{}, fmt.Errorf("%w: a consent check needs its key and category, and a last-category key with its TTL or neither", ErrInvalidRule)
+		}
+		args = append(args, "1", cc.Category, boolArg(cc.Exempt), cc.LastTTL.Milliseconds())
+	} else {
+		args = append(args, "0", "", "0", 0)
+	}
 	if policy != "" {
 		keys = append(keys, l.StateKey(group, id))
 		if opts.Block != "" {
 			keys = append(keys, opts.Block)
 		}
-	} else if opts.Block != "" {
-		return Decision{}, fmt.Errorf("%w: a block key needs a state policy (Reserve)", ErrInvalidRule)
+		if cc != nil {
+			keys = append(keys, cc.Key)
+			if cc.LastKey != "" {
+				keys = append(keys, cc.LastKey)
+			}
+		}
+	} else if opts.Block != "" || cc != nil {
+		return Decision{}, fmt.Errorf("%w: a block key or consent check needs a state policy (Reserve)", ErrInvalidRule)
 	}
 	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {
 		return Decision{}, fmt.Errorf("throttle: check: %w", err)
 	}
-	if len(reply) != 6 && !(len(reply) == 7 && reply[0] == int64(StatusBlocked)) {
+	if len(reply) != 6 && !(len(reply) == 9 && reply[0] == int64(StatusBlocked)) {
 		return Decision{}, fmt.Errorf("throttle: check: unexpected reply of %d values", len(reply))
 	}
 	d := Decision{Now: time.UnixMilli(now)}
