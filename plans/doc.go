@@ -9,7 +9,8 @@
 // Besides the standard library the package depends on
 // github.com/nyaruka/phonenumbers (zones and US states of numbers),
 // github.com/redis/go-redis/v9 (tenant plans in Redis), and Sluice's tasks
-// (the notification) and throttle (the limits it builds); never on the
+// (the notification), throttle (the limits it builds) and consent (to check
+// a tenant's keywords); never on the
 // worker, the API or the command (TestDependencies, TestPackageDoc).
 //
 // # Quiet hours

@@ -37,6 +37,10 @@ const (
 	KindBulk                    // CHANNEL[.CATEGORY]:bulk — the bulk lane; email also needs a List-Unsubscribe (RFC 8058)
 	KindUnsubscribe             // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
 	KindShard                   // TENANT/shard=K — the tenant's queues get shard K to themselves
+	KindConsentExempt           // CHANNEL.CATEGORY:consent=exempt — goes after an opt-out of every category
+	KindOptOut                  // CHANNEL:optout=all|category — what an opt-out covers
+	KindReply                   // sms:reply-stop|start|help=TEXT — the reply to a keyword
+	KindKeywords                // sms:keywords-stop|start|help=WORD … — words besides the standard ones
 )
 
 // Rerun policies (KindRerun).
@@ -60,6 +64,10 @@ type Entry struct {
 	Zone     string        // KindZone: an IANA zone name
 	Target   string        // KindUnsubscribe: https URL and/or mailto, {id} replaced by the notification id
 	Shard    int           // KindShard: the shard index (below SLUICE_QUEUE_SHARDS)
+	OptOut   string        // KindOptOut: OptOutAll or OptOutCategory
+	Reply    string        // KindReply, KindKeywords: which keyword (stop, start, help)
+	Text     string        // KindReply: the reply
+	Words    []string      // KindKeywords
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -99,6 +107,8 @@ func (e Entry) String() string {
 		b.WriteString("bulk")
 	case KindUnsubscribe:
 		b.WriteString("unsubscribe=" + e.Target)
+	default:
+		b.WriteString(e.consentString())
 	}
 	return b.String()
 }
@@ -152,7 +162,12 @@ func (p *Policy) index() {
 //	[TENANT/]tz=ZONE                                        default zone for quiet hours
 //	[TENANT/]CHANNEL[.CATEGORY]:bulk                        the bulk lane (email: needs a List-Unsubscribe)
 //	[TENANT/]email[.CATEGORY]:unsubscribe=TARGET            default List-Unsubscribe ({id} = id)
+//	[TENANT/]email[.CATEGORY]:unsubscribe=hosted            Sluice's own one-click unsubscribe link
 //	TENANT/shard=K                                          the tenant's queues get shard K to themselves
+//	[TENANT/]CHANNEL.CATEGORY:consent=exempt                goes after an opt-out of every category
+//	[TENANT/]CHANNEL:optout=all|category                    what an opt-out covers (default all)
+//	[TENANT/]sms:reply-stop|start|help=TEXT                 the reply to a keyword (%2C: a comma)
+//	[TENANT/]sms:keywords-stop|start|help=WORD WORD         words besides the standard ones
 //
 // SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
 // whole days ("1d"). Errors wrap ErrBadRules and name the entry.
@@ -196,7 +211,7 @@ func (e Entry) same(o Entry) bool {
 	if e.Kind == KindRate {
 		return e.Scope == o.Scope && e.Rule.Window == o.Rule.Window
 	}
-	return true
+	return e.Reply == o.Reply
 }
 
 // checkSize keeps every check within throttle.MaxRules.
@@ -301,8 +316,10 @@ func parseEntry(s string) (Entry, error) {
 		if e.Channel != tasks.Email {
 			return e, fmt.Errorf("%s is for email (List-Unsubscribe)", kind)
 		}
-		if _, err := tasks.ParseListUnsubscribe(strings.ReplaceAll(value, "{id}", "x")); err != nil {
-			return e, err
+		if value != HostedUnsubscribe {
+			if _, err := tasks.ParseListUnsubscribe(strings.ReplaceAll(value, "{id}", "x")); err != nil {
+				return e, err
+			}
 		}
 		e.Kind, e.Target = KindUnsubscribe, value
 	case "rerun":
@@ -332,7 +349,10 @@ func parseEntry(s string) (Entry, error) {
 			return e, fmt.Errorf("action %q: want defer (the default) or drop", strings.TrimSpace(action))
 		}
 	default:
-		return e, fmt.Errorf("%q after ':': want recipient, tenant, sender, provider, exempt, quiet, max-defer, rerun, bulk or unsubscribe", kind)
+		if ce, ok, err := parseConsentEntry(e, kind, value, hasValue); ok {
+			return ce, err
+		}
+		return e, fmt.Errorf("%q after ':': want recipient, tenant, sender, provider, exempt, quiet, max-defer, rerun, bulk, unsubscribe, consent, optout, reply-… or keywords-…", kind)
 	}
 	return e, nil
 }

@@ -200,6 +200,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("a/b/c:d=1/1m")
 	f.Add("sms:sender=1/1s drop,sms:max-defer=2d,tz=UTC,sms:rerun=at-most-once")
 	f.Add("sms.marketing:quiet=tcpa,acme/sms:quiet=TCPA,email:quiet=tcpa")
+	f.Add("sms.otp:consent=exempt,sms:optout=category,acme/sms:reply-stop=You are out%2C bye %25,sms:keywords-stop=BASTA ALTO,email.news:unsubscribe=hosted")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := plans.Parse(s)
 		if err != nil {

@@ -15,11 +15,20 @@ import (
 // carries, so errors.Is(err, tasks.ErrInvalid) holds too.
 var ErrUnsubscribeRequired = errors.New("bulk mail needs a List-Unsubscribe")
 
+// HostedUnsubscribe is the unsubscribe= target that asks for Sluice's own
+// one-click unsubscribe link (package unsubscribe, served by sluice api).
+const HostedUnsubscribe = "hosted"
+
+// Hosted reports whether emails of this match carry Sluice's own
+// one-click unsubscribe link (email[.CATEGORY]:unsubscribe=hosted),
+// besides any List-Unsubscribe of their own.
+func (m Match) Hosted() bool { return m.Unsubscribe == HostedUnsubscribe }
+
 // ListUnsubscribe is the List-Unsubscribe an email of this match is sent
-// with: its own, else the unsubscribe= default with {id} replaced by the
-// notification id, else "".
+// with, before a hosted link is added: its own, else the unsubscribe=
+// default with {id} replaced by the notification id, else "".
 func (m Match) ListUnsubscribe(n tasks.Notification) string {
-	if n.ListUnsubscribe != "" || m.Unsubscribe == "" {
+	if n.ListUnsubscribe != "" || m.Unsubscribe == "" || m.Hosted() {
 		return n.ListUnsubscribe
 	}
 	return strings.ReplaceAll(m.Unsubscribe, "{id}", n.ID)
@@ -33,7 +42,7 @@ func (m Match) ListUnsubscribe(n tasks.Notification) string {
 // enqueueing; the worker checks it again before sending, under the plans
 // then in force.
 func (m Match) CheckUnsubscribe(n tasks.Notification) error {
-	if n.Channel != tasks.Email || !m.Bulk || m.ListUnsubscribe(n) != "" {
+	if n.Channel != tasks.Email || !m.Bulk || m.Hosted() || m.ListUnsubscribe(n) != "" {
 		return nil
 	}
 	cat := n.CategoryOrDefault()

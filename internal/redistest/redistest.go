@@ -271,8 +271,13 @@ func newCluster(tb testing.TB, certs *tlstest.Certs, masters, replicasPerMaster 
 	}
 	c := &Cluster{}
 	total := masters * (1 + replicasPerMaster)
+	// cluster-replica-validity-factor 0: a replica fails over however long
+	// its link was down. With the default (10 × the node timeout, here 10 s)
+	// a replica whose link a test cut (BreakReplication) refuses to take
+	// over once a loaded machine makes the cut last over 10 s, and the old
+	// master comes back with its data instead.
 	nodeArgs := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
-		"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0"}
+		"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"}
 	var cliArgs []string
 	for i := 0; i < total; i++ {
 		var s *Server
