@@ -28,19 +28,19 @@ type Kind int
 
 // The kinds of entries.
 const (
-	KindRate        Kind = iota // CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]
-	KindExempt                  // CHANNEL.CATEGORY:exempt — a priority lane
-	KindQuiet                   // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM or sms[.CATEGORY]:quiet=tcpa
-	KindMaxDefer                // CHANNEL[.CATEGORY]:max-defer=DURATION
-	KindRerun                   // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
-	KindZone                    // [TENANT/]tz=ZONE — the default zone for quiet hours
-	KindBulk                    // CHANNEL[.CATEGORY]:bulk — the bulk lane; email also needs a List-Unsubscribe (RFC 8058)
-	KindUnsubscribe             // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
-	KindShard                   // TENANT/shard=K — the tenant's queues get shard K to themselves
-	KindConsentExempt           // CHANNEL.CATEGORY:consent=exempt — goes after an opt-out of every category
-	KindOptOut                  // CHANNEL:optout=all|category — what an opt-out covers
-	KindReply                   // sms:reply-stop|start|help=TEXT — the reply to a keyword
-	KindKeywords                // sms:keywords-stop|start|help=WORD … — words besides the standard ones
+	KindRate          Kind = iota // CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]
+	KindExempt                    // CHANNEL.CATEGORY:exempt — a priority lane
+	KindQuiet                     // CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM or sms[.CATEGORY]:quiet=tcpa
+	KindMaxDefer                  // CHANNEL[.CATEGORY]:max-defer=DURATION
+	KindRerun                     // CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once
+	KindZone                      // [TENANT/]tz=ZONE — the default zone for quiet hours
+	KindBulk                      // CHANNEL[.CATEGORY]:bulk — the bulk lane; email also needs a List-Unsubscribe (RFC 8058)
+	KindUnsubscribe               // email[.CATEGORY]:unsubscribe=TARGET — the default List-Unsubscribe
+	KindShard                     // TENANT/shard=K — the tenant's queues get shard K to themselves
+	KindConsentExempt             // CHANNEL.CATEGORY:consent=exempt — goes after an opt-out of every category
+	KindOptOut                    // CHANNEL:optout=all|category — what an opt-out covers
+	KindReply                     // sms:reply-stop|start|help=TEXT — the reply to a keyword
+	KindKeywords                  // sms:keywords-stop|start|help=WORD … — words besides the standard ones
 )
 
 // Rerun policies (KindRerun).
