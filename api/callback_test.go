@@ -256,7 +256,7 @@ func TestCallbackFeedsSuppression(t *testing.T) {
 		st = b.status(t, next)
 		return st.State == api.StateArchived
 	})
-	if st.Reason != "suppressed" || !strings.Contains(st.Detail, "provider code 30005") {
+	if st.Reason != "suppressed" || !strings.Contains(st.Detail, "undeliverable") || !strings.Contains(st.Detail, "code 30005") {
 		t.Fatalf("status %+v", st)
 	}
 	r := b.do(t, "POST", "/v1/notifications", b.tokens["globex"], sms("+14155550144", "globex's own"))

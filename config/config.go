@@ -27,6 +27,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -60,6 +61,11 @@ type Base struct {
 
 	SMSSuppressCodes string        `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
 	SMSSuppressTTL   time.Duration `env:"SMS_SUPPRESS_TTL" envDefault:"720h" desc:"How long a recipient stays on a tenant's SMS suppression list after its last permanent failure (numbers get reassigned)."`
+
+	EmailSuppressTTL time.Duration `env:"EMAIL_SUPPRESS_TTL" envDefault:"720h" desc:"How long an email address stays undeliverable for a tenant after a hard bounce (SMTP 5xx on RCPT, or on DATA saying the mailbox does not exist) or a bounce event; a later email to it is archived unsent, reason suppressed."`
+	ConsentRetention time.Duration `env:"CONSENT_RETENTION" envDefault:"43800h" desc:"How long each recipient's consent ledger (every opt-out, opt-in, bounce and reply for review, with its source) is kept: 24h to 20 years, 5 years by default (about 90 bytes of Redis per event)."`
+	ConsentMaxEvents int           `env:"CONSENT_MAX_EVENTS" envDefault:"1000" desc:"Most events kept in one recipient's consent ledger (the oldest go first), 1-100000."`
+	UnsubscribeURL   string        `env:"UNSUBSCRIBE_URL" desc:"Base URL of sluice api as recipients reach it (e.g. https://sluice.example.com), for the one-click unsubscribe links of email[.CATEGORY]:unsubscribe=hosted rules: /u/TOKEN is added to it. Required when a rule asks for hosted links; workers and the API need the same value."`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error."`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" desc:"text or json."`
@@ -131,6 +137,21 @@ func (b Base) Validate(p *Problems) {
 	}
 	if b.SMSSuppressTTL < time.Hour || b.SMSSuppressTTL > 3650*24*time.Hour {
 		p.Add("SMS_SUPPRESS_TTL", "must be between 1h and 87600h (10 years), got %v", b.SMSSuppressTTL)
+	}
+	if b.EmailSuppressTTL < time.Hour || b.EmailSuppressTTL > 3650*24*time.Hour {
+		p.Add("EMAIL_SUPPRESS_TTL", "must be between 1h and 87600h (10 years), got %v", b.EmailSuppressTTL)
+	}
+	if err := b.ConsentOptions().Validate(); err != nil {
+		p.Add("CONSENT_RETENTION", "%v (with CONSENT_MAX_EVENTS)", err)
+	}
+	if b.UnsubscribeURL != "" {
+		if err := checkBaseURL(b.UnsubscribeURL); err != nil {
+			p.Add("UNSUBSCRIBE_URL", "%v", err)
+		} else if !strings.HasPrefix(b.UnsubscribeURL, "https://") {
+			p.Add("UNSUBSCRIBE_URL", "must be https: mailbox providers make one-click unsubscribe POSTs to https links only (RFC 8058), got %q", b.UnsubscribeURL)
+		}
+	} else if pol, err := plans.Parse(b.Rules); err == nil && pol.UsesHostedUnsubscribe() {
+		p.Add("UNSUBSCRIBE_URL", "must be set: a rule asks for hosted one-click unsubscribe links (unsubscribe=hosted)")
 	}
 	switch strings.ToLower(b.LogLevel) {
 	case "debug", "info", "warn", "error":
@@ -275,4 +296,21 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("must name a PEM file of CA certificates: %s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// ConsentOptions are the consent store's options of b.
+func (b Base) ConsentOptions() consent.Options {
+	return consent.Options{Retention: b.ConsentRetention, MaxEvents: b.ConsentMaxEvents}
+}
+
+// checkBaseURL says what is wrong with a base URL of sluice api.
+func checkBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("must be an http(s) URL like https://sluice.example.com, got %q", raw)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(raw, "?") || strings.HasSuffix(raw, "#") {
+		return fmt.Errorf("must be a base URL without user info, query or fragment, got %q", raw)
+	}
+	return nil
 }

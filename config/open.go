@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
@@ -47,6 +48,8 @@ type Deps struct {
 	// Plans are the rules in force: SLUICE_RULES, with the tenant plans in
 	// Redis once Follow runs.
 	Plans *plans.Live
+	// Consent is the recipients' suppressions and consent ledger.
+	Consent *consent.Store
 
 	ownRedis bool
 }
@@ -87,6 +90,10 @@ func Open(b Base, o Options) (*Deps, error) {
 	if d.Limiter, err = throttle.New(d.Redis, lo); err != nil {
 		d.Close()
 		return nil, err
+	}
+	if d.Consent, err = consent.NewStore(d.Redis, d.Limiter, b.ConsentOptions()); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%w: %sCONSENT_RETENTION: %w", ErrConfig, EnvPrefix, err)
 	}
 	return d, nil
 }

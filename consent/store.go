@@ -79,6 +79,9 @@ func NewStore(rdb redis.UniversalClient, lim *throttle.Limiter, opts Options) (*
 	if rdb == nil || lim == nil {
 		return nil, errors.New("consent: nil redis client or limiter")
 	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Store{rdb: rdb, lim: lim, retention: opts.Retention, maxEvents: opts.MaxEvents, now: opts.Now}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
@@ -86,13 +89,19 @@ func NewStore(rdb redis.UniversalClient, lim *throttle.Limiter, opts Options) (*
 	if s.maxEvents == 0 {
 		s.maxEvents = DefaultMaxEvents
 	}
-	if s.retention < MinRetention || s.retention > MaxRetention {
-		return nil, fmt.Errorf("%w: Retention %v must be between %v and %v", ErrInvalid, s.retention, MinRetention, MaxRetention)
-	}
-	if s.maxEvents < 1 || s.maxEvents > MaxMaxEvents {
-		return nil, fmt.Errorf("%w: MaxEvents %d must be between 1 and %d", ErrInvalid, s.maxEvents, MaxMaxEvents)
-	}
 	return s, nil
+}
+
+// Validate reports a retention or bound out of range (zero means the
+// default). Errors wrap ErrInvalid.
+func (o Options) Validate() error {
+	if o.Retention != 0 && (o.Retention < MinRetention || o.Retention > MaxRetention) {
+		return fmt.Errorf("%w: Retention %v must be between %v and %v", ErrInvalid, o.Retention, MinRetention, MaxRetention)
+	}
+	if o.MaxEvents != 0 && (o.MaxEvents < 1 || o.MaxEvents > MaxMaxEvents) {
+		return fmt.Errorf("%w: MaxEvents %d must be between 1 and %d", ErrInvalid, o.MaxEvents, MaxMaxEvents)
+	}
+	return nil
 }
 
 // Kinds of the keys beside the limiter's (throttle.Limiter.SubjectKey).
@@ -100,7 +109,74 @@ const (
 	kindConsent = "consent:"    // + channel: the suppression hash
 	kindLedger  = "ledger:"     // + channel: the ledger list
 	kindOld     = "suppressed:" // + channel: delivery's suppression list before this package
+	kindLast    = "last:"       // + channel: the category last admitted to the recipient
 )
+
+// LastCategoryTTL is how long the category last admitted to a recipient is
+// remembered, for an opt-out by keyword under optout=category.
+const LastCategoryTTL = 90 * 24 * time.Hour
+
+// LastKey is the key that remembers the category last admitted to (tenant,
+// ch, to) (throttle.ConsentCheck.LastKey); "" for a recipient that cannot
+// be keyed.
+func (s *Store) LastKey(tenant string, ch tasks.Channel, to string) string {
+	norm, err := recipient(tenant, ch, to)
+	if err != nil {
+		return ""
+	}
+	return s.lim.SubjectKey(tenant, kindLast+string(ch), norm)
+}
+
+// LastCategory is the category last admitted to (tenant, ch, to) within
+// LastCategoryTTL, "" when none is known.
+func (s *Store) LastCategory(ctx context.Context, tenant string, ch tasks.Channel, to string) (string, error) {
+	key := s.LastKey(tenant, ch, to)
+	if key == "" {
+		return "", fmt.Errorf("%w: recipient", ErrInvalid)
+	}
+	v, err := s.rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("consent: last category: %w", err)
+	}
+	return v, nil
+}
+
+// Subject is the hash a recipient's keys are made of (what a one-click
+// unsubscribe link carries instead of the address).
+func (s *Store) Subject(tenant string, ch tasks.Channel, to string) (string, error) {
+	norm, err := recipient(tenant, ch, to)
+	if err != nil {
+		return "", err
+	}
+	return s.lim.Subject(norm), nil
+}
+
+// RecordHashed is Record for a recipient known only by its Subject hash.
+func (s *Store) RecordHashed(ctx context.Context, tenant string, ch tasks.Channel, subject string, e Event) (Event, error) {
+	if err := tasks.CheckTenant(tenant); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if _, err := ch.TaskType(); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(subject) != 22 || strings.Trim(subject, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+		return Event{}, fmt.Errorf("%w: subject hash", ErrInvalid)
+	}
+	e, err := e.normalized()
+	if err != nil {
+		return Event{}, err
+	}
+	hkey, lkey := s.lim.HashedSubjectKey(tenant, kindConsent+string(ch), subject), s.lim.HashedSubjectKey(tenant, kindLedger+string(ch), subject)
+	at, _, err := s.run(ctx, []string{hkey, lkey}, string(e.Action), e)
+	if err != nil {
+		return Event{}, err
+	}
+	e.At = at
+	return e, nil
+}
 
 // recipient checks and normalises a recipient's address the way the
 // limiter's keys and delivery's list do.

@@ -60,3 +60,14 @@ type unsubscribeError struct{ fe *tasks.FieldError }
 
 func (e unsubscribeError) Error() string   { return e.fe.Error() }
 func (e unsubscribeError) Unwrap() []error { return []error{e.fe, ErrUnsubscribeRequired} }
+
+// UsesHostedUnsubscribe reports whether an entry asks for hosted one-click
+// unsubscribe links (the deployment then needs SLUICE_UNSUBSCRIBE_URL).
+func (p Policy) UsesHostedUnsubscribe() bool {
+	for _, e := range p.entries {
+		if e.Kind == KindUnsubscribe && e.Target == HostedUnsubscribe {
+			return true
+		}
+	}
+	return false
+}

@@ -584,6 +584,13 @@ func (l *Limiter) StateKey(group, id string) string {
 // hash slot and keyed like the windows (no PII). kind names the record
 // (e.g. "suppressed:sms"); the caller keeps it apart from rule scopes.
 func (l *Limiter) SubjectKey(group, kind, subject string) string {
+	return l.HashedSubjectKey(group, kind, l.Subject(subject))
+}
+
+// HashedSubjectKey is SubjectKey for a subject already hashed with
+// Subject: for a reader that holds the hash and never the subject (a
+// one-click unsubscribe link carries the hash of its address).
+func (l *Limiter) HashedSubjectKey(group, kind, hashed string) string {
 	var b strings.Builder
 	b.WriteString(l.prefix)
 	b.WriteString(":{")
@@ -591,7 +598,7 @@ func (l *Limiter) SubjectKey(group, kind, subject string) string {
 	b.WriteString("}:")
 	b.WriteString(kind)
 	b.WriteByte(':')
-	b.WriteString(l.Subject(subject))
+	b.WriteString(hashed)
 	return b.String()
 }
 

@@ -20,6 +20,7 @@ type Metrics struct {
 	LateWakes    *prometheus.CounterVec
 	Orphans      prometheus.Counter
 	Moved        *prometheus.CounterVec
+	Suppressed   *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -74,6 +75,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",
 	})
 	reg.MustRegister(m.Orphans)
+	m.Suppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_recipients_suppressed_total",
+		Help: "Recipients a provider's refusal marked undeliverable for their tenant (an SMS error code of SMS_SUPPRESS_CODES, an SMTP hard bounce), by channel and source (provider, bounce).",
+	}, []string{"channel", "source"})
+	reg.MustRegister(m.Suppressed)
 	m.Moved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_moved_total",
 		Help: "Tasks found in another lane or shard than the rules in force route them to (a producer without the rules, or a changed plan), moved before any check.",

@@ -28,6 +28,7 @@ func (w *Worker) plan(p plans.Policy, n tasks.Notification) check {
 	c.opts.StateTTL = w.dedupeTTL(c.Limits)
 	c.opts.Deadline = c.SendBy(w.cfg.SendSlack) // the send must reach the provider by the deadline
 	c.opts.Closed = c.Closed
+	c.opts.Consent = w.consentCheck(p, n)
 	return c
 }
 

@@ -20,8 +20,9 @@ import (
 //
 //	decode    open the payload; what can never be sent is archived (invalid, unreadable)
 //	route     a task in another lane or shard than the rules route it to is moved there
-//	comply    bulk mail without a List-Unsubscribe is archived (the suppression
-//	          list is read by the check itself)
+//	comply    bulk mail without a List-Unsubscribe is archived; email gets its
+//	          hosted one-click link (the recipient's consent is read by the
+//	          check itself)
 //	reserve   ask the limiter under the plans in force, then, by its answer:
 //	          done or duplicate → nothing to do; unknown outcome, expired,
 //	          suppressed, dropped → archived; booked or denied → back to Asynq for
@@ -145,6 +146,17 @@ func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error 
 		return nil
 	}
 	n.ListUnsubscribe = c.Match.ListUnsubscribe(*n)
+	if c.Match.Hosted() {
+		ok, err := w.hostedUnsubscribe(n)
+		if err != nil {
+			log.Warn("no hosted unsubscribe link for this email", "err", err)
+		}
+		if !ok && c.Match.Bulk {
+			w.archived(*n, tasks.ReasonInvalid)
+			log.Error("archiving bulk mail: its rules ask for a hosted unsubscribe link, and this worker has no SLUICE_UNSUBSCRIBE_URL")
+			return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonInvalid, errors.New("a hosted unsubscribe link is required (unsubscribe=hosted) and SLUICE_UNSUBSCRIBE_URL is not set")), asynq.SkipRetry)
+		}
+	}
 	if err := c.Match.CheckUnsubscribe(*n); err != nil {
 		w.archived(*n, tasks.ReasonInvalid)
 		log.Warn("archiving bulk mail without a List-Unsubscribe")
@@ -265,8 +277,8 @@ func (w *Worker) settled(n tasks.Notification, c check, d throttle.Decision, why
 		err = tasks.Archived(tasks.ReasonExpired, fmt.Errorf("the earliest slot (%s, %s) is past the %s deadline %s",
 			d.At.UTC().Format(time.RFC3339), why, c.DeadlineBy, c.Deadline.UTC().Format(time.RFC3339)))
 	case throttle.StatusBlocked:
-		log.Warn("the recipient is on the tenant's suppression list; archiving, not sending", "code", d.BlockValue)
-		err = tasks.Archived(tasks.ReasonSuppressed, fmt.Errorf("an earlier SMS to this recipient failed permanently (provider code %d); not sent", d.BlockValue))
+		log.Warn("the recipient's consent blocks this send; archiving, not sending", "block", d.BlockReason, "code", d.BlockValue, "since", d.BlockedSince)
+		err = tasks.Archived(tasks.ReasonSuppressed, blockedError(n, d))
 	case throttle.StatusDropped:
 		log.Warn("dropped: a rule whose action is drop is full", "rule", why)
 		err = tasks.Archived(tasks.ReasonThrottled, fmt.Errorf("%s is full and drops what exceeds it", why))

@@ -173,7 +173,7 @@ func TestPermanentFailureSuppressesTheRecipient(t *testing.T) {
 			b.enqueue(t, second)
 			ti = b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
 			te := tasks.ReadTaskError(ti.LastErr, false)
-			if got := te.Reason == tasks.ReasonSuppressed && strings.Contains(ti.LastErr, "an earlier SMS to this recipient failed permanently (provider code 21211)"); got != on {
+			if got := te.Reason == tasks.ReasonSuppressed && strings.Contains(ti.LastErr, "the recipient is undeliverable since ") && strings.Contains(ti.LastErr, "(code 21211)"); got != on {
 				t.Fatalf("second archived with %q; suppression on: %v", ti.LastErr, on)
 			}
 			if want := map[bool]int{true: 1, false: 2}[on]; b.sms.Attempts() != want {

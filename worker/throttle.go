@@ -48,25 +48,6 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	return &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
 }
 
-// suppress puts the recipient of a notification the provider refused for
-// good, saying it cannot receive this channel any more (SendError.Suppress:
-// for SMS, a code of SMS_SUPPRESS_CODES), on the tenant's suppression list.
-func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.SendError, log *slog.Logger) {
-	if !se.Suppress || n.Channel != tasks.SMS || w.suppressCodes == nil {
-		return
-	}
-	ctx, cancel := w.afterSendContext(ctx)
-	defer cancel()
-	err := w.withRedis(ctx, log, "suppressing a recipient", func(ctx context.Context) error {
-		return w.delivery.Suppress(ctx, n.Tenant, n.Channel, n.To, se.Code, se.SuppressFor)
-	})
-	if err != nil {
-		log.Warn("could not put the recipient on the suppression list", "code", se.Code, "err", err)
-		return
-	}
-	log.Info("recipient put on the tenant's suppression list", "code", se.Code, "for", se.SuppressFor)
-}
-
 // markDone records a completed send, retrying while Redis is away until the
 // task's deadline: a send without its record would be sent again by a re-run.
 func (w *Worker) markDone(ctx context.Context, n tasks.Notification, attempt int, log *slog.Logger) {

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/pollgate"
@@ -33,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/sender/providers"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/unsubscribe"
 )
 
 // Options are what a Worker takes besides Config. All optional.
@@ -89,9 +91,11 @@ type Worker struct {
 	tracer        trace.Tracer
 	keys          *tasks.Keyring
 	delivery      *delivery.Store
-	suppressCodes map[int]bool  // SMS_SUPPRESS_CODES; nil: no suppression list
-	waiters       chan struct{} // tokens of tasks waiting in process for their slot
-	stopping      chan struct{} // closed when shutdown starts
+	suppressCodes map[int]bool // SMS_SUPPRESS_CODES; nil: no suppression list
+	consent       *consent.Store
+	unsubscribe   *unsubscribe.Signer // nil without SLUICE_UNSUBSCRIBE_URL
+	waiters       chan struct{}       // tokens of tasks waiting in process for their slot
+	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 }
@@ -118,6 +122,13 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
+	w.consent = deps.Consent
+	if cfg.UnsubscribeURL != "" {
+		if w.unsubscribe, err = unsubscribe.NewSigner(cfg.SubjectSecret); err != nil {
+			deps.Close()
+			return nil, err
+		}
+	}
 	if w.suppressCodes, err = cfg.SuppressCodes(); err != nil {
 		deps.Close()
 		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)

@@ -1,6 +1,7 @@
 // Package apiserver assembles the API process: the ingest API of package
 // api with the routes other packages own mounted on it — the SMS status
-// callbacks of sender/twilio and the dashboard at /ui. It is what `sluice
+// callbacks of sender/twilio, the one-click unsubscribe links of package
+// unsubscribe at /u/, and the dashboard at /ui. It is what `sluice
 // api` runs, and what tests outside cmd/sluice (the dashboard's, deploy's
 // metrics check) start, so both serve the same routes and metrics. api
 // itself imports no sender and not the dashboard.
@@ -10,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/sender/twilio"
+	"github.com/sluicehq/sluice/unsubscribe"
 )
 
 // New returns the API server of cfg with every mounted route. environ is
@@ -24,6 +26,13 @@ func New(cfg api.Config, environ map[string]string, opts api.Options) (*api.Serv
 		s.Close()
 		return nil, err
 	}
+	signer, err := unsubscribe.NewSigner(cfg.SubjectSecret)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	deps := s.Deps()
+	unsubscribe.New(signer, deps.Consent, deps.Plans.Policy, deps.Log.With("component", "unsubscribe"), deps.Registry).Mount(s)
 	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, s.Deps(), s.Auth(), s.Stopping))
 	if err != nil {
 		s.Close()

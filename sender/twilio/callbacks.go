@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
@@ -37,6 +38,7 @@ type Callbacks struct {
 	ttl, suppressFor   time.Duration
 	codes              map[int]bool
 	delivery           *delivery.Store
+	consent            *consent.Store
 	lim                *throttle.Limiter
 	log                *slog.Logger
 	outcomes           *prometheus.CounterVec
@@ -44,13 +46,13 @@ type Callbacks struct {
 
 // NewCallbacks returns the route's handler; its metric
 // (sluice_delivery_outcomes_total) is registered on reg.
-func NewCallbacks(s Settings, base config.Base, store *delivery.Store, lim *throttle.Limiter, log *slog.Logger, reg prometheus.Registerer) (*Callbacks, error) {
+func NewCallbacks(s Settings, base config.Base, store *delivery.Store, cs *consent.Store, lim *throttle.Limiter, log *slog.Logger, reg prometheus.Registerer) (*Callbacks, error) {
 	codes, err := base.SuppressCodes()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
 	}
 	c := &Callbacks{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, ttl: base.DedupeTTL, suppressFor: base.SMSSuppressTTL,
-		codes: codes, delivery: store, lim: lim, log: log,
+		codes: codes, delivery: store, consent: cs, lim: lim, log: log,
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_delivery_outcomes_total",
 			Help: "Final delivery reports from SMS status callbacks, by channel, status (delivered, undelivered, failed) and code class (none, recipient, filtered, other); each notification's first final report only.",
@@ -145,10 +147,11 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		outcome := cb.Status.Outcome()
 		s.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
 		if outcome != "delivered" && s.codes[cb.ErrorCode] && cb.To != "" {
-			if err := s.delivery.Suppress(ctx, tenant, tasks.SMS, cb.To, cb.ErrorCode, s.suppressFor); err != nil {
-				log.Warn("could not put the recipient on the suppression list", "err", err)
+			if _, err := s.consent.Record(ctx, tenant, tasks.SMS, cb.To, consent.Event{Action: consent.Undeliverable, Source: consent.SourceProvider,
+				Code: cb.ErrorCode, Until: time.Now().Add(s.suppressFor), Ref: cb.MessageSID}); err != nil {
+				log.Warn("could not mark the recipient undeliverable", "err", err)
 			} else {
-				log.Info("recipient put on the tenant's suppression list", "for", s.suppressFor)
+				log.Info("recipient marked undeliverable for the tenant", "for", s.suppressFor)
 			}
 		}
 	}
@@ -309,7 +312,7 @@ func Mount(m Mounter, environ map[string]string, base config.Base, deps *config.
 	if err := p.Err(); err != nil {
 		return err
 	}
-	cb, err := NewCallbacks(s, base, delivery.NewStore(deps.Redis, deps.Limiter), deps.Limiter, deps.Log, deps.Registry)
+	cb, err := NewCallbacks(s, base, delivery.NewStore(deps.Redis, deps.Limiter), deps.Consent, deps.Limiter, deps.Log, deps.Registry)
 	if err != nil {
 		return err
 	}
