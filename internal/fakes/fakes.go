@@ -415,6 +415,7 @@ type SMTPServer struct {
 	implicitTLS *tls.Config
 	user, pass  string
 	mechs       []string
+	rcptReply   func(to string) int // under Recorder.mu; nil: accept
 }
 
 // SMTPOption configures NewSMTPServer.
@@ -538,7 +539,31 @@ func (s *session) Mail(string, *smtp.MailOptions) error {
 	}
 	return nil
 }
-func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error { s.to = append(s.to, to); return nil }
+func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.f.mu.Lock()
+	refuse := s.f.rcptReply
+	s.f.mu.Unlock()
+	if refuse != nil {
+		if code := refuse(to); code != 0 {
+			s.f.mu.Lock()
+			s.f.attempts++
+			s.f.mu.Unlock()
+			s.f.wake()
+			return &smtp.SMTPError{Code: code, EnhancedCode: smtp.EnhancedCodeNotSet, Message: "fake refusal of the recipient"}
+		}
+	}
+	s.to = append(s.to, to)
+	return nil
+}
+
+// SetRcptReply sets how the fake answers RCPT TO from now on: a non-zero
+// code refuses the recipient with it (e.g. 550, no such mailbox); nil
+// accepts every recipient.
+func (f *SMTPServer) SetRcptReply(reply func(to string) int) {
+	f.mu.Lock()
+	f.rcptReply = reply
+	f.mu.Unlock()
+}
 func (s *session) Data(r io.Reader) error {
 	raw, err := io.ReadAll(r)
 	if err != nil {

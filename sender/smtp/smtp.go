@@ -289,7 +289,7 @@ func (s *Sender) sendRaw(conn *msmtp.Client, m *mail.Msg, msg []byte) error {
 	}
 	for _, to := range rcpts {
 		if err := conn.Rcpt(to); err != nil {
-			return classifyReply(fmt.Errorf("RCPT TO: %w", err), true)
+			return bounce(classifyReply(fmt.Errorf("RCPT TO: %w", err), true), stageRcpt, replyCode(err))
 		}
 	}
 	w, err := conn.Data()
@@ -301,9 +301,46 @@ func (s *Sender) sendRaw(conn *msmtp.Client, m *mail.Msg, msg []byte) error {
 		return &sender.SendError{Err: fmt.Errorf("DATA: %w", err), NotSent: true}
 	}
 	if err := w.Close(); err != nil {
-		return classifyReply(fmt.Errorf("end of DATA: %w", err), false)
+		return bounce(classifyReply(fmt.Errorf("end of DATA: %w", err), false), stageData, replyCode(err))
 	}
 	return nil
+}
+
+// The stages of an SMTP transaction whose refusal can say the mailbox is
+// gone.
+const (
+	stageOther = iota
+	stageRcpt
+	stageData
+)
+
+// bounce marks a permanent refusal that says the recipient's mailbox
+// cannot take mail — a hard bounce: any 5xx reply to RCPT TO, and 550, 551
+// or 553 at the end of DATA (a 554 there is mostly about the content or
+// the sender) — so the worker marks the address undeliverable for the
+// tenant (SendError.Suppress). The code goes with it.
+func bounce(err error, stage, code int) error {
+	var se *sender.SendError
+	if !errors.As(err, &se) || !se.Permanent {
+		return err
+	}
+	se.Code = code
+	switch {
+	case stage == stageRcpt && code >= 500:
+		se.Suppress = true
+	case stage == stageData && (code == 550 || code == 551 || code == 553):
+		se.Suppress = true
+	}
+	return se
+}
+
+// replyCode is the SMTP reply code in err, 0 if none.
+func replyCode(err error) int {
+	var te *textproto.Error
+	if errors.As(err, &te) {
+		return te.Code
+	}
+	return 0
 }
 
 // classifyReply classifies an error of the raw SMTP client: a 5xx reply is
@@ -352,7 +389,14 @@ func classifySMTP(err error, dial bool) error {
 	}
 	switch {
 	case code >= 500:
-		return &sender.SendError{Err: err, Permanent: true, NotSent: true}
+		stage := stageOther
+		switch se.Reason {
+		case mail.ErrSMTPRcptTo:
+			stage = stageRcpt
+		case mail.ErrSMTPDataClose:
+			stage = stageData
+		}
+		return bounce(&sender.SendError{Err: err, Permanent: true, NotSent: true}, stage, code)
 	case code >= 400:
 		return &sender.SendError{Err: err, NotSent: true}
 	}
