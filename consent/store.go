@@ -449,3 +449,20 @@ func (s *Store) migrateKey(ctx context.Context, old string, ch tasks.Channel) (b
 		Event{Source: SourceProvider, Scope: AllCategories(), Ref: "delivery-migration"})
 	return ok, err
 }
+
+// Once reports whether this is the first call for (tenant, ch, to, what)
+// within ttl, remembering it (SET NX): for at most one reply per keyword.
+func (s *Store) Once(ctx context.Context, tenant string, ch tasks.Channel, to, what string, ttl time.Duration) (bool, error) {
+	norm, err := recipient(tenant, ch, to)
+	if err != nil {
+		return false, err
+	}
+	if what == "" || strings.ContainsAny(what, ":{}") {
+		return false, fmt.Errorf("%w: once %q", ErrInvalid, what)
+	}
+	ok, err := s.rdb.SetNX(ctx, s.lim.SubjectKey(tenant, "once:"+what+":"+string(ch), norm), "1", ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("consent: once: %w", err)
+	}
+	return ok, nil
+}

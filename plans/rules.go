@@ -474,6 +474,10 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		category = tasks.DefaultCategory
 	}
 	var m Match
+	// Sluice's own replies to keywords answer the recipient's message: the
+	// priority lane, outside the channel's category-less rules (one per
+	// keyword within minutes, see ReplyCategory).
+	m.Exempt = category == ReplyCategory
 	for _, e := range p.entries {
 		if e.Kind == KindExempt && e.Channel == ch && e.Category == category && (e.Tenant == "" || e.Tenant == tenant) {
 			m.Exempt = true

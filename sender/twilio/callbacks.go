@@ -1,6 +1,7 @@
 package twilio
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/subtle"
@@ -18,10 +19,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/consent/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
@@ -297,7 +300,8 @@ type Mounter interface {
 }
 
 // Mount reads the provider's settings from environ (nil: the process
-// environment) and, when status callbacks are configured
+// environment) and mounts the incoming-message webhook (InboundRoute) and,
+// when status callbacks are configured
 // (SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN), validates them
 // and mounts Callbacks at CallbackRoute on m, over deps' Redis and limiter.
 // Without them the route answers 404 saying so.
@@ -317,5 +321,17 @@ func Mount(m Mounter, environ map[string]string, base config.Base, deps *config.
 		return err
 	}
 	m.Mount(CallbackRoute, cb)
+	client := asynq.NewClientFromRedisClient(deps.Redis)
+	layout := base.Layout()
+	enqueue := func(ctx context.Context, n tasks.Notification) error {
+		_, err := tasks.Enqueue(ctx, client, deps.Keys, n, asynq.Queue(deps.Plans.Policy().Queue(layout, n)))
+		return err
+	}
+	h := inbound.New(deps.Consent, deps.Plans.Policy, enqueue, deps.Log.With("component", "inbound"))
+	in, err := NewInbound(s, h, deps.Log, deps.Registry)
+	if err != nil {
+		return err
+	}
+	m.Mount(InboundRoute, in)
 	return nil
 }

@@ -1,0 +1,145 @@
+// Package inbound acts on the SMS recipients send back: an opt-out keyword
+// (STOP and the FCC's other words, and the tenant's own) suppresses at
+// once, START lifts it, HELP gets the tenant's help text, and a message
+// that reads like a revocation without being a keyword ("please stop
+// texting me") is recorded in the recipient's ledger for review — never
+// ignored. It knows no provider: sender/twilio's inbound route parses and
+// authenticates the provider's webhook and hands each message here.
+//
+// A reply (the tenant's reply-stop, reply-start or reply-help text) goes at
+// most once per keyword and recipient within ReplyWindow, as one SMS of
+// category plans.ReplyCategory from the number the recipient texted,
+// through the priority lane: the FCC allows one confirmation of an opt-out
+// (47 CFR 64.1200(a)(12)), and nothing else — never marketing.
+package inbound
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// ReplyWindow is how long after a reply to a keyword no other reply to the
+// same keyword goes to the same recipient.
+const ReplyWindow = 5 * time.Minute
+
+// ErrInvalid reports a message that cannot be acted on (no recipient, a
+// bad tenant).
+var ErrInvalid = errors.New("inbound: invalid message")
+
+// Message is one SMS a recipient sent to a tenant's number.
+type Message struct {
+	Tenant string
+	// From is the recipient who wrote (E.164); To the tenant's number they
+	// wrote to (the reply goes from it).
+	From, To string
+	Body     string
+	// Ref is the provider's id of the message (the ledger's ref).
+	Ref string
+}
+
+// Outcome is what Handle did.
+type Outcome struct {
+	Intent  consent.Intent
+	Keyword string
+	// Event is what was recorded in the ledger (zero when nothing was).
+	Event consent.Event
+	// Reply is the id of the reply enqueued, "" when none.
+	Reply string
+}
+
+// Enqueuer puts a reply on its way (tasks.Enqueue into the queue the rules
+// route it to).
+type Enqueuer func(ctx context.Context, n tasks.Notification) error
+
+// Handler acts on inbound messages.
+type Handler struct {
+	store   *consent.Store
+	policy  func() plans.Policy
+	enqueue Enqueuer
+	log     *slog.Logger
+}
+
+// New returns a handler over store, under the rules policy gives, sending
+// replies with enqueue (nil: no replies).
+func New(store *consent.Store, policy func() plans.Policy, enqueue Enqueuer, log *slog.Logger) *Handler {
+	return &Handler{store: store, policy: policy, enqueue: enqueue, log: log}
+}
+
+// Handle classifies m and acts on it. A message that is no keyword and no
+// revocation changes nothing.
+func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
+	if err := tasks.CheckTenant(m.Tenant); err != nil {
+		return Outcome{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	from := tasks.NormalizePhone(m.From)
+	if !tasks.IsE164(from) {
+		return Outcome{}, fmt.Errorf("%w: From is not an E.164 number", ErrInvalid)
+	}
+	p := h.policy()
+	rules := p.Consent(m.Tenant, tasks.SMS)
+	c := consent.Classify(m.Body, rules.Keywords)
+	out := Outcome{Intent: c.Intent, Keyword: c.Keyword}
+	var e *consent.Event
+	reply := ""
+	switch c.Intent {
+	case consent.IntentOptOut:
+		scope := consent.AllCategories()
+		if rules.OptOut == plans.OptOutCategory {
+			last, err := h.store.LastCategory(ctx, m.Tenant, tasks.SMS, from)
+			if err != nil {
+				return out, err
+			}
+			if last != "" {
+				scope = consent.Categories(last)
+			}
+		}
+		e = &consent.Event{Action: consent.OptOut, Source: consent.SourceKeyword, Scope: scope, Keyword: c.Keyword, Ref: m.Ref}
+		reply = plans.ReplyStop
+	case consent.IntentOptIn:
+		e = &consent.Event{Action: consent.OptIn, Source: consent.SourceKeyword, Scope: consent.AllCategories(), Keyword: c.Keyword, Ref: m.Ref}
+		reply = plans.ReplyStart
+	case consent.IntentHelp:
+		reply = plans.ReplyHelp
+	case consent.IntentReview:
+		e = &consent.Event{Action: consent.Review, Source: consent.SourceKeyword, Keyword: c.Keyword, Ref: m.Ref}
+	default:
+		return out, nil
+	}
+	if e != nil {
+		rec, err := h.store.Record(ctx, m.Tenant, tasks.SMS, from, *e)
+		if err != nil {
+			return out, err
+		}
+		out.Event = rec
+		h.log.Info("inbound SMS recorded", "tenant", m.Tenant, "intent", c.Intent.String(), "keyword", c.Keyword, "scope", rec.Scope.String())
+	}
+	text := rules.Replies[reply]
+	if text == "" || h.enqueue == nil {
+		return out, nil
+	}
+	first, err := h.store.Once(ctx, m.Tenant, tasks.SMS, from, "reply-"+reply, ReplyWindow)
+	if err != nil {
+		return out, err
+	}
+	if !first {
+		h.log.Info("inbound SMS: a reply to this keyword went to the recipient within the window; no other", "tenant", m.Tenant, "keyword", c.Keyword, "window", ReplyWindow)
+		return out, nil
+	}
+	n := tasks.NewSMS(m.Tenant, from, text)
+	n.Category = plans.ReplyCategory
+	if to := tasks.NormalizePhone(m.To); tasks.IsE164(to) {
+		n.From = to
+	}
+	if err := h.enqueue(ctx, n); err != nil {
+		return out, fmt.Errorf("inbound: reply: %w", err)
+	}
+	out.Reply = n.ID
+	return out, nil
+}

@@ -1,0 +1,162 @@
+package twilio
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/consent/inbound"
+	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// InboundRoute is the pattern `sluice api` mounts Inbound on: the URL to
+// give the provider as the number's (or Messaging Service's) incoming
+// message webhook, per tenant: SLUICE_SMS_STATUS_CALLBACK_URL +
+// /v1/inbound/sms/TENANT.
+const InboundRoute = "POST /v1/inbound/sms/{tenant}"
+
+// emptyTwiML answers an incoming message without a reply of the
+// provider's own (Sluice's replies go through its queues).
+const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response></Response>`
+
+// Inbound is the provider's incoming-message webhook: each SMS a
+// recipient sends to a tenant's number, authenticated by its
+// X-Twilio-Signature like the status callbacks, handed to consent/inbound.
+type Inbound struct {
+	authToken, baseURL string
+	handler            *inbound.Handler
+	log                *slog.Logger
+	received           *prometheus.CounterVec
+}
+
+// NewInbound returns the route's handler; sluice_inbound_sms_total is
+// registered on reg.
+func NewInbound(s Settings, h *inbound.Handler, log *slog.Logger, reg prometheus.Registerer) (*Inbound, error) {
+	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, log: log,
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_inbound_sms_total",
+			Help: "SMS recipients sent to tenants' numbers, by what they were read as (opt_out, opt_in, help, review, none).",
+		}, []string{"intent"})}
+	if err := reg.Register(in.received); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// inboundMessage is what Sluice takes from an incoming-message webhook.
+type inboundMessage struct {
+	From, To, Body, MessageSID string
+}
+
+// parseInbound reads an incoming-message webhook's form: From (required,
+// E.164), To, Body and MessageSid; other fields are ignored. It returns
+// every bad field.
+func parseInbound(form url.Values) (inboundMessage, []problem.InvalidParam) {
+	var m inboundMessage
+	var bad []problem.InvalidParam
+	one := func(name string) string {
+		vs := form[name]
+		if len(vs) > 1 {
+			bad = append(bad, problem.InvalidParam{Name: name, Reason: "is given more than once"})
+			return ""
+		}
+		if len(vs) == 0 {
+			return ""
+		}
+		return vs[0]
+	}
+	m.From = tasks.NormalizePhone(one("From"))
+	if !tasks.IsE164(m.From) {
+		bad = append(bad, problem.InvalidParam{Name: "From", Reason: "is required: the sender's E.164 number"})
+	}
+	m.To = one("To")
+	if len(m.To) > 64 {
+		bad = append(bad, problem.InvalidParam{Name: "To", Reason: "is over 64 bytes"})
+	}
+	m.Body = one("Body")
+	if len(m.Body) > 1600 { // ten segments: the most an SMS can be
+		bad = append(bad, problem.InvalidParam{Name: "Body", Reason: "is over 1600 bytes"})
+	}
+	m.MessageSID = one("MessageSid")
+	if err := delivery.CheckSID(m.MessageSID); err != nil {
+		bad = append(bad, problem.InvalidParam{Name: "MessageSid", Reason: "must be up to 64 letters and digits"})
+	}
+	return m, bad
+}
+
+// ServeHTTP is POST /v1/inbound/sms/{tenant}: a missing or wrong signature
+// is refused (403) before anything is read into the store; a message that
+// is no keyword is answered 200 and changes nothing. The answer is empty
+// TwiML: the provider sends no reply of its own.
+func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if in.baseURL == "" || in.authToken == "" {
+		problem.Write(w, http.StatusNotFound, "not-found", "inbound SMS is off: set SLUICE_SMS_STATUS_CALLBACK_URL (the API's base URL the provider calls) and SLUICE_SMS_AUTH_TOKEN")
+		return
+	}
+	sig := r.Header.Get("X-Twilio-Signature")
+	if sig == "" {
+		problem.Write(w, http.StatusForbidden, "bad-signature", "no X-Twilio-Signature header: webhooks must be signed with the SMS auth token")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
+		problem.Write(w, http.StatusUnsupportedMediaType, "unsupported-media", "an incoming-message webhook is a form: Content-Type: application/x-www-form-urlencoded")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCallbackBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "an incoming-message webhook is at most 64 KiB")
+			return
+		}
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
+		return
+	}
+	params, err := url.ParseQuery(string(body))
+	if err != nil {
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body is not a URL-encoded form")
+		return
+	}
+	if !validSignature(in.authToken, strings.TrimRight(in.baseURL, "/")+r.URL.RequestURI(), params, sig) {
+		in.log.Warn("inbound SMS refused: its signature does not match", "route", r.Pattern)
+		problem.Write(w, http.StatusForbidden, "bad-signature",
+			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
+		return
+	}
+	m, bad := parseInbound(params)
+	if len(bad) > 0 {
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the incoming message is not one Sluice can read", bad...)
+		return
+	}
+	tenant := r.PathValue("tenant")
+	if tasks.CheckTenant(tenant) != nil {
+		problem.Write(w, http.StatusNotFound, "not-found", "no such tenant")
+		return
+	}
+	out, err := in.handler.Handle(r.Context(), inbound.Message{Tenant: tenant, From: m.From, To: m.To, Body: m.Body, Ref: m.MessageSID})
+	if err != nil {
+		if errors.Is(err, inbound.ErrInvalid) {
+			problem.Write(w, http.StatusBadRequest, "invalid-request", err.Error())
+			return
+		}
+		in.log.Error("inbound SMS not recorded: redis trouble; the provider retries", "err", err)
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, http.StatusServiceUnavailable, "unavailable", "Redis could not be asked; nothing was recorded, try again")
+		return
+	}
+	in.received.WithLabelValues(intentLabel(out)).Inc()
+	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+	io.WriteString(w, emptyTwiML)
+}
+
+func intentLabel(out inbound.Outcome) string {
+	return strings.ReplaceAll(out.Intent.String(), "-", "_")
+}
