@@ -83,7 +83,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		scope = consent.AllCategories()
 	}
 	e, err := h.store.RecordHashed(r.Context(), l.Tenant, tasks.Email, l.Subject, consent.Event{
-		Action: consent.OptOut, Source: consent.SourceOneClick, Scope: scope, Ref: "category:" + l.Category})
+		Action: consent.OptOut, Source: consent.SourceOneClick, Scope: scope, Ref: "link." + l.Category})
 	if err != nil {
 		h.log.Error("one-click unsubscribe not recorded", "tenant", l.Tenant, "err", err)
 		if errors.Is(err, consent.ErrInvalid) {
