@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/unsubscribe"
@@ -159,5 +160,52 @@ func TestHostedUnsubscribeLink(t *testing.T) {
 		if err != nil || l.Tenant != "acme" || l.Category != "news" || l.Subject != subject {
 			t.Fatalf("token says %+v, %v", l, err)
 		}
+	}
+}
+
+// A worker moves the suppression list of Sluice before consent into the
+// consent store at start, once: the number stays blocked (the ledger says
+// it came from the migration), the old key is gone, and a second start
+// does not scan again.
+func TestWorkerMigratesOldSuppressionsAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=10/1m")
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	ctx := context.Background()
+	const to = "+14155550178"
+	if err := delivery.NewStore(b.rdb, lim).Suppress(ctx, "acme", tasks.SMS, to, 21610, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.cfg)
+	store := b.consentStore(t)
+	var events []consent.Event
+	deadline := time.Now().Add(10 * time.Second)
+	for len(events) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the old suppression was not moved within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond) // the move is seen in Redis only: nothing to wait on
+		if events, err = store.Ledger(ctx, "acme", tasks.SMS, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(events) != 1 || events[0].Action != consent.Undeliverable || events[0].Code != 21610 || events[0].Ref != "delivery-migration" {
+		t.Fatalf("ledger %+v", events)
+	}
+	if keys := b.rdb.Keys(ctx, "*:suppressed:*").Val(); len(keys) != 0 {
+		t.Fatalf("old keys left: %v", keys)
+	}
+	n := tasks.NewSMS("acme", to, "hi")
+	b.enqueue(t, n)
+	ti := b.waitTask(t, n.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+	if te := tasks.ReadTaskError(ti.LastErr, false); te.Reason != tasks.ReasonSuppressed {
+		t.Fatalf("archived with %q", ti.LastErr)
+	}
+	if moved, ran, err := store.MigrateDeliveryOnce(ctx); err != nil || ran || moved != 0 {
+		t.Fatalf("a second migration: %d, %v, %v; want none run", moved, ran, err)
 	}
 }
