@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/unsubscribe"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func (b *bundle) consentStore(t *testing.T) *consent.Store {
@@ -207,5 +209,46 @@ func TestWorkerMigratesOldSuppressionsAtStart(t *testing.T) {
 	}
 	if moved, ran, err := store.MigrateDeliveryOnce(ctx); err != nil || ran || moved != 0 {
 		t.Fatalf("a second migration: %d, %v, %v; want none run", moved, ran, err)
+	}
+}
+
+// An opt-out recorded while a send waits in process for its slot (a slot
+// up to SLUICE_MAX_INLINE_WAIT ahead) blocks it: the consent is read again
+// after the wait, the slot is given back and the task archived, reason
+// suppressed — the SMS never reaches the provider.
+func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=1/1s")
+	store := b.consentStore(t)
+	ctx := context.Background()
+	const to = "+14155550179"
+	var once sync.Once
+	optedOut := make(chan error, 1)
+	b.startWith(t, b.cfg, worker.Options{OnDecision: func(n tasks.Notification, d throttle.Decision) {
+		if n.To == to && d.Status == throttle.StatusAdmitted && d.Wait > 0 {
+			once.Do(func() {
+				_, err := store.Record(ctx, "acme", tasks.SMS, to, consent.Event{Action: consent.OptOut, Source: consent.SourceAPI, Scope: consent.AllCategories()})
+				optedOut <- err
+			})
+		}
+	}})
+	first, second := tasks.NewSMS("acme", to, "one"), tasks.NewSMS("acme", to, "two")
+	b.enqueue(t, first)
+	b.sms.WaitCount(t, 1, 10*time.Second)
+	b.enqueue(t, second) // admitted for about a second ahead: waits in process
+	select {
+	case err := <-optedOut:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second SMS was never admitted with a wait")
+	}
+	ti := b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+	if te := tasks.ReadTaskError(ti.LastErr, false); te.Reason != tasks.ReasonSuppressed || !strings.Contains(ti.LastErr, "while it waited") {
+		t.Fatalf("archived with %q", ti.LastErr)
+	}
+	if n := len(b.sms.Deliveries()); n != 1 {
+		t.Fatalf("the provider got %d SMS; want 1", n)
 	}
 }
