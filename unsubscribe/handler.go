@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"mime"
 	"log/slog"
+	"mime"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
