@@ -114,7 +114,7 @@ local LOOK = 64
 -- when it has none and nothing lies after c (a full window, no bookings ahead: the common
 -- denial), the slot is just after the limit-th newest entry leaves, read alone; otherwise the
 -- spans are walked by rank, each span's first and last entry read in chunks that double (4, 8,
--- 16, …), up to LOOK spans past the first.
+-- 16, …; one read of both when the limit is small), up to LOOK spans past the first.
 local function earliest(key, limit, wp, c)
   local cnt = redis.call('ZCOUNT', key, fmt(c - wp), fmt(c + wp))
   if cnt < limit then return c, cnt end
@@ -129,12 +129,19 @@ local function earliest(key, limit, wp, c)
   local i, k = 0, 4
   while i <= LOOK do
     local m = math.min(k, LOOK + 1 - i)
-    local heads = redis.call('ZRANGE', key, base + i, base + i + m - 1, 'WITHSCORES')
-    local tails = redis.call('ZRANGE', key, base + i + limit - 1, base + i + limit + m - 2, 'WITHSCORES')
-    local nt = #tails / 2
+    local heads, tails, off
+    if limit <= m + 1 then -- small limits: heads and tails in one read
+      heads = redis.call('ZRANGE', key, base + i, base + i + limit + m - 2, 'WITHSCORES')
+      tails, off = heads, limit - 1
+    else
+      heads = redis.call('ZRANGE', key, base + i, base + i + m - 1, 'WITHSCORES')
+      tails = redis.call('ZRANGE', key, base + i + limit - 1, base + i + limit + m - 2, 'WITHSCORES')
+      off = 0
+    end
+    local nt = math.min(#tails / 2 - off, m)
     for j = 1, nt do
       local first = tonumber(heads[2 * j])
-      local last = tonumber(tails[2 * j])
+      local last = tonumber(tails[2 * (j + off)])
       if first + wp >= c and last - first <= wp then
         if last - wp > c then return c, limit - 1 end
         c = first + wp + 1
