@@ -24,12 +24,13 @@ import (
 )
 
 var (
-	quick   = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
-	rounds  = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
-	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
-	docs    = flag.String("docs", "../docs", "where figures are written")
-	cpuProf = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	only    = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,replicas,figures")
+	quick     = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds    = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur       = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	docs      = flag.String("docs", "../docs", "where figures are written")
+	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
+	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,replicas,figures")
 )
 
 type row struct {

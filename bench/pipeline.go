@@ -88,6 +88,12 @@ func workerConfig(addr, queue, rules string, extra map[string]string) worker.Con
 	for k, v := range extra {
 		env[k] = v
 	}
+	if *workerEnv != "" { // -worker-env overrides, for trying settings
+		for _, kv := range strings.Split(*workerEnv, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+	}
 	cfg, err := worker.ParseConfig(env)
 	if err != nil {
 		log.Fatal(err)

@@ -186,6 +186,16 @@ end
 -- (0: none), and per key the entries within its span of it.
 local function search(keys, limits, wps, c, closed)
   local n = #keys
+  if n == 1 and #closed == 0 then
+    -- One rule (the common check): the first pass settles unless it moves c, and a moved c
+    -- needs one more look at the key (its count there).
+    local x, cnt = earliest(keys[1], limits[1], wps[1], c)
+    if x == c then return c, 0, {cnt} end
+    if x ~= nil then
+      local y, cnt2 = earliest(keys[1], limits[1], wps[1], x)
+      if y == x then return x, 1, {cnt2} end
+    end
+  end
   local rule, counts, settled = 0, {}, false
   c = unclosed(c, closed)
   for pass = 1, 8 do
