@@ -149,6 +149,13 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
 	defer cancel()
 	out, err := s.enqueue(ctx, ns, hasKey)
+	var full *tasks.QueueFullError
+	if errors.As(err, &full) {
+		s.metrics.queueFull.Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(int(QueueFullRetry/time.Second)))
+		writeProblem(w, http.StatusTooManyRequests, "queue-full", full.Error()+"; try again when some have been sent")
+		return
+	}
 	var fe *tasks.FieldError
 	if errors.As(err, &fe) {
 		// Checked above; only time can make it fail now (an expiry that passed).
@@ -184,16 +191,38 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 	batch := tasks.NewBatch(s.client, s.rdb, s.keys)
 	held := len(ns) > 1
 	var fresh []tasks.Channel // what this request enqueued, for the metric
+	// The tenant's caps on queued work, for the whole request at once:
+	// past one nothing is enqueued. Ids this request does not enqueue after
+	// all (failed, sent already) are taken out again.
+	if err := s.deps.Queued.Reserve(ctx, ns...); err != nil {
+		return nil, err
+	}
+	var uncount []string
+	defer func() {
+		if len(uncount) > 0 {
+			if _, err := s.deps.Queued.Release(context.WithoutCancel(ctx), ns[0].Tenant, uncount...); err != nil {
+				s.log.Warn("queued count not corrected; it lapses after TENANT_QUEUED_TTL", "err", err)
+			}
+		}
+	}()
+	abort := func(batch *tasks.Batch, i int) {
+		uncount = append(uncount, batch.Fresh()...)
+		for _, n := range ns[i:] {
+			uncount = append(uncount, n.ID)
+		}
+		s.abort(batch)
+	}
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
 		if keyed {
 			// A retry whose first attempt was sent already: the id is not in
 			// the queue any more, but the workers' done record holds it.
 			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
-				s.abort(batch)
+				abort(batch, i)
 				return nil, err
 			} else if rec != nil && rec.Kind == throttle.RecordDone {
 				out[i].State = StateSent
+				uncount = append(uncount, n.ID)
 				continue
 			}
 		}
@@ -207,7 +236,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		if keyed && errors.Is(err, tasks.ErrDuplicate) {
 			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)
 			if serr != nil {
-				s.abort(batch)
+				abort(batch, i)
 				return nil, serr
 			}
 			if found {
@@ -219,7 +248,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 			continue
 		}
 		if err != nil {
-			s.abort(batch)
+			abort(batch, i)
 			return nil, err
 		}
 		fresh = append(fresh, n.Channel)
@@ -398,3 +427,7 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
+
+// QueueFullRetry is the Retry-After of a 429 queue-full: the caps free as
+// the tenant's notifications are sent, which no one can foretell exactly.
+const QueueFullRetry = 30 * time.Second

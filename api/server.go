@@ -388,6 +388,7 @@ type metrics struct {
 	enqueued    *prometheus.CounterVec
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
+	queueFull   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -414,6 +415,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused with 429 by the per-token rate limit.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited)
+	m.queueFull = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_api_queue_full_total",
+		Help: "Requests refused with 429 queue-full: the tenant is at its cap of queued notifications or bytes (SLUICE_TENANT_MAX_QUEUED*).",
+	})
+	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.queueFull)
 	return m
 }
