@@ -57,6 +57,10 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rkey, owner, fp string
+	var answered struct { // what the record keeps of the answer
+		batch bool
+		out   []Accepted
+	}
 	if hasKey {
 		rkey = IdempotencyRedisKey(tenant, key)
 		rec, mine, err := s.idem.begin(r.Context(), rkey)
@@ -65,7 +69,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if rec != nil {
-			s.answerRetry(w, r, rec)
+			s.answerRetry(w, r, rec, tenant, key)
 			return
 		}
 		owner = mine
@@ -80,8 +84,10 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		w = &keeper{ResponseWriter: w, onAccepted: func(status int, h http.Header, body []byte) {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 			defer cancel()
-			rec := &idemRecord{State: stateDone, Status: status, ContentType: h.Get("Content-Type"), Location: h.Get("Location"),
-				Body: body, At: time.Now().UTC(), Fingerprint: fp}
+			rec := &idemRecord{State: stateDone, Status: status, At: time.Now().UTC(), Fingerprint: fp}
+			if !compactAnswer(rec, tenant, key, answered.batch, answered.out) {
+				rec.ContentType, rec.Location, rec.Body = h.Get("Content-Type"), h.Get("Location"), body
+			}
 			if err := s.idem.update(ctx, rkey, owner, rec, s.cfg.IdempotencyTTL); err != nil {
 				s.log.Error("could not keep the response of an Idempotency-Key; a retry will map to the same notification ids", "err", err)
 			}
@@ -167,6 +173,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, r, err)
 		return
 	}
+	answered.batch, answered.out = batch, out
 	if !batch {
 		w.Header().Set("Location", "/v1/notifications/"+out[0].ID)
 		writeJSON(w, http.StatusAccepted, out[0])
@@ -290,7 +297,7 @@ func (s *Server) abort(b *tasks.Batch) {
 // answerRetry answers a request whose Idempotency-Key has a record: the
 // stored response, or 409 while the first request is in flight, or 422
 // when the request differs from the one the key was first used for.
-func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRecord) {
+func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRecord, tenant, key string) {
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -308,6 +315,19 @@ func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRe
 	}
 	s.metrics.replays.Inc()
 	w.Header().Set(HeaderReplayed, "true")
+	if rec.Body == nil {
+		v, loc, ok := rec.replay(tenant, key)
+		if !ok {
+			s.log.Error("an idempotency record does not rebuild its answer", "status", rec.Status, "n", rec.Count)
+			writeProblem(w, http.StatusInternalServerError, "internal", "the kept answer of this Idempotency-Key does not read; the notifications' ids are those of the key (GET them)")
+			return
+		}
+		if loc != "" {
+			w.Header().Set("Location", loc)
+		}
+		writeJSON(w, rec.Status, v)
+		return
+	}
 	if rec.Location != "" {
 		w.Header().Set("Location", rec.Location)
 	}
