@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/config"
@@ -29,6 +31,8 @@ type Settings struct {
 	TokenKey        string        `env:"API_TOKEN_KEY" desc:"Required by sluice api and sluice tenant token. Key (≥ 32 bytes) of the HMAC-SHA256 that API tokens are stored under in Redis: Redis never holds a token, and a copy of Redis cannot be used to check guesses. Changing it revokes every token." secret:"true"`
 	AdminToken      string        `env:"API_ADMIN_TOKEN" desc:"Bearer token (≥ 32 characters) that may read every tenant's notifications and quotas and enqueue for the tenant a request names (?tenant=); empty: no admin access. Compared in constant time." secret:"true"`
 	Rate            string        `env:"API_RATE" envDefault:"50/1s" desc:"Requests per token, LIMIT/WINDOW, counted by Sluice's own limiter in Redis (exact across API replicas); past it: 429 with Retry-After."`
+	AuthFailures    string        `env:"API_AUTH_FAILURES" envDefault:"20/1m" desc:"Failed authentications per client address, LIMIT/WINDOW, /v1 bearer tokens and dashboard sign-ins together; past it the client gets 429 (problem auth-limited, Retry-After) without its credential being checked, until its oldest failure leaves the window. Only failures count, and only the client's own: a valid token from another address is never refused."`
+	ClientIPHeader  string        `env:"API_CLIENT_IP_HEADER" desc:"Header a trusted reverse proxy puts the client's address in (X-Forwarded-For: its last entry, the one the proxy appended; X-Real-IP), by which failed authentications are counted; empty: the peer address. Set it only when every request comes through that proxy: a client reaching the API directly could set the header itself."`
 	MaxBodyBytes    int64         `env:"API_MAX_BODY_BYTES" envDefault:"4194304" desc:"Largest request body in bytes (a batch holds at most 500 notifications); larger: 413."`
 	IdempotencyTTL  time.Duration `env:"API_IDEMPOTENCY_TTL" envDefault:"24h" desc:"How long the response to a request with an Idempotency-Key is kept and replayed to a retry with the same key and body (at least 24h)."`
 	ReadTimeout     time.Duration `env:"API_READ_TIMEOUT" envDefault:"30s" desc:"How long a client may take to send a whole request; an Idempotency-Key is held as in flight at most this long plus 30s."`
@@ -80,6 +84,14 @@ func (c Config) Validate() error {
 	if _, err := c.RateRule(); err != nil {
 		bad("RATE", "%v", err)
 	}
+	if r, err := throttle.ParseRule(c.AuthFailures); err != nil {
+		bad("AUTH_FAILURES", "%v", err)
+	} else if r.Limit < 1 {
+		bad("AUTH_FAILURES", "must allow at least 1 failure, got %q", c.AuthFailures)
+	}
+	if c.ClientIPHeader != "" && strings.ContainsAny(c.ClientIPHeader, " :\r\n") {
+		bad("CLIENT_IP_HEADER", "must be a header name, got %q", c.ClientIPHeader)
+	}
 	if c.MaxBodyBytes < 64<<10 || c.MaxBodyBytes > 256<<20 {
 		bad("MAX_BODY_BYTES", "must be between 65536 and 268435456, got %d", c.MaxBodyBytes)
 	}
@@ -105,6 +117,16 @@ func CheckTokenKey(key string) error {
 
 // RateRule is the per-token request rule of SLUICE_API_RATE.
 func (c Config) RateRule() (throttle.Rule, error) { return throttle.ParseRule(c.Rate) }
+
+// failures is the failed-authentication limit of the configuration (validated).
+func (c Config) failures(lim *throttle.Limiter) *failures {
+	r, _ := throttle.ParseRule(c.AuthFailures)
+	h := ""
+	if c.ClientIPHeader != "" {
+		h = http.CanonicalHeaderKey(c.ClientIPHeader)
+	}
+	return &failures{lim: lim, rule: r, header: h}
+}
 
 // lockTTL bounds how long an Idempotency-Key stays in flight after its
 // holder vanished: the time to send the body plus the time to enqueue.

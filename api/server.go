@@ -70,6 +70,7 @@ type Server struct {
 	delivery   *delivery.Store
 	tokens     *Tokens
 	idem       *idemStore
+	fail       *failures // failed authentications per client
 	rate       throttle.Rule
 	plans      *plans.Live
 	routes     []Route
@@ -106,6 +107,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		deps.Close()
 		return nil, err
 	}
+	s.fail = cfg.failures(s.lim)
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
@@ -268,6 +270,14 @@ func identityOf(r *http.Request) identity {
 // authenticate resolves the bearer token to a tenant (or the admin).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := s.fail.client(r)
+		if wait, locked, err := s.fail.locked(r.Context(), client); err != nil {
+			s.unavailable(w, r, err)
+			return
+		} else if locked {
+			s.authLimited(w, wait)
+			return
+		}
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		token = strings.TrimSpace(token)
 		if !strings.EqualFold(scheme, "Bearer") || token == "" {
@@ -281,6 +291,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		} else {
 			info, err := s.tokens.Lookup(r.Context(), token)
 			if errors.Is(err, ErrUnknownToken) {
+				if err := s.fail.failed(r.Context(), client); err != nil {
+					s.unavailable(w, r, err)
+					return
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
 				writeProblem(w, http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
 				return
@@ -317,6 +331,13 @@ func (s *Server) rateLimit(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authLimited answers a client past SLUICE_API_AUTH_FAILURES.
+func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
+	s.metrics.authLimited.Inc()
+	w.Header().Set("Retry-After", retryAfter(wait))
+	writeProblem(w, http.StatusTooManyRequests, "auth-limited", fmt.Sprintf("too many failed authentications from this address (%s); try again in %v", s.fail.rule, wait.Round(time.Second)))
 }
 
 // unavailable answers a request that Redis could not serve.
@@ -389,6 +410,7 @@ type metrics struct {
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
 	queueFull   prometheus.Counter
+	authLimited prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -419,6 +441,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "sluice_api_queue_full_total",
 		Help: "Requests refused with 429 queue-full: the tenant is at its cap of queued notifications or bytes (SLUICE_TENANT_MAX_QUEUED*).",
 	})
-	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.queueFull)
+	m.authLimited = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_api_auth_limited_total",
+		Help: "Requests refused with 429 auth-limited: their client failed authentication more than SLUICE_API_AUTH_FAILURES.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.queueFull, m.authLimited)
 	return m
 }

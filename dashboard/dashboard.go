@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/throttle"
 )
 
 //go:embed templates/*.tmpl static/*
@@ -35,8 +33,6 @@ const (
 	uiStreamMax    = 10 * time.Minute // a stream ends then; EventSource reconnects
 	uiMaxStreams   = 64               // live streams per server at once
 	uiMaxForm      = 8 << 10
-	// A browser may try this many logins per minute from one address.
-	uiLoginRate = 10
 )
 
 // uiCSP keeps every script, style and image to files this server serves.
@@ -258,12 +254,20 @@ func (u *Dashboard) current(w http.ResponseWriter, r *http.Request) (uiSession, 
 
 // stillValid: the admin token is unchanged (the session key covers it) and
 // a tenant token has not been revoked.
+// A session signed out (logout) is refused until it expires.
 func (u *Dashboard) stillValid(ctx context.Context, s uiSession) (bool, error) {
 	ok, err := u.b.Auth.Valid(ctx, s.Tenant, s.TokenID)
 	if err != nil {
 		return false, fmt.Errorf("dashboard: session: %w", err)
 	}
-	return ok, nil
+	if !ok {
+		return false, nil
+	}
+	ended, err := u.b.Auth.Ended(ctx, s.Nonce)
+	if err != nil {
+		return false, fmt.Errorf("dashboard: session: %w", err)
+	}
+	return !ended, nil
 }
 
 // tenant admits a tenant's pages to the admin and to that tenant only.
@@ -358,20 +362,19 @@ func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := nextPath(r.PostForm.Get("next"))
 	token := strings.TrimSpace(r.PostForm.Get("token"))
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	d, err := u.b.Limiter.Allow(r.Context(), "ui-login/"+host, tasks.NewID(),
-		throttle.Limit{Scope: "ui:login", Rule: throttle.Rule{Limit: uiLoginRate, Window: time.Minute}})
+	// Failed sign-ins are limited per client (SLUICE_API_AUTH_FAILURES,
+	// with /v1's): a client past it is refused before its token is
+	// checked; only its own failures count against it.
+	client := u.b.Auth.Client(r)
+	wait, locked, err := u.b.Auth.Locked(r.Context(), client)
 	if err != nil {
 		u.b.Log.Error("redis trouble; login refused", "err", err)
 		u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
 		return
 	}
-	if !d.Allowed {
-		w.Header().Set("Retry-After", fmt.Sprint(max(1, int(d.RetryAfter.Seconds()+0.999))))
-		u.render(w, r, http.StatusTooManyRequests, "login", uiLogin{Next: next, Error: "Too many sign-in attempts from this address; wait a minute."})
+	if locked {
+		w.Header().Set("Retry-After", fmt.Sprint(max(1, int(wait.Seconds()+0.999))))
+		u.render(w, r, http.StatusTooManyRequests, "login", uiLogin{Next: next, Error: "Too many failed sign-ins from this address; wait a minute."})
 		return
 	}
 	if token == "" {
@@ -385,6 +388,9 @@ func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
+		if err := u.b.Auth.Failed(r.Context(), client); err != nil {
+			u.b.Log.Error("redis trouble; failed sign-in not counted", "err", err)
+		}
 		u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "That token is unknown or revoked."})
 		return
 	}
@@ -401,7 +407,15 @@ func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends the session server-side too: its cookie, replayed, is
+// refused until it would have expired.
 func (u *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	if err := u.b.Auth.EndSession(r.Context(), s.Nonce, time.Unix(s.Expires, 0)); err != nil {
+		u.b.Log.Error("redis trouble; sign-out not recorded", "err", err)
+		u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; you are still signed in. Try again.")
+		return
+	}
 	u.setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
