@@ -33,6 +33,8 @@ type Settings struct {
 	Rate            string        `env:"API_RATE" envDefault:"50/1s" desc:"Requests per token, LIMIT/WINDOW, counted by Sluice's own limiter in Redis (exact across API replicas); past it: 429 with Retry-After."`
 	AuthFailures    string        `env:"API_AUTH_FAILURES" envDefault:"20/1m" desc:"Failed authentications per client address, LIMIT/WINDOW, /v1 bearer tokens and dashboard sign-ins together; past it the client gets 429 (problem auth-limited, Retry-After) without its credential being checked, until its oldest failure leaves the window. Only failures count, and only the client's own: a valid token from another address is never refused."`
 	ClientIPHeader  string        `env:"API_CLIENT_IP_HEADER" desc:"Header a trusted reverse proxy puts the client's address in (X-Forwarded-For: its last entry, the one the proxy appended; X-Real-IP), by which failed authentications are counted; empty: the peer address. Set it only when every request comes through that proxy: a client reaching the API directly could set the header itself."`
+	MaxConns        int           `env:"API_MAX_CONNS" envDefault:"1024" desc:"Most client connections the API holds open at once (keep-alive and streams included); more wait in the listen backlog until one closes. Each costs a goroutine, a file descriptor and up to MAX_HEADER_BYTES of buffer; keep it under the process's open-file limit."`
+	MaxHeaderBytes  int           `env:"API_MAX_HEADER_BYTES" envDefault:"32768" desc:"Largest request head (request line and headers) in bytes; larger: 431. 4096-1048576."`
 	MaxBodyBytes    int64         `env:"API_MAX_BODY_BYTES" envDefault:"4194304" desc:"Largest request body in bytes (a batch holds at most 500 notifications); larger: 413."`
 	IdempotencyTTL  time.Duration `env:"API_IDEMPOTENCY_TTL" envDefault:"24h" desc:"How long the response to a request with an Idempotency-Key is kept and replayed to a retry with the same key and body (at least 24h)."`
 	ReadTimeout     time.Duration `env:"API_READ_TIMEOUT" envDefault:"30s" desc:"How long a client may take to send a whole request; an Idempotency-Key is held as in flight at most this long plus 30s."`
@@ -91,6 +93,12 @@ func (c Config) Validate() error {
 	}
 	if c.ClientIPHeader != "" && strings.ContainsAny(c.ClientIPHeader, " :\r\n") {
 		bad("CLIENT_IP_HEADER", "must be a header name, got %q", c.ClientIPHeader)
+	}
+	if c.MaxConns < 16 || c.MaxConns > 1<<20 {
+		bad("MAX_CONNS", "must be between 16 and 1048576, got %d", c.MaxConns)
+	}
+	if c.MaxHeaderBytes < 4096 || c.MaxHeaderBytes > 1<<20 {
+		bad("MAX_HEADER_BYTES", "must be between 4096 and 1048576, got %d", c.MaxHeaderBytes)
 	}
 	if c.MaxBodyBytes < 64<<10 || c.MaxBodyBytes > 256<<20 {
 		bad("MAX_BODY_BYTES", "must be between 65536 and 268435456, got %d", c.MaxBodyBytes)

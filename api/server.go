@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
@@ -219,8 +220,10 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, config.EnvPrefix, err)
 		}
 	}
+	ln = netutil.LimitListener(ln, s.cfg.MaxConns) // SLUICE_API_MAX_CONNS
 	srv := &http.Server{
 		Handler:           s.Handler(),
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.ReadTimeout + time.Minute,
@@ -270,6 +273,9 @@ func identityOf(r *http.Request) identity {
 // authenticate resolves the bearer token to a tenant (or the admin).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Refusals are answered without reading the body, and the
+		// connection closed: an unauthenticated upload holds nothing.
+		w.Header().Set("Connection", "close")
 		client := s.fail.client(r)
 		if wait, locked, err := s.fail.locked(r.Context(), client); err != nil {
 			s.unavailable(w, r, err)
@@ -305,6 +311,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			}
 			id = identity{Tenant: info.Tenant, TokenID: info.ID}
 		}
+		w.Header().Del("Connection") // authenticated: keep-alive as usual
 		if rec, ok := w.(*recorder); ok {
 			rec.id = id
 		}
