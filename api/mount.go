@@ -33,7 +33,7 @@ func (s *Server) Stopping() bool { return s.stopping.Load() }
 // Auth returns the server's token checks, for routes that sign people in
 // with API tokens (the dashboard).
 func (s *Server) Auth() *Auth {
-	return &Auth{tokens: s.tokens, admin: s.cfg.AdminToken, key: s.cfg.TokenKey, fail: s.fail, rdb: s.rdb}
+	return &Auth{tokens: s.tokens, admin: s.cfg.AdminToken, key: s.cfg.TokenKey, fail: s.fail, rdb: s.rdb, rate: s.tokenRate}
 }
 
 // Auth checks bearer tokens as the API does: the admin token
@@ -46,6 +46,13 @@ type Auth struct {
 	key    string
 	fail   *failures
 	rdb    redis.UniversalClient
+	rate   func(ctx context.Context, tokenID string) (time.Duration, bool, error)
+}
+
+// Allow counts one request of tokenID against SLUICE_API_RATE, the budget
+// its API requests share: ok is false past it, with the wait.
+func (a *Auth) Allow(ctx context.Context, tokenID string) (wait time.Duration, ok bool, err error) {
+	return a.rate(ctx, tokenID)
 }
 
 // AdminTokenID is the token id the admin token is logged and signed in as.

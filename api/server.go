@@ -324,16 +324,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 func (s *Server) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := identityOf(r)
-		d, err := s.lim.Allow(r.Context(), "api/"+id.TokenID, tasks.NewID(), throttle.Limit{Scope: "api:requests", Rule: s.rate})
+		wait, ok, err := s.tokenRate(r.Context(), id.TokenID)
 		if err != nil {
 			s.unavailable(w, r, err)
 			return
 		}
-		if !d.Allowed {
-			s.metrics.rateLimited.Inc()
-			secs := int((d.RetryAfter + time.Second - 1) / time.Second)
+		if !ok {
+			secs := int((wait + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, secs)))
-			writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may make %s requests; try again in %v", s.rate, d.RetryAfter.Round(time.Millisecond)))
+			writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may make %s requests; try again in %v", s.rate, wait.Round(time.Millisecond)))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -345,6 +344,19 @@ func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
 	s.metrics.authLimited.Inc()
 	w.Header().Set("Retry-After", retryAfter(wait))
 	writeProblem(w, http.StatusTooManyRequests, "auth-limited", fmt.Sprintf("too many failed authentications from this address (%s); try again in %v", s.fail.rule, wait.Round(time.Second)))
+}
+
+// tokenRate counts one request of tokenID against SLUICE_API_RATE (the
+// API's and the dashboard's requests share it).
+func (s *Server) tokenRate(ctx context.Context, tokenID string) (time.Duration, bool, error) {
+	d, err := s.lim.Allow(ctx, "api/"+tokenID, tasks.NewID(), throttle.Limit{Scope: "api:requests", Rule: s.rate})
+	if err != nil {
+		return 0, false, err
+	}
+	if !d.Allowed {
+		s.metrics.rateLimited.Inc()
+	}
+	return d.RetryAfter, d.Allowed, nil
 }
 
 // unavailable answers a request that Redis could not serve.

@@ -90,6 +90,9 @@ type Auth interface {
 	EndSession(ctx context.Context, nonce string, expires time.Time) error
 	// Ended reports whether the session named by nonce was signed out.
 	Ended(ctx context.Context, nonce string) (bool, error)
+	// Allow counts one request of tokenID against the per-token rate the
+	// API's requests count against too; ok is false past it.
+	Allow(ctx context.Context, tokenID string) (wait time.Duration, ok bool, err error)
 }
 
 // Mounter is the server the dashboard's routes are mounted on (*api.Server

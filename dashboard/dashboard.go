@@ -32,6 +32,9 @@ const (
 	uiLiveInterval = time.Second
 	uiStreamMax    = 10 * time.Minute // a stream ends then; EventSource reconnects
 	uiMaxStreams   = 64               // live streams per server at once
+	uiAdminStreams = 8                // of which only the admin may take
+	uiTenantStream = 8                // live streams of one tenant's sessions at once
+	uiSessionStrm  = 2                // live streams of one session at once
 	uiMaxForm      = 8 << 10
 )
 
@@ -73,7 +76,7 @@ type Dashboard struct {
 	planner plans.Planner // the worker's: zones, send slack, deadlines
 	key     []byte        // signs sessions and CSRF tokens
 	cop     *http.CrossOriginProtection
-	streams chan struct{}
+	streams *streamSlots
 }
 
 // New builds the dashboard on b; Mount puts its routes on a server.
@@ -86,7 +89,7 @@ func New(b Backend) (*Dashboard, error) {
 	}
 	// The session key follows the token key and the admin token: changing
 	// either signs every browser out.
-	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: make(chan struct{}, uiMaxStreams)}
+	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: newStreamSlots()}
 	u.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusForbidden, "This form was sent from another site; nothing was done.")
 	}))
@@ -219,6 +222,18 @@ func (u *Dashboard) session(next http.HandlerFunc) http.HandlerFunc {
 		}
 		if log, ok := w.(interface{ SetIdentity(tenant, tokenID string) }); ok {
 			log.SetIdentity(s.Tenant, s.TokenID) // the access log names the token
+		}
+		// The token's request budget (SLUICE_API_RATE), shared with the API.
+		wait, allowed, err := u.b.Auth.Allow(r.Context(), s.TokenID)
+		if err != nil {
+			u.b.Log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
+			u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; try again.")
+			return
+		}
+		if !allowed {
+			w.Header().Set("Retry-After", fmt.Sprint(max(1, int(wait.Seconds()+0.999))))
+			u.fail(w, r, http.StatusTooManyRequests, "Too many requests for this token; wait a moment and reload.")
+			return
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), uiSessionKey{}, s)))
 	}
