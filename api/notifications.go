@@ -151,6 +151,15 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", detail, invalid...)
 		return
 	}
+	// The token's notification rate: a batch counts each notification.
+	if wait, ok, err := s.notificationRate(r.Context(), id.TokenID, len(ns)); err != nil {
+		s.unavailable(w, r, err)
+		return
+	} else if !ok {
+		w.Header().Set("Retry-After", retryAfter(wait))
+		writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may enqueue %s notifications; these %d fit in %v; nothing was enqueued", s.notifRate, len(ns), wait.Round(time.Millisecond)))
+		return
+	}
 	// The request is whole: enqueue it even if the client goes away meanwhile.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
 	defer cancel()

@@ -73,6 +73,7 @@ type Server struct {
 	idem       *idemStore
 	fail       *failures // failed authentications per client
 	rate       throttle.Rule
+	notifRate  throttle.Rule // SLUICE_API_NOTIFICATION_RATE
 	plans      *plans.Live
 	routes     []Route
 	metrics    *metrics
@@ -109,6 +110,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.fail = cfg.failures(s.lim)
+	s.notifRate, _ = cfg.NotificationRule()
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)

@@ -53,7 +53,7 @@ func TestTenantQueuedCap(t *testing.T) {
 	// A notification as the API stores it (an id, enqueued_at) counts
 	// about 1,490 B: the byte cap lets the count cap bind first.
 	capBytes := int64(capN) * 1500
-	a := e.startAPI(map[string]string{"SLUICE_API_RATE": "1000/1s",
+	a := e.startAPI(map[string]string{"SLUICE_API_RATE": "1000/1s", "SLUICE_API_NOTIFICATION_RATE": "100000/1s",
 		"SLUICE_TENANT_MAX_QUEUED": strconv.Itoa(capN), "SLUICE_TENANT_MAX_QUEUED_BYTES": strconv.FormatInt(capBytes, 10)}, "acme", "globex")
 	acme, globex := a.tokens["acme"], a.tokens["globex"]
 	before := usedMemory(t, e)
