@@ -148,6 +148,10 @@ func (s *Server) Handler() http.Handler {
 	api("POST /v1/notifications", s.createNotifications)
 	api("GET /v1/notifications/{id}", s.getNotification)
 	api("GET /v1/quotas", s.getQuotas)
+	api("GET /v1/suppressions/{channel}/{recipient}", s.getSuppression)
+	api("POST /v1/suppressions/{channel}/{recipient}", s.postSuppression)
+	api("DELETE /v1/suppressions/{channel}/{recipient}", s.deleteSuppression)
+	api("POST /v1/events/{channel}", s.postEvents)
 	// Routes mounted beside the API's (a provider's callbacks are signed by
 	// the provider instead of carrying a token, nor a token's rate).
 	for _, rt := range s.routes {
@@ -164,8 +168,12 @@ func (s *Server) Handler() http.Handler {
 			allow = "POST"
 		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
 			allow = "GET, HEAD"
-		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1:
+		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1,
+			strings.HasPrefix(p, "/v1/events/") && !strings.Contains(p[len("/v1/events/"):], "/"),
+			strings.HasPrefix(p, "/v1/inbound/sms/") && !strings.Contains(p[len("/v1/inbound/sms/"):], "/"):
 			allow = "POST"
+		case strings.HasPrefix(p, "/v1/suppressions/") && strings.Count(p[len("/v1/suppressions/"):], "/") == 1:
+			allow = "GET, HEAD, POST, DELETE"
 		}
 		if allow != "" {
 			w.Header().Set("Allow", allow)

@@ -434,6 +434,30 @@ func (s *Store) MigrateDelivery(ctx context.Context) (int, error) {
 	return int(moved.Load()), nil
 }
 
+// MigrateDeliveryOnce runs MigrateDelivery unless a completed run is
+// recorded in Redis, and records a completed one: what workers call at
+// start (nothing writes the old lists any more, so one pass empties them;
+// `sluice suppression migrate` runs it again at will). ran is false when
+// an earlier run had completed.
+func (s *Store) MigrateDeliveryOnce(ctx context.Context) (moved int, ran bool, err error) {
+	marker := s.lim.SubjectKey("sluice", "migrated:", "delivery-suppressions")
+	n, err := s.rdb.Exists(ctx, marker).Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("consent: migrate: %w", err)
+	}
+	if n == 1 {
+		return 0, false, nil
+	}
+	moved, err = s.MigrateDelivery(ctx)
+	if err != nil {
+		return moved, true, err
+	}
+	if err := s.rdb.Set(ctx, marker, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+		return moved, true, fmt.Errorf("consent: migrate: record the run: %w", err)
+	}
+	return moved, true, nil
+}
+
 // migrateKey moves one old key (through the store's client, which routes
 // by the key's slot); false when it was gone or is not one.
 func (s *Store) migrateKey(ctx context.Context, old string, ch tasks.Channel) (bool, error) {

@@ -449,6 +449,23 @@ func checkHeader(field, s string, max int) error {
 	return nil
 }
 
+// CheckRecipient reports whether to is a recipient of channel ch as a
+// notification's To must be: an E.164 number (after NormalizePhone) for
+// SMS, a bare address for email. The error wraps ErrInvalid.
+func CheckRecipient(ch Channel, to string) error {
+	switch ch {
+	case SMS:
+		if !IsE164(NormalizePhone(to)) {
+			return invalid("to", "is not an E.164 number like +14155550100")
+		}
+		return nil
+	case Email:
+		return checkAddress("to", NormalizeEmail(to))
+	}
+	_, err := ch.TaskType()
+	return err
+}
+
 func checkAddress(field, s string) error {
 	if err := checkHeader(field, s, MaxEmailLen); err != nil {
 		return err

@@ -233,6 +233,13 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			case err != nil:
 				return nil, err
 			}
+			if cc := c.opts.Consent; cc != nil {
+				// An opt-out recorded during the wait holds from the moment
+				// it is recorded: read it again before the send.
+				if err := w.recheckConsent(ctx, *n, cc, d, c, log); err != nil {
+					return nil, err
+				}
+			}
 			if _, now := w.currentPlans(); now != version && round < 3 {
 				// The plans changed while this send waited: a change holds
 				// from the moment it is applied, so place it again under it.

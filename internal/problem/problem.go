@@ -84,6 +84,8 @@ var Titles = map[string]string{
 	"method-not-allowed":    "Method not allowed",
 	"invalid-request":       "The request is malformed",
 	"invalid-notification":  "The request holds invalid notifications",
+	"invalid-event":         "The request holds consent events that cannot be recorded",
+	"unreadable":            "A stored record this version cannot read",
 	"unsupported-media":     "Unsupported Content-Type",
 	"too-large":             "Request body too large",
 	"idempotency-mismatch":  "Idempotency-Key reused with another request",
