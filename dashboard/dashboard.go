@@ -336,7 +336,29 @@ func (u *Dashboard) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
 
 func (u *Dashboard) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: value, Path: "/ui", MaxAge: maxAge,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: r.TLS != nil || forwardedHTTPS(r), SameSite: http.SameSiteStrictMode})
+}
+
+// forwardedHTTPS reports a request a TLS-terminating proxy forwarded
+// (X-Forwarded-Proto: https, or Forwarded: proto=https): its cookie is
+// Secure too. A client that sends the header itself only makes its own
+// cookie stricter.
+func forwardedHTTPS(r *http.Request) bool {
+	for _, v := range r.Header.Values("X-Forwarded-Proto") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "https") {
+				return true
+			}
+		}
+	}
+	for _, v := range r.Header.Values("Forwarded") {
+		for _, el := range strings.FieldsFunc(v, func(c rune) bool { return c == ',' || c == ';' }) {
+			if k, val, ok := strings.Cut(strings.TrimSpace(el), "="); ok && strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(val, `"`), "https") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (u *Dashboard) clearCookie(w http.ResponseWriter, r *http.Request) {

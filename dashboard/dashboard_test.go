@@ -256,6 +256,31 @@ func parseSetCookie(t *testing.T, h string) *http.Cookie {
 	return c
 }
 
+// Behind a TLS-terminating proxy (X-Forwarded-Proto: https, or
+// Forwarded: proto=https) the session cookie is Secure too; plain HTTP
+// without either, not.
+func TestUISecureCookieBehindAProxy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	for _, tc := range []struct {
+		header, value string
+		secure        bool
+	}{{"X-Forwarded-Proto", "https", true}, {"Forwarded", `for=203.0.113.7;proto=https`, true}, {"X-Forwarded-Proto", "http", false}, {"", "", false}} {
+		br := newBrowser(t, b.http.URL)
+		var hs []string
+		if tc.header != "" {
+			hs = []string{tc.header, tc.value}
+		}
+		p := br.do("POST", "/ui/login", url.Values{"token": {b.tokens["acme"]}}, hs...)
+		if p.status != http.StatusSeeOther {
+			t.Fatalf("%s: %v: login %d", tc.header, tc.value, p.status)
+		}
+		if c := parseSetCookie(t, p.header.Get("Set-Cookie")); c.Secure != tc.secure {
+			t.Errorf("%s: %s: cookie Secure=%v, want %v", tc.header, tc.value, c.Secure, tc.secure)
+		}
+	}
+}
+
 // A tenant's sign-in sees its own tenant only: every route of another
 // tenant answers 403 with nothing of it in the answer, and its own pages
 // name no other tenant.

@@ -34,7 +34,8 @@
 // A sign-in is checked once and kept as a signed cookie (HMAC-SHA256 under
 // a key derived from SLUICE_API_TOKEN_KEY and the admin token: changing
 // either signs every browser out), HttpOnly, SameSite=Strict, Secure over
-// TLS, valid 12 hours; a revoked token ends its sessions at the next
+// TLS and behind a proxy that says it took https (X-Forwarded-Proto,
+// Forwarded), valid 12 hours; a revoked token ends its sessions at the next
 // request, and signing out ends the session server-side (Auth.EndSession:
 // the cookie, replayed, is refused until it would expire). The cookie
 // never holds the token. Failed sign-ins are limited per client address
