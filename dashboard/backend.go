@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -82,6 +83,20 @@ type Auth interface {
 	// SessionKey is a key for purpose that changes whenever a token
 	// secret does (the token key, the admin token), signing every browser out.
 	SessionKey(purpose string) []byte
+	// Client is the address failed sign-ins of r are counted by (the
+	// peer, or a trusted proxy's header).
+	Client(r *http.Request) string
+	// Locked reports whether client failed too often, and for how long more.
+	Locked(ctx context.Context, client string) (wait time.Duration, locked bool, err error)
+	// Failed counts one failed sign-in of client.
+	Failed(ctx context.Context, client string) error
+	// EndSession signs out the session named by nonce until expires.
+	EndSession(ctx context.Context, nonce string, expires time.Time) error
+	// Ended reports whether the session named by nonce was signed out.
+	Ended(ctx context.Context, nonce string) (bool, error)
+	// Allow counts one request of tokenID against the per-token rate the
+	// API's requests count against too; ok is false past it.
+	Allow(ctx context.Context, tokenID string) (wait time.Duration, ok bool, err error)
 }
 
 // Mounter is the server the dashboard's routes are mounted on (*api.Server

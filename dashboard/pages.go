@@ -457,14 +457,13 @@ type uiEvent struct {
 // browser leaves, the server stops, the session ends, or uiStreamMax passes
 // (EventSource then reconnects by itself).
 func (u *Dashboard) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, int) ([]uiEvent, error)) {
-	select {
-	case u.streams <- struct{}{}:
-		defer func() { <-u.streams }()
-	default:
+	release, status, why := u.streams.take(sessionOf(r))
+	if release == nil {
 		w.Header().Set("Retry-After", "10")
-		http.Error(w, "too many live streams; the page still works, reload it for fresh figures", http.StatusServiceUnavailable)
+		http.Error(w, why+"; the page still works, reload it for fresh figures", status)
 		return
 	}
+	defer release()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")

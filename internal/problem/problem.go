@@ -91,6 +91,8 @@ var Titles = map[string]string{
 	"idempotency-mismatch":  "Idempotency-Key reused with another request",
 	"idempotency-in-flight": "A request with this Idempotency-Key is still being processed",
 	"rate-limited":          "Too many requests for this token",
+	"queue-full":            "The tenant's queued work is at its cap",
+	"auth-limited":          "Too many failed authentications from this client",
 	"no-rules":              "No quota rules apply",
 	"tenant-required":       "An admin token must name the tenant",
 	"unavailable":           "Redis cannot be reached; nothing was done",
