@@ -228,11 +228,10 @@ local function search(keys, limits, wps, c, closed)
   return c, rule, counts
 end
 
--- add puts member at c in every key (unless added already), with TTLs that cover it (never
--- shortened).
-local function add(keys, wps, counts, c, m, added)
+-- add puts member at c in every key, with TTLs that cover it (never shortened).
+local function add(keys, wps, counts, c, m)
   for i = 1, #keys do
-    if not added then redis.call('ZADD', keys[i], fmt(c), m) end
+    redis.call('ZADD', keys[i], fmt(c), m)
     local ttl = c - now + wps[i] + 1
     if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
       redis.call('PEXPIRE', keys[i], ttl, 'GT')
@@ -333,27 +332,18 @@ local function reserve(k0, a0)
       kx = kx + 1
     end
     if lastttl > 0 then lastkey = KEYS[kx] end
-  end
-  -- Without a state key a member already in a window is a duplicate. An admission finds out
-  -- from its ZADD NX (and takes back what it added); every other answer looks first.
-  local function duplicate()
-    if skey then return false end
+  else
     for i = 1, n do
-      if redis.call('ZSCORE', keys[i], m) then return true end
+      if redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
     end
-    return false
   end
-  local dup = {DUPLICATE, 0, -1, 0, 1, now}
 
   c = unclosed(c, closed)
   if not held then
     for i = 1, n do
       if drops[i] then
         local x = earliest(keys[i], limits[i], wps[i], c)
-        if x ~= c then
-          if duplicate() then return dup end
-          return {DROPPED, i, -1, 0, attempt, c}
-        end
+        if x ~= c then return {DROPPED, i, -1, 0, attempt, c} end
       end
     end
   end
@@ -362,7 +352,6 @@ local function reserve(k0, a0)
   c, rule, counts = search(keys, limits, wps, c, closed)
   local wait = math.max(c - now, 0)
   if deadline and c > deadline then
-    if duplicate() then return dup end
     if held then redis.call('DEL', skey) end
     return {EXPIRED, rule, wait, 0, attempt, c}
   end
@@ -373,22 +362,11 @@ local function reserve(k0, a0)
   end
   remaining = math.max(remaining, 0)
   local admit = wait <= horizon
-  if not admit and duplicate() then return dup end
   if not admit and not book then
     if held then redis.call('DEL', skey) end
     return {DENIED, rule, wait, 0, attempt, c}
   end
-  if not skey then
-    for i = 1, n do
-      if redis.call('ZADD', keys[i], 'NX', fmt(c), m) == 0 then
-        for j = 1, i - 1 do redis.call('ZREM', keys[j], m) end
-        return dup
-      end
-    end
-    add(keys, wps, counts, c, m, true)
-  else
-    add(keys, wps, counts, c, m)
-  end
+  add(keys, wps, counts, c, m)
   if admit then
     if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     if lastkey then redis.call('SET', lastkey, category, 'PX', lastttl) end
