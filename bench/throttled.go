@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"strconv"
@@ -159,7 +160,7 @@ func (p *wakePool) take() (wakeID, bool) {
 	return p.ids[i], true
 }
 
-var errPoolDone = fmt.Errorf("pool used up")
+var errPoolDone = errors.New("pool used up")
 
 // tscenario is a peer with its setup (run on an emptied Redis, untimed).
 type tscenario struct {
@@ -205,7 +206,6 @@ func runUntil(ctx context.Context, callers int, f op) (float64, int64) {
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(*dur)
 	start := time.Now()
-	var end atomic.Int64
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
 		go func() {
@@ -224,8 +224,7 @@ func runUntil(ctx context.Context, callers int, f op) (float64, int64) {
 		}()
 	}
 	wg.Wait()
-	end.Store(int64(time.Since(start)))
-	return float64(n.Load()) / time.Duration(end.Load()).Seconds(), n.Load()
+	return float64(n.Load()) / time.Since(start).Seconds(), n.Load()
 }
 
 func throttled(ctx context.Context, rdb *redis.Client) {

@@ -122,8 +122,12 @@ local function earliest(key, limit, wp, c)
   if tonumber(top[2]) <= c then
     -- Every entry from c - wp on lies in [c - wp, c]: each run of limit of them blocks c, the
     -- last run ends at the limit-th newest + wp.
-    local kth = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-    return tonumber(kth[2]) + wp + 1, limit - 1
+    -- Read with the entry after it: when that one is later, the limit - 1 entries after the
+    -- slot's span start are exactly those within wp of the slot (the third value says so, and
+    -- the caller need not count again).
+    if limit == 1 then return tonumber(top[2]) + wp + 1, 0, true end
+    local kth = redis.call('ZRANGE', key, -limit, -limit + 1, 'WITHSCORES')
+    return tonumber(kth[2]) + wp + 1, limit - 1, tonumber(kth[4]) > tonumber(kth[2])
   end
   local base = redis.call('ZCOUNT', key, '-inf', '(' .. fmt(c - wp)) -- the rank of the first entry >= c - wp
   local i, k = 0, 4
@@ -189,8 +193,9 @@ local function search(keys, limits, wps, c, closed)
   if n == 1 and #closed == 0 then
     -- One rule (the common check): the first pass settles unless it moves c, and a moved c
     -- needs one more look at the key (its count there).
-    local x, cnt = earliest(keys[1], limits[1], wps[1], c)
+    local x, cnt, exact = earliest(keys[1], limits[1], wps[1], c)
     if x == c then return c, 0, {cnt} end
+    if exact then return x, 1, {cnt} end
     if x ~= nil then
       local y, cnt2 = earliest(keys[1], limits[1], wps[1], x)
       if y == x then return x, 1, {cnt2} end
