@@ -45,6 +45,8 @@ type Callbacks struct {
 	lim                *throttle.Limiter
 	log                *slog.Logger
 	outcomes           *prometheus.CounterVec
+	badSignatures      prometheus.Counter
+	badSigLog          warnEvery
 }
 
 // NewCallbacks returns the route's handler; its metric
@@ -59,8 +61,16 @@ func NewCallbacks(s Settings, base config.Base, store *delivery.Store, cs *conse
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_delivery_outcomes_total",
 			Help: "Final delivery reports from SMS status callbacks, by channel, status (delivered, undelivered, failed) and code class (none, recipient, filtered, other); each notification's first final report only.",
-		}, []string{"channel", "status", "code_class"})}
+		}, []string{"channel", "status", "code_class"}),
+		badSignatures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_callback_bad_signatures_total",
+			Help: "SMS status callbacks refused because their X-Twilio-Signature does not match (logged at most once every 10 s).",
+		}),
+		badSigLog: warnEvery{interval: 10 * time.Second}}
 	if err := reg.Register(c.outcomes); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(c.badSignatures); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -109,7 +119,8 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !validSignature(s.authToken, s.callbackURL(r), params, sig) {
-		s.log.Warn("SMS status callback refused: its signature does not match", "route", r.Pattern)
+		s.badSignatures.Inc()
+		s.badSigLog.warn(s.log, "SMS status callback refused: its signature does not match", "route", r.Pattern)
 		problem.Write(w, http.StatusForbidden, "bad-signature",
 			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
 		return
