@@ -91,6 +91,13 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			w.leftQueue(ctx, t, n, err, log)
 			return err
 		}
+		if n.Channel == tasks.SMS {
+			// Whom it goes to (a keyed hash), before the provider can call
+			// back: a status callback marks only this number undeliverable.
+			if rerr := w.delivery.SentTo(ctx, n.Tenant, n.ID, n.To, w.cfg.DedupeTTL); rerr != nil {
+				log.Warn("could not record the SMS's recipient; a status callback will not mark it undeliverable", "err", rerr)
+			}
+		}
 		sendCtx, span := w.startSend(ctx, n, a.d)
 		err = w.dispatch(sendCtx, t, n, a, next, log)
 		endSend(span, err)

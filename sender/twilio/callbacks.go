@@ -160,7 +160,21 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cb.Status.Final() && (prev == nil || !prev.Status.Final()) {
 		outcome := cb.Status.Outcome()
 		s.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
+		sameTo := false
 		if outcome != "delivered" && s.codes[cb.ErrorCode] && cb.To != "" {
+			// One auth token signs every tenant's callbacks: mark only the
+			// number this notification was sent to.
+			same, known, err := s.delivery.WentTo(ctx, tenant, id, cb.To)
+			switch {
+			case err != nil:
+				log.Warn("could not read the SMS's recipient; not marking the number undeliverable", "err", err)
+			case !same:
+				log.Warn("status callback names another number than the notification's recipient (or none is recorded); not marking it undeliverable", "recorded", known)
+			default:
+				sameTo = true
+			}
+		}
+		if sameTo {
 			if _, err := s.consent.Record(ctx, tenant, tasks.SMS, cb.To, consent.Event{Action: consent.Undeliverable, Source: consent.SourceProvider,
 				Code: cb.ErrorCode, Until: time.Now().Add(s.suppressFor), Ref: cb.MessageSID}); err != nil {
 				log.Warn("could not mark the recipient undeliverable", "err", err)
