@@ -60,28 +60,29 @@ type Route struct {
 
 // Server is the HTTP ingest API: handlers are its methods.
 type Server struct {
-	cfg        Config
-	deps       *config.Deps
-	log        *slog.Logger
-	rdb        redis.UniversalClient
-	client     *asynq.Client
-	insp       *asynq.Inspector
-	keys       *tasks.Keyring
-	lim        *throttle.Limiter
-	delivery   *delivery.Store
-	tokens     *Tokens
-	idem       *idemStore
-	fail       *failures // failed authentications per client
-	rate       throttle.Rule
-	notifRate  throttle.Rule // SLUICE_API_NOTIFICATION_RATE
-	plans      *plans.Live
-	routes     []Route
-	metrics    *metrics
-	registry   *prometheus.Registry
-	listener   net.Listener
-	stopping   atomic.Bool
-	redisGuard atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
-	tracing    trace.TracerProvider
+	cfg         Config
+	deps        *config.Deps
+	log         *slog.Logger
+	rdb         redis.UniversalClient
+	client      *asynq.Client
+	insp        *asynq.Inspector
+	keys        *tasks.Keyring
+	lim         *throttle.Limiter
+	delivery    *delivery.Store
+	tokens      *Tokens
+	idem        *idemStore
+	fail        *failures // failed authentications per client
+	rate        throttle.Rule
+	notifRate   throttle.Rule      // SLUICE_API_NOTIFICATION_RATE
+	fromDomains config.FromDomains // SLUICE_EMAIL_FROM_DOMAINS
+	plans       *plans.Live
+	routes      []Route
+	metrics     *metrics
+	registry    *prometheus.Registry
+	listener    net.Listener
+	stopping    atomic.Bool
+	redisGuard  atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
+	tracing     trace.TracerProvider
 }
 
 // New builds the API server from its configuration (validated). It does
@@ -111,6 +112,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.fail = cfg.failures(s.lim)
 	s.notifRate, _ = cfg.NotificationRule()
+	s.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains)
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)

@@ -183,6 +183,11 @@ func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error 
 	if n.Channel != tasks.Email {
 		return nil
 	}
+	if n.From != "" && !w.fromDomains.Allows(n.Tenant, n.From, w.cfg.SMTPFrom) {
+		w.archived(*n, tasks.ReasonInvalid)
+		log.Warn("archiving an email From a domain its tenant may not send from (SLUICE_EMAIL_FROM_DOMAINS)")
+		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonInvalid, errors.New("from: not at a domain this tenant may send from (SLUICE_EMAIL_FROM_DOMAINS)")), asynq.SkipRetry)
+	}
 	n.ListUnsubscribe = c.Match.ListUnsubscribe(*n)
 	if c.Match.Hosted() {
 		ok, err := w.hostedUnsubscribe(n)
