@@ -440,7 +440,7 @@ type metrics struct {
 	enqueued    *prometheus.CounterVec
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
-	queueFull   prometheus.Counter
+	queueFull   *prometheus.CounterVec
 	authLimited prometheus.Counter
 }
 
@@ -468,10 +468,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused with 429 by the per-token rate limit.",
 		}),
 	}
-	m.queueFull = prometheus.NewCounter(prometheus.CounterOpts{
+	m.queueFull = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_api_queue_full_total",
-		Help: "Requests refused with 429 queue-full: the tenant is at its cap of queued notifications or bytes (SLUICE_TENANT_MAX_QUEUED*).",
-	})
+		Help: "Requests refused with 429 queue-full, by the cap that refused (notifications or bytes): the tenant is at its cap of queued work (SLUICE_TENANT_MAX_QUEUED*).",
+	}, []string{"cap"})
 	m.authLimited = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_api_auth_limited_total",
 		Help: "Requests refused with 429 auth-limited: their client failed authentication more than SLUICE_API_AUTH_FAILURES.",
