@@ -110,6 +110,9 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"SuppressionLedger", "GET", "/v1/suppressions/sms/+14155550170?tenant=acme", adminToken, "", nil, 200, true},
 		{"SuppressionOtherTenant", "GET", "/v1/suppressions/sms/+14155550170?tenant=acme", globex, "", nil, 403, true},
 		{"SuppressionBadRecipient", "GET", "/v1/suppressions/sms/not-a-number", acme, "", nil, 400, true},
+		{"SuppressionPut", "PUT", "/v1/suppressions/sms/+14155550170", acme, `{"type":"out"}`, nil, 200, true},
+		{"SuppressionBySubject", "GET", "/v1/suppressions/email/~{subject}", acme, "", nil, 200, true},
+		{"SuppressionBadSubject", "GET", "/v1/suppressions/email/~short", acme, "", nil, 400, true},
 		{"SuppressionLift", "DELETE", "/v1/suppressions/sms/+14155550170", acme, "", nil, 200, true},
 		{"Events", "POST", "/v1/events/email", acme, `{"events":[{"recipient":"bob@example.com","type":"bounce","code":550,"ref":"mx-1"},{"recipient":"cy@example.com","type":"complaint"},{"recipient":"di@example.com","type":"unsubscribe","category":"marketing"}]}`, nil, 200, true},
 		{"EventsOneBad", "POST", "/v1/events/email", acme, `{"events":[{"recipient":"bob@example.com","type":"bounce"},{"recipient":"nope","type":"complaint"}]}`, nil, 422, true},
@@ -137,7 +140,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		}}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			path := strings.ReplaceAll(strings.ReplaceAll(s.path, "{queued}", queuedID), "{unsub}", unsub)
+			path := strings.NewReplacer("{queued}", queuedID, "{unsub}", unsub, "{subject}", subject).Replace(s.path)
 			newReq := func(base string) *http.Request {
 				var body io.Reader
 				if s.body != "" {

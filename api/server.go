@@ -152,6 +152,7 @@ func (s *Server) Handler() http.Handler {
 	api("GET /v1/quotas", s.getQuotas)
 	api("GET /v1/suppressions/{channel}/{recipient}", s.getSuppression)
 	api("POST /v1/suppressions/{channel}/{recipient}", s.postSuppression)
+	api("PUT /v1/suppressions/{channel}/{recipient}", s.postSuppression)
 	api("DELETE /v1/suppressions/{channel}/{recipient}", s.deleteSuppression)
 	api("POST /v1/events/{channel}", s.postEvents)
 	// Routes mounted beside the API's (a provider's callbacks are signed by
@@ -175,7 +176,7 @@ func (s *Server) Handler() http.Handler {
 			strings.HasPrefix(p, "/v1/inbound/sms/") && !strings.Contains(p[len("/v1/inbound/sms/"):], "/"):
 			allow = "POST"
 		case strings.HasPrefix(p, "/v1/suppressions/") && strings.Count(p[len("/v1/suppressions/"):], "/") == 1:
-			allow = "GET, HEAD, POST, DELETE"
+			allow = "GET, HEAD, POST, PUT, DELETE"
 		}
 		if allow != "" {
 			w.Header().Set("Allow", allow)

@@ -66,6 +66,7 @@ type suppressionJSON struct {
 	Tenant        string               `json:"tenant"`
 	Channel       tasks.Channel        `json:"channel"`
 	Recipient     string               `json:"recipient"`
+	Subject       string               `json:"subject"`
 	Suppressed    bool                 `json:"suppressed"`
 	Undeliverable *markJSON            `json:"undeliverable,omitempty"`
 	OptedOutAll   *markJSON            `json:"opted_out_all,omitempty"`
@@ -74,29 +75,81 @@ type suppressionJSON struct {
 	Ledger        []eventJSON          `json:"ledger"`
 }
 
+// target is the recipient of a /v1/suppressions/{channel}/{recipient}
+// request: by address or number, or by its keyed hash ("~" + the subject
+// an earlier answer gave), so that no recipient need be in a URL.
+type target struct {
+	tenant  string
+	ch      tasks.Channel
+	to      string // "" when known by subject only
+	subject string
+}
+
+func (tg target) masked() string {
+	if tg.to == "" {
+		return "~" + tg.subject
+	}
+	return tasks.Mask(tg.to)
+}
+
+func (s *Server) state(r *http.Request, tg target) (consent.State, error) {
+	if tg.to == "" {
+		return s.deps.Consent.StateHashed(r.Context(), tg.tenant, tg.ch, tg.subject)
+	}
+	return s.deps.Consent.State(r.Context(), tg.tenant, tg.ch, tg.to)
+}
+
+func (s *Server) ledgerOf(r *http.Request, tg target) ([]consent.Event, error) {
+	if tg.to == "" {
+		return s.deps.Consent.LedgerHashed(r.Context(), tg.tenant, tg.ch, tg.subject)
+	}
+	return s.deps.Consent.Ledger(r.Context(), tg.tenant, tg.ch, tg.to)
+}
+
+func (s *Server) record(r *http.Request, tg target, e consent.Event) (consent.Event, error) {
+	if tg.to == "" {
+		return s.deps.Consent.RecordHashed(r.Context(), tg.tenant, tg.ch, tg.subject, e)
+	}
+	return s.deps.Consent.Record(r.Context(), tg.tenant, tg.ch, tg.to, e)
+}
+
 // suppressionTarget reads the tenant, channel and recipient of a
 // /v1/suppressions/{channel}/{recipient} request.
-func (s *Server) suppressionTarget(w http.ResponseWriter, r *http.Request) (tenant string, ch tasks.Channel, to string, ok bool) {
-	tenant, ok = s.tenantOf(w, r, identityOf(r))
+func (s *Server) suppressionTarget(w http.ResponseWriter, r *http.Request) (target, bool) {
+	tenant, ok := s.tenantOf(w, r, identityOf(r))
 	if !ok {
-		return "", "", "", false
+		return target{}, false
 	}
-	ch, ok = channelOf(w, r)
+	ch, ok := channelOf(w, r)
 	if !ok {
-		return "", "", "", false
-	}
-	to = r.PathValue("recipient")
-	if err := tasks.CheckRecipient(ch, to); err != nil {
-		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad recipient", InvalidParam{Name: "recipient", Reason: recipientReason(ch)})
-		return "", "", "", false
+		return target{}, false
 	}
 	for name := range r.URL.Query() {
 		if name != "tenant" {
 			writeProblem(w, http.StatusBadRequest, "invalid-request", "bad query parameters", InvalidParam{Name: name, Reason: "is not a parameter here (tenant)"})
-			return "", "", "", false
+			return target{}, false
 		}
 	}
-	return tenant, ch, to, true
+	tg := target{tenant: tenant, ch: ch}
+	if p := r.PathValue("recipient"); strings.HasPrefix(p, "~") {
+		if tg.subject = p[1:]; !consent.ValidSubject(tg.subject) {
+			writeProblem(w, http.StatusBadRequest, "invalid-request", "bad recipient", InvalidParam{Name: "recipient", Reason: "~ is followed by the 22-character subject an answer gave"})
+			return target{}, false
+		}
+		return tg, true
+	}
+	tg.to = r.PathValue("recipient")
+	if err := tasks.CheckRecipient(ch, tg.to); err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad recipient", InvalidParam{Name: "recipient", Reason: recipientReason(ch)})
+		return target{}, false
+	}
+	sub, err := s.deps.Consent.Subject(tenant, ch, tg.to)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad recipient", InvalidParam{Name: "recipient", Reason: recipientReason(ch)})
+		return target{}, false
+	}
+	tg.subject = sub
+	return tg, true
 }
 
 func channelOf(w http.ResponseWriter, r *http.Request) (tasks.Channel, bool) {
@@ -117,21 +170,21 @@ func recipientReason(ch tasks.Channel) string {
 
 // getSuppression is GET /v1/suppressions/{channel}/{recipient}.
 func (s *Server) getSuppression(w http.ResponseWriter, r *http.Request) {
-	tenant, ch, to, ok := s.suppressionTarget(w, r)
+	tg, ok := s.suppressionTarget(w, r)
 	if !ok {
 		return
 	}
-	s.writeSuppression(w, r, http.StatusOK, tenant, ch, to)
+	s.writeSuppression(w, r, http.StatusOK, tg)
 }
 
-func (s *Server) writeSuppression(w http.ResponseWriter, r *http.Request, status int, tenant string, ch tasks.Channel, to string) {
-	st, err := s.deps.Consent.State(r.Context(), tenant, ch, to)
+func (s *Server) writeSuppression(w http.ResponseWriter, r *http.Request, status int, tg target) {
+	st, err := s.state(r, tg)
 	if err != nil && !errors.Is(err, consent.ErrUnreadable) {
 		s.unavailable(w, r, err)
 		return
 	}
 	unreadable := err != nil
-	ledger, err := s.deps.Consent.Ledger(r.Context(), tenant, ch, to)
+	ledger, err := s.ledgerOf(r, tg)
 	if err != nil && !errors.Is(err, consent.ErrUnreadable) {
 		s.unavailable(w, r, err)
 		return
@@ -140,7 +193,7 @@ func (s *Server) writeSuppression(w http.ResponseWriter, r *http.Request, status
 		writeProblem(w, http.StatusInternalServerError, "unreadable", "the recipient's suppressions cannot be read by this version; its sends are blocked (fail closed)")
 		return
 	}
-	out := suppressionJSON{Tenant: tenant, Channel: ch, Recipient: tasks.Mask(to), Suppressed: !st.Empty(),
+	out := suppressionJSON{Tenant: tg.tenant, Channel: tg.ch, Recipient: tg.masked(), Subject: tg.subject, Suppressed: !st.Empty(),
 		Undeliverable: markOf(st.Undeliverable), OptedOutAll: markOf(st.All),
 		OptedOut: map[string]*markJSON{}, OptedIn: map[string]*markJSON{}, Ledger: []eventJSON{}}
 	for c, m := range st.OptedOut {
@@ -268,7 +321,7 @@ func (s *Server) suppressFor(ch tasks.Channel) time.Duration {
 // one event (source api) and answers the recipient's suppressions as they
 // now stand.
 func (s *Server) postSuppression(w http.ResponseWriter, r *http.Request) {
-	tenant, ch, to, ok := s.suppressionTarget(w, r)
+	tg, ok := s.suppressionTarget(w, r)
 	if !ok {
 		return
 	}
@@ -280,34 +333,34 @@ func (s *Server) postSuppression(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, "invalid-event", "the recipient is the path's", bodyParam("recipient", "is not a field here: the path names the recipient", "/recipient"))
 		return
 	}
-	e, field, err := in.event(s.suppressFor(ch), time.Now())
+	e, field, err := in.event(s.suppressFor(tg.ch), time.Now())
 	if err != nil {
 		writeProblem(w, http.StatusUnprocessableEntity, "invalid-event", "the event cannot be recorded", bodyParam(field, err.Error(), "/"+field))
 		return
 	}
-	if _, err := s.deps.Consent.Record(r.Context(), tenant, ch, to, e); err != nil {
+	if _, err := s.record(r, tg, e); err != nil {
 		s.unavailable(w, r, err)
 		return
 	}
-	s.log.Info("suppression recorded", "tenant", tenant, "channel", ch, "action", e.Action, "source", e.Source, "scope", e.Scope.String())
-	s.writeSuppression(w, r, http.StatusOK, tenant, ch, to)
+	s.log.Info("suppression recorded", "tenant", tg.tenant, "channel", tg.ch, "action", e.Action, "source", e.Source, "scope", e.Scope.String())
+	s.writeSuppression(w, r, http.StatusOK, tg)
 }
 
 // deleteSuppression is DELETE /v1/suppressions/{channel}/{recipient}: an
 // opt-in of every category (source api), which lifts every mark,
 // undeliverable included; the ledger keeps what was.
 func (s *Server) deleteSuppression(w http.ResponseWriter, r *http.Request) {
-	tenant, ch, to, ok := s.suppressionTarget(w, r)
+	tg, ok := s.suppressionTarget(w, r)
 	if !ok {
 		return
 	}
 	e := consent.Event{Action: consent.OptIn, Source: consent.SourceAPI, Scope: consent.AllCategories()}
-	if _, err := s.deps.Consent.Record(r.Context(), tenant, ch, to, e); err != nil {
+	if _, err := s.record(r, tg, e); err != nil {
 		s.unavailable(w, r, err)
 		return
 	}
-	s.log.Info("suppressions lifted", "tenant", tenant, "channel", ch)
-	s.writeSuppression(w, r, http.StatusOK, tenant, ch, to)
+	s.log.Info("suppressions lifted", "tenant", tg.tenant, "channel", tg.ch)
+	s.writeSuppression(w, r, http.StatusOK, tg)
 }
 
 // postEvents is POST /v1/events/{channel}: {"events": [...]}, up to

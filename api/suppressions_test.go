@@ -13,6 +13,7 @@ import (
 
 type suppressionReply struct {
 	Recipient     string         `json:"recipient"`
+	Subject       string         `json:"subject"`
 	Suppressed    bool           `json:"suppressed"`
 	Undeliverable map[string]any `json:"undeliverable"`
 	OptedOutAll   map[string]any `json:"opted_out_all"`
@@ -52,6 +53,16 @@ func TestSuppressionsAPIRecordsWhatTheCheckReads(t *testing.T) {
 	}
 	if v, _ := store.Check(ctx, "globex", tasks.SMS, num, "marketing", false); v.Blocked() {
 		t.Fatal("acme's opt-out blocks globex")
+	}
+	// The same recipient by its keyed hash: no number in the URL.
+	var bySubject suppressionReply
+	if r := b.do(t, "GET", "/v1/suppressions/sms/~"+got.Subject, acme, nil); r.status != http.StatusOK {
+		t.Fatalf("by subject: %d %s", r.status, r.body)
+	} else if r.json(t, &bySubject); bySubject.OptedOut["marketing"] == nil || len(bySubject.Ledger) != 1 || strings.Contains(string(r.body), "5550180") {
+		t.Fatalf("by subject: %s", r.body)
+	}
+	if r := b.do(t, "GET", "/v1/suppressions/sms/~"+got.Subject, b.tokens["globex"], nil); r.status != http.StatusOK || strings.Contains(string(r.body), "marketing") {
+		t.Fatalf("globex with acme's subject: %d %s", r.status, r.body)
 	}
 	if r := b.do(t, "GET", "/v1/suppressions/sms/"+num+"?tenant=acme", b.tokens["globex"], nil); r.status != http.StatusForbidden {
 		t.Fatalf("globex reading acme's: %d", r.status)

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -52,6 +53,9 @@ type Backend struct {
 	// Stopping reports that the server is shutting down: live streams end.
 	// Nil: never.
 	Stopping func() bool
+	// Consent reads a recipient's suppressions and ledger for the
+	// recipient page; nil: the page says consent is not shown.
+	Consent *consent.Store
 }
 
 // Inspector is what the dashboard reads of Asynq: an *asynq.Inspector.
@@ -115,7 +119,7 @@ type Mounter interface {
 func NewBackend(base config.Base, deps *config.Deps, auth Auth, stopping func() bool) Backend {
 	return Backend{Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
 		PlanStore: plans.NewStore(deps.Redis, deps.Plans.Defaults()), Keys: deps.Keys,
-		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Queued: deps.Queued}
+		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent, Queued: deps.Queued}
 }
 
 func (b Backend) check() error {

@@ -630,13 +630,15 @@ func TestUIRecipientLookupNeverShowsOrLogsTheRecipient(t *testing.T) {
 	fill(t, b, "acme", "sms:recipient", "1/1m", "+14155550100", 1)
 	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "hi"))
 	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550111", "someone else"))
+	b.do(t, "POST", "/v1/suppressions/sms/+14155550100", b.tokens["acme"], map[string]any{"type": "out", "scope": "marketing", "ref": "req-7"})
 	br := newBrowser(t, hs.URL)
 	br.login(b.tokens["acme"], "/ui/tenants/acme")
 	csrf := br.csrf("/ui/tenants/acme")
 	p := br.do("POST", "/ui/tenants/acme/recipient", url.Values{"csrf": {csrf}, "recipient": {"+1 (415) 555-0100"}})
 	p.body = html.UnescapeString(p.body)
 	if p.status != 200 || !strings.Contains(p.body, "Recipient +1415***0100") || !strings.Contains(p.body, `data-window="sms:recipient:60000" data-used="1"`) ||
-		!strings.Contains(p.body, "1 queued") {
+		!strings.Contains(p.body, "1 queued") || !strings.Contains(p.body, `<li data-mark="opted out of marketing">`) ||
+		!regexp.MustCompile(`<tr data-event="out"><td>[^<]+</td><td>out</td><td>marketing</td><td>api</td><td></td><td></td><td>req-7</td></tr>`).MatchString(p.body) {
 		t.Fatalf("lookup: %d %s", p.status, p.body)
 	}
 	for _, clear := range []string{"14155550100", "415) 555", "5550100", "5550111"} {

@@ -9,7 +9,7 @@
 //	GET  /ui                          the admin's overview: every tenant's plan and tenant-wide windows, queue depths, what waits or was lost
 //	GET  /ui/tenants/{tenant}         a tenant: plan and recent changes, windows (live), a chart per channel, messages waiting by reason, denials, drops, expiries
 //	GET  /ui/tenants/{tenant}/chart.svg?channel=sms|email   the last hour's sends per minute and how the longest window filled, as SVG drawn here
-//	POST /ui/tenants/{tenant}/recipient  a recipient's windows, quiet hours and messages (posted: never in a URL or a log; shown masked)
+//	POST /ui/tenants/{tenant}/recipient  a recipient's windows, quiet hours and messages, its consent and ledger (posted: never in a URL or a log; shown masked)
 //	GET, POST /ui/tenants/{tenant}/reset  the admin resets one tenant-wide window, after a confirmation page
 //	GET  /ui/live, /ui/tenants/{tenant}/live  the live figures (text/event-stream)
 //	GET, POST /ui/login, POST /ui/logout

@@ -107,7 +107,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		return nil, err
 	}
 	deps, err := config.Open(cfg.Base, config.Options{Redis: opts.Redis, Logger: opts.Logger, Registry: opts.Registry,
-		Limiter: throttle.Options{WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout}})
+		Limiter: throttle.Options{WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout, DoneLinger: cfg.DoneLinger}})
 	if err != nil {
 		return nil, err
 	}
