@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +85,12 @@ func TestTenantQueuedCap(t *testing.T) {
 		if r.status != 429 || r.header.Get("Retry-After") == "" || p.Type != "urn:sluice:problem:queue-full" {
 			t.Fatalf("over the cap: %d Retry-After=%q %s", r.status, r.header.Get("Retry-After"), r.body)
 		}
+	}
+	// sluice enqueue is under the same cap.
+	cli := exec.Command(sluiceBin, "enqueue", "sms", "--tenant", "acme", "--to", "+14158888888", "--text", "from the CLI")
+	cli.Env = e.environ(map[string]string{"SLUICE_TENANT_MAX_QUEUED": strconv.Itoa(capN), "SLUICE_TENANT_MAX_QUEUED_BYTES": strconv.FormatInt(capBytes, 10)})
+	if out, err := cli.CombinedOutput(); err == nil || !strings.Contains(string(out), "do not fit") {
+		t.Fatalf("sluice enqueue over the cap: %v\n%s", err, out)
 	}
 	if qi, err := e.queueInfo(); err != nil || qi.Size != capN {
 		t.Fatalf("queued after the refusals: %+v %v, want exactly %d (nothing partial)", qi, err, capN)
