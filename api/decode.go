@@ -302,6 +302,9 @@ func fieldReason(err error) string {
 // the size of the payload it encodes to, which escaping can push past
 // tasks.MaxPayloadBytes. Pointers are relative to the notification.
 func (s *Server) checkPlan(d *decoded, n *tasks.Notification) []InvalidParam {
+	if n.Channel == tasks.Email && n.From != "" && !s.fromDomains.Allows(n.Tenant, n.From, s.cfg.SMTPFrom) {
+		return []InvalidParam{bodyParam("from", "is not at a domain this tenant may send from (SLUICE_EMAIL_FROM_DOMAINS)", d.pointer("from", ""))}
+	}
 	if n.Channel == tasks.Email {
 		m := s.policy().Match(n.Tenant, n.Channel, n.Category)
 		var fe *tasks.FieldError

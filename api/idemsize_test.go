@@ -39,6 +39,17 @@ func TestIdempotencyRecordSize(t *testing.T) {
 			t.Fatalf("replay differs: %d %v\n%.300s\nwant\n%.300s", again.status, again.header, again.body, first.body)
 		}
 	}
+	// Mixed states (one sent already when the answer was made) replay as answered.
+	mixed := map[string]any{"notifications": []any{sms("+14155550200", "a"), sms("+14155550201", "b")}}
+	markSent(t, b, "acme", api.NotificationID("acme", "mixed", 0))
+	m1 := b.do(t, "POST", "/v1/notifications", tok, mixed, "Idempotency-Key", "mixed")
+	m2 := b.do(t, "POST", "/v1/notifications", tok, mixed, "Idempotency-Key", "mixed")
+	var ma api.BatchAccepted
+	m1.json(t, &ma)
+	if m1.status != 202 || ma.Notifications[0].State != api.StateSent || ma.Notifications[1].State != api.StateQueued ||
+		m2.header.Get(api.HeaderReplayed) != "true" || string(m2.body) != string(m1.body) {
+		t.Fatalf("mixed states: %s, replayed %q %s", m1.body, m2.header.Get(api.HeaderReplayed), m2.body)
+	}
 	one := b.do(t, "POST", "/v1/notifications", tok, sms("+14155550999", "single"), "Idempotency-Key", "single")
 	re := b.do(t, "POST", "/v1/notifications", tok, sms("+14155550999", "single"), "Idempotency-Key", "single")
 	if one.status != 202 || re.status != 202 || string(re.body) != string(one.body) || re.header.Get("Location") != one.header.Get("Location") ||

@@ -166,7 +166,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 	out, err := s.enqueue(ctx, ns, hasKey)
 	var full *tasks.QueueFullError
 	if errors.As(err, &full) {
-		s.metrics.queueFull.Inc()
+		s.metrics.queueFull.WithLabelValues(full.Cap).Inc()
 		w.Header().Set("Retry-After", strconv.Itoa(int(QueueFullRetry/time.Second)))
 		writeProblem(w, http.StatusTooManyRequests, "queue-full", full.Error()+"; try again when some have been sent")
 		return

@@ -69,4 +69,6 @@ func (s *Server) notificationRate(ctx context.Context, tokenID string, n int) (t
 }
 
 // NotificationRule is the per-token notification rule of SLUICE_API_NOTIFICATION_RATE.
-func (c Config) NotificationRule() (throttle.Rule, error) { return throttle.ParseRule(c.NotificationRate) }
+func (c Config) NotificationRule() (throttle.Rule, error) {
+	return throttle.ParseRule(c.NotificationRate)
+}

@@ -60,28 +60,29 @@ type Route struct {
 
 // Server is the HTTP ingest API: handlers are its methods.
 type Server struct {
-	cfg        Config
-	deps       *config.Deps
-	log        *slog.Logger
-	rdb        redis.UniversalClient
-	client     *asynq.Client
-	insp       *asynq.Inspector
-	keys       *tasks.Keyring
-	lim        *throttle.Limiter
-	delivery   *delivery.Store
-	tokens     *Tokens
-	idem       *idemStore
-	fail       *failures // failed authentications per client
-	rate       throttle.Rule
-	notifRate  throttle.Rule // SLUICE_API_NOTIFICATION_RATE
-	plans      *plans.Live
-	routes     []Route
-	metrics    *metrics
-	registry   *prometheus.Registry
-	listener   net.Listener
-	stopping   atomic.Bool
-	redisGuard atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
-	tracing    trace.TracerProvider
+	cfg         Config
+	deps        *config.Deps
+	log         *slog.Logger
+	rdb         redis.UniversalClient
+	client      *asynq.Client
+	insp        *asynq.Inspector
+	keys        *tasks.Keyring
+	lim         *throttle.Limiter
+	delivery    *delivery.Store
+	tokens      *Tokens
+	idem        *idemStore
+	fail        *failures // failed authentications per client
+	rate        throttle.Rule
+	notifRate   throttle.Rule      // SLUICE_API_NOTIFICATION_RATE
+	fromDomains config.FromDomains // SLUICE_EMAIL_FROM_DOMAINS
+	plans       *plans.Live
+	routes      []Route
+	metrics     *metrics
+	registry    *prometheus.Registry
+	listener    net.Listener
+	stopping    atomic.Bool
+	redisGuard  atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
+	tracing     trace.TracerProvider
 }
 
 // New builds the API server from its configuration (validated). It does
@@ -111,6 +112,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.fail = cfg.failures(s.lim)
 	s.notifRate, _ = cfg.NotificationRule()
+	s.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains)
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
@@ -439,7 +441,7 @@ type metrics struct {
 	enqueued    *prometheus.CounterVec
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
-	queueFull   prometheus.Counter
+	queueFull   *prometheus.CounterVec
 	authLimited prometheus.Counter
 }
 
@@ -467,10 +469,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused with 429 by the per-token rate limit.",
 		}),
 	}
-	m.queueFull = prometheus.NewCounter(prometheus.CounterOpts{
+	m.queueFull = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_api_queue_full_total",
-		Help: "Requests refused with 429 queue-full: the tenant is at its cap of queued notifications or bytes (SLUICE_TENANT_MAX_QUEUED*).",
-	})
+		Help: "Requests refused with 429 queue-full, by the cap that refused (notifications or bytes): the tenant is at its cap of queued work (SLUICE_TENANT_MAX_QUEUED*).",
+	}, []string{"cap"})
 	m.authLimited = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_api_auth_limited_total",
 		Help: "Requests refused with 429 auth-limited: their client failed authentication more than SLUICE_API_AUTH_FAILURES.",

@@ -67,8 +67,10 @@ type Base struct {
 	ConsentMaxEvents int           `env:"CONSENT_MAX_EVENTS" envDefault:"1000" desc:"Most events kept in one recipient's consent ledger (the oldest go first), 1-100000."`
 	UnsubscribeURL   string        `env:"UNSUBSCRIBE_URL" desc:"Base URL of sluice api as recipients reach it (e.g. https://sluice.example.com), for the one-click unsubscribe links of email[.CATEGORY]:unsubscribe=hosted rules: /u/TOKEN is added to it. Required when a rule asks for hosted links; workers and the API need the same value."`
 
-	TenantMaxQueued      int64         `env:"TENANT_MAX_QUEUED" envDefault:"100000" desc:"Most notifications one tenant may have queued (waiting, scheduled, retrying) at once, counted at enqueue by the API, sluice enqueue and tasks.QueueQuota; past it the API answers 429 (problem queue-full, Retry-After) and nothing of the request is enqueued. About 1.4 KB of Redis each (a small SMS measured 1,435 B): the default holds ~145 MB per tenant. 0: no cap."`
-	TenantMaxQueuedBytes int64         `env:"TENANT_MAX_QUEUED_BYTES" envDefault:"268435456" desc:"Most bytes of queued notifications one tenant may hold in Redis (payload plus 1,300 B per task, measured), counted and refused like TENANT_MAX_QUEUED. Size the sum over tenants within Redis's maxmemory. 0: no cap."`
+	EmailFromDomains string `env:"EMAIL_FROM_DOMAINS" desc:"The domains each tenant may send email from (the From address, which DKIM signs): TENANT=DOMAIN[|DOMAIN...] entries, comma-separated, with * as TENANT for every tenant not named. Set, a tenant named by no entry (and no *) may use only SMTP_FROM's domain; the API refuses another From (422) and workers archive it unsent (reason invalid). Empty: any domain."`
+
+	TenantMaxQueued      int64         `env:"TENANT_MAX_QUEUED" envDefault:"100000" desc:"Most notifications one tenant may have queued (waiting, scheduled, retrying) at once, counted at enqueue by the API, sluice enqueue and tasks.QueueQuota; past it the API answers 429 (problem queue-full, Retry-After) and nothing of the request is enqueued. About 1.5 KB of Redis each (a small SMS measured 1,435-1,527 B): the default holds ~150 MB per tenant. 0: no cap."`
+	TenantMaxQueuedBytes int64         `env:"TENANT_MAX_QUEUED_BYTES" envDefault:"268435456" desc:"Most bytes of queued notifications one tenant may hold in Redis (payload plus 1,500 B per task, measured), counted and refused like TENANT_MAX_QUEUED. Size the sum over tenants within Redis's maxmemory. 0: no cap."`
 	TenantQueuedTTL      time.Duration `env:"TENANT_QUEUED_TTL" envDefault:"48h" desc:"Longest a queued notification counts against its tenant's caps (or until its expires_at): the bound on drift if a worker crashed before taking a sent or archived notification out of the count. 1m-720h."`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error."`
@@ -121,6 +123,9 @@ func (b Base) Validate(p *Problems) {
 	}
 	if b.SendSlack < 0 || b.SendSlack > time.Minute {
 		p.Add("SEND_SLACK", "must be between 0 and 1m, got %v", b.SendSlack)
+	}
+	if _, err := ParseFromDomains(b.EmailFromDomains); err != nil {
+		p.Add("EMAIL_FROM_DOMAINS", "%v", err)
 	}
 	if b.TenantMaxQueued < 0 {
 		p.Add("TENANT_MAX_QUEUED", "must be 0 (no cap) or more, got %d", b.TenantMaxQueued)
@@ -309,6 +314,73 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("must name a PEM file of CA certificates: %s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// FromDomains are the From domains tenants may send email from
+// (EMAIL_FROM_DOMAINS); nil: any.
+type FromDomains map[string][]string
+
+// ParseFromDomains reads EMAIL_FROM_DOMAINS: TENANT=DOMAIN[|DOMAIN...],...
+func ParseFromDomains(s string) (FromDomains, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := FromDomains{}
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		tenant, doms, ok := strings.Cut(entry, "=")
+		tenant = strings.TrimSpace(tenant)
+		if !ok || tenant == "" {
+			return nil, fmt.Errorf("entry %q: want TENANT=DOMAIN[|DOMAIN...]", entry)
+		}
+		if tenant != "*" {
+			if err := tasks.CheckTenant(tenant); err != nil {
+				return nil, fmt.Errorf("entry %q: %w", entry, err)
+			}
+		}
+		if _, dup := out[tenant]; dup {
+			return nil, fmt.Errorf("tenant %s is named twice", tenant)
+		}
+		for _, d := range strings.Split(doms, "|") {
+			d = strings.ToLower(strings.TrimSpace(d))
+			if d == "" || strings.ContainsAny(d, "@ /") || !strings.Contains(d, ".") {
+				return nil, fmt.Errorf("entry %q: %q is not a domain", entry, d)
+			}
+			out[tenant] = append(out[tenant], d)
+		}
+	}
+	return out, nil
+}
+
+// Allows reports whether tenant may send from the address from; def is
+// SMTP_FROM, whose domain a tenant named by no entry may use.
+func (f FromDomains) Allows(tenant, from, def string) bool {
+	if f == nil {
+		return true
+	}
+	domain := func(a string) string {
+		if i := strings.LastIndexByte(a, '@'); i >= 0 {
+			return strings.ToLower(strings.TrimRight(a[i+1:], ">"))
+		}
+		return ""
+	}
+	doms, ok := f[tenant]
+	if !ok {
+		doms, ok = f["*"]
+	}
+	if !ok {
+		doms = []string{domain(def)}
+	}
+	d := domain(from)
+	for _, want := range doms {
+		if d == want {
+			return true
+		}
+	}
+	return false
 }
 
 // QueuedCaps are the per-tenant caps on queued work of b.

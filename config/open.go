@@ -98,6 +98,16 @@ func Open(b Base, o Options) (*Deps, error) {
 		return nil, fmt.Errorf("%w: %sCONSENT_RETENTION: %w", ErrConfig, EnvPrefix, err)
 	}
 	d.Queued = tasks.NewQueueQuota(d.Redis, b.QueuedCaps())
+	d.Queued.CapsFor = func(tenant string, c tasks.Caps) tasks.Caps { // a plan's max-queued, max-queued-bytes
+		n, by, setN, setB := d.Plans.Policy().QueuedCaps(tenant)
+		if setN {
+			c.Notifications = n
+		}
+		if setB {
+			c.Bytes = by
+		}
+		return c
+	}
 	return d, nil
 }
 

@@ -47,6 +47,9 @@ type Backend struct {
 	Queues Inspector
 	// Auth checks the API tokens browsers sign in with.
 	Auth Auth
+	// Queued reads each tenant's queued work against its caps
+	// (SLUICE_TENANT_MAX_QUEUED*); nil: not shown.
+	Queued *tasks.QueueQuota
 	// Stopping reports that the server is shutting down: live streams end.
 	// Nil: never.
 	Stopping func() bool
@@ -116,7 +119,7 @@ type Mounter interface {
 func NewBackend(base config.Base, deps *config.Deps, auth Auth, stopping func() bool) Backend {
 	return Backend{Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
 		PlanStore: plans.NewStore(deps.Redis, deps.Plans.Defaults()), Keys: deps.Keys,
-		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent}
+		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent, Queued: deps.Queued}
 }
 
 func (b Backend) check() error {

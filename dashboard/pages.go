@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -110,6 +111,38 @@ type uiTenantPage struct {
 	Queues   []uiQueue // admin only: queues are shared by every tenant
 	Flash    string
 	Lookup   uiLookupForm
+	Queued   *uiQueued // nil: no caps to show
+}
+
+// uiQueued is a tenant's queued work against its caps.
+type uiQueued struct {
+	Notifications, MaxNotifications string
+	Bytes, MaxBytes                 string
+}
+
+func newUIQueued(q tasks.QueuedUsage) *uiQueued {
+	capOf := func(n int64, f func(int64) string) string {
+		if n == 0 {
+			return "no cap"
+		}
+		return f(n)
+	}
+	count := func(n int64) string { return fmt.Sprintf("%d", n) }
+	return &uiQueued{Notifications: count(q.Notifications), MaxNotifications: capOf(q.MaxNotifications, count),
+		Bytes: sizeText(q.Bytes), MaxBytes: capOf(q.MaxBytes, sizeText)}
+}
+
+// sizeText is a byte count for people: 1.5 MiB.
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 type uiLookupForm struct {
@@ -157,6 +190,13 @@ func (u *Dashboard) tenantData(ctx context.Context, s uiSession, tenant string) 
 		return v, err
 	}
 	v.Activity = summarize(sc, time.Now())
+	if u.b.Queued != nil {
+		q, err := u.b.Queued.Usage(ctx, tenant)
+		if err != nil {
+			return v, err
+		}
+		v.Queued = newUIQueued(q)
+	}
 	if s.Admin {
 		if v.Queues, err = u.queueDepths(); err != nil {
 			return v, err

@@ -122,3 +122,21 @@ func TestUIRoutesUnderTheTokenRate(t *testing.T) {
 		t.Fatalf("the API with the same token after its budget went on pages: %d", r.status)
 	}
 }
+
+// A tenant's page shows its queued work against its caps.
+func TestUITenantPageShowsQueuedCaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, map[string]string{"SLUICE_TENANT_MAX_QUEUED": "1000", "SLUICE_TENANT_MAX_QUEUED_BYTES": "2097152"})
+	for _, to := range []string{"+14155550100", "+14155550101", "+14155550102"} {
+		if r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms(to, "hello")); r.status != 202 {
+			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		}
+	}
+	br := newBrowser(t, b.http.URL)
+	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	p := br.get("/ui/tenants/acme")
+	if p.status != 200 || !strings.Contains(p.body, "Queued now: 3 notifications of 1000") || !strings.Contains(p.body, "of 2.0 MiB") {
+		i := strings.Index(p.body, "Queued now")
+		t.Fatalf("tenant page: %d, queued line %q", p.status, p.body[max(0, i):min(len(p.body), max(0, i)+160)])
+	}
+}

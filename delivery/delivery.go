@@ -286,3 +286,31 @@ func CodeClass(code int) string {
 	}
 	return "other"
 }
+
+// RecipientKind names the record of whom an SMS went to, beside its
+// delivery record: the keyed hash of the number, nothing in clear.
+const RecipientKind = "to"
+
+// SentTo records that the SMS id of tenant went to recipient (its keyed
+// hash), for ttl: a status callback's To is checked against it before it
+// marks a number undeliverable.
+func (s *Store) SentTo(ctx context.Context, tenant, id, recipient string, ttl time.Duration) error {
+	to := s.lim.Subject(tasks.NormalizePhone(recipient))
+	if err := s.rdb.Set(ctx, s.lim.RecordKey(tenant, id, RecipientKind), to, max(ttl, time.Second)).Err(); err != nil {
+		return fmt.Errorf("delivery: record recipient: %w", err)
+	}
+	return nil
+}
+
+// WentTo reports whether the SMS id of tenant is recorded as sent to
+// recipient; known is false when no recipient is recorded for it.
+func (s *Store) WentTo(ctx context.Context, tenant, id, recipient string) (same, known bool, err error) {
+	got, err := s.rdb.Get(ctx, s.lim.RecordKey(tenant, id, RecipientKind)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("delivery: read recipient: %w", err)
+	}
+	return got == s.lim.Subject(tasks.NormalizePhone(recipient)), true, nil
+}

@@ -51,23 +51,24 @@ const (
 
 // Entry is one entry of a rule list.
 type Entry struct {
-	Tenant   string        // "" for a default that applies to every tenant
-	Channel  tasks.Channel // empty for KindZone
-	Category string        // "" for every category but the exempt ones
-	Kind     Kind
-	Scope    string        // KindRate
-	Rule     throttle.Rule // KindRate
-	Drop     bool          // KindRate: a full window drops the send instead of deferring it
-	Quiet    QuietHours    // KindQuiet
-	MaxDefer time.Duration // KindMaxDefer
-	Rerun    string        // KindRerun
-	Zone     string        // KindZone: an IANA zone name
-	Target   string        // KindUnsubscribe: https URL and/or mailto, {id} replaced by the notification id
-	Shard    int           // KindShard: the shard index (below SLUICE_QUEUE_SHARDS)
-	OptOut   string        // KindOptOut: OptOutAll or OptOutCategory
-	Reply    string        // KindReply, KindKeywords: which keyword (stop, start, help)
-	Text     string        // KindReply: the reply
-	Words    []string      // KindKeywords
+	Tenant    string        // "" for a default that applies to every tenant
+	Channel   tasks.Channel // empty for KindZone
+	Category  string        // "" for every category but the exempt ones
+	Kind      Kind
+	Scope     string        // KindRate
+	Rule      throttle.Rule // KindRate
+	Drop      bool          // KindRate: a full window drops the send instead of deferring it
+	Quiet     QuietHours    // KindQuiet
+	MaxDefer  time.Duration // KindMaxDefer
+	Rerun     string        // KindRerun
+	Zone      string        // KindZone: an IANA zone name
+	Target    string        // KindUnsubscribe: https URL and/or mailto, {id} replaced by the notification id
+	Shard     int           // KindShard: the shard index (below SLUICE_QUEUE_SHARDS)
+	OptOut    string        // KindOptOut: OptOutAll or OptOutCategory
+	Reply     string        // KindReply, KindKeywords: which keyword (stop, start, help)
+	Text      string        // KindReply: the reply
+	Words     []string      // KindKeywords
+	QueuedCap int64         // KindMaxQueued, KindMaxQueuedBytes (queued.go)
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -83,6 +84,9 @@ func (e Entry) String() string {
 	if e.Kind == KindShard {
 		b.WriteString("shard=" + strconv.Itoa(e.Shard))
 		return b.String()
+	}
+	if q, ok := e.queuedCapString(); ok {
+		return b.String() + q
 	}
 	b.WriteString(string(e.Channel))
 	if e.Category != "" {
@@ -164,6 +168,7 @@ func (p *Policy) index() {
 //	[TENANT/]email[.CATEGORY]:unsubscribe=TARGET            default List-Unsubscribe ({id} = id)
 //	[TENANT/]email[.CATEGORY]:unsubscribe=hosted            Sluice's own one-click unsubscribe link
 //	TENANT/shard=K                                          the tenant's queues get shard K to themselves
+//	[TENANT/]max-queued=N, max-queued-bytes=N               caps on queued work (queued.go)
 //	[TENANT/]CHANNEL.CATEGORY:consent=exempt                goes after an opt-out of every category
 //	[TENANT/]CHANNEL:optout=all|category                    what an opt-out covers (default all)
 //	[TENANT/]sms:reply-stop|start|help=TEXT                 the reply to a keyword (%2C: a comma)
@@ -254,6 +259,9 @@ func parseEntry(s string) (Entry, error) {
 		}
 		e.Kind, e.Shard = KindShard, k
 		return e, nil
+	}
+	if q, ok, err := parseQueuedCap(head, value, hasValue, e); ok {
+		return q, err
 	}
 	if head == "tz" {
 		if !hasValue {

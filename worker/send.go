@@ -91,6 +91,13 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			w.leftQueue(ctx, t, n, err, log)
 			return err
 		}
+		if n.Channel == tasks.SMS {
+			// Whom it goes to (a keyed hash), before the provider can call
+			// back: a status callback marks only this number undeliverable.
+			if rerr := w.delivery.SentTo(ctx, n.Tenant, n.ID, n.To, w.cfg.DedupeTTL); rerr != nil {
+				log.Warn("could not record the SMS's recipient; a status callback will not mark it undeliverable", "err", rerr)
+			}
+		}
 		sendCtx, span := w.startSend(ctx, n, a.d)
 		err = w.dispatch(sendCtx, t, n, a, next, log)
 		endSend(span, err)
@@ -175,6 +182,11 @@ func (w *Worker) route(ctx context.Context, t *asynq.Task, n tasks.Notification,
 func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error {
 	if n.Channel != tasks.Email {
 		return nil
+	}
+	if n.From != "" && !w.fromDomains.Allows(n.Tenant, n.From, w.cfg.SMTPFrom) {
+		w.archived(*n, tasks.ReasonInvalid)
+		log.Warn("archiving an email From a domain its tenant may not send from (SLUICE_EMAIL_FROM_DOMAINS)")
+		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonInvalid, errors.New("from: not at a domain this tenant may send from (SLUICE_EMAIL_FROM_DOMAINS)")), asynq.SkipRetry)
 	}
 	n.ListUnsubscribe = c.Match.ListUnsubscribe(*n)
 	if c.Match.Hosted() {

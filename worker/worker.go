@@ -98,6 +98,7 @@ type Worker struct {
 	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
+	fromDomains   config.FromDomains               // SLUICE_EMAIL_FROM_DOMAINS
 }
 
 // New builds a worker; it does not connect until Run.
@@ -123,6 +124,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
 	w.consent = deps.Consent
+	w.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains) // validated
 	if cfg.UnsubscribeURL != "" {
 		if w.unsubscribe, err = unsubscribe.NewSigner(cfg.SubjectSecret); err != nil {
 			deps.Close()

@@ -45,6 +45,8 @@ type Callbacks struct {
 	lim                *throttle.Limiter
 	log                *slog.Logger
 	outcomes           *prometheus.CounterVec
+	badSignatures      prometheus.Counter
+	badSigLog          warnEvery
 }
 
 // NewCallbacks returns the route's handler; its metric
@@ -59,8 +61,16 @@ func NewCallbacks(s Settings, base config.Base, store *delivery.Store, cs *conse
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_delivery_outcomes_total",
 			Help: "Final delivery reports from SMS status callbacks, by channel, status (delivered, undelivered, failed) and code class (none, recipient, filtered, other); each notification's first final report only.",
-		}, []string{"channel", "status", "code_class"})}
+		}, []string{"channel", "status", "code_class"}),
+		badSignatures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_callback_bad_signatures_total",
+			Help: "SMS status callbacks refused because their X-Twilio-Signature does not match (logged at most once every 10 s).",
+		}),
+		badSigLog: warnEvery{interval: 10 * time.Second}}
 	if err := reg.Register(c.outcomes); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(c.badSignatures); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -109,7 +119,8 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !validSignature(s.authToken, s.callbackURL(r), params, sig) {
-		s.log.Warn("SMS status callback refused: its signature does not match", "route", r.Pattern)
+		s.badSignatures.Inc()
+		s.badSigLog.warn(s.log, "SMS status callback refused: its signature does not match", "route", r.Pattern)
 		problem.Write(w, http.StatusForbidden, "bad-signature",
 			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
 		return
@@ -149,7 +160,21 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cb.Status.Final() && (prev == nil || !prev.Status.Final()) {
 		outcome := cb.Status.Outcome()
 		s.outcomes.WithLabelValues(string(tasks.SMS), outcome, delivery.CodeClass(cb.ErrorCode)).Inc()
+		sameTo := false
 		if outcome != "delivered" && s.codes[cb.ErrorCode] && cb.To != "" {
+			// One auth token signs every tenant's callbacks: mark only the
+			// number this notification was sent to.
+			same, known, err := s.delivery.WentTo(ctx, tenant, id, cb.To)
+			switch {
+			case err != nil:
+				log.Warn("could not read the SMS's recipient; not marking the number undeliverable", "err", err)
+			case !same:
+				log.Warn("status callback names another number than the notification's recipient (or none is recorded); not marking it undeliverable", "recorded", known)
+			default:
+				sameTo = true
+			}
+		}
+		if sameTo {
 			if _, err := s.consent.Record(ctx, tenant, tasks.SMS, cb.To, consent.Event{Action: consent.Undeliverable, Source: consent.SourceProvider,
 				Code: cb.ErrorCode, Until: time.Now().Add(s.suppressFor), Ref: cb.MessageSID}); err != nil {
 				log.Warn("could not mark the recipient undeliverable", "err", err)
