@@ -209,7 +209,7 @@ func (e Entry) same(o Entry) bool {
 		return false
 	}
 	if e.Kind == KindRate {
-		return e.Scope == o.Scope && e.Rule.Window == o.Rule.Window
+		return e.Scope == o.Scope && e.Rule.Same(o.Rule)
 	}
 	return e.Reply == o.Reply
 }
@@ -496,7 +496,7 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		if e.Tenant == "" {
 			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
 				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
-					o.Scope == e.Scope && o.Rule.Window == e.Rule.Window
+					o.Scope == e.Scope && o.Rule.Same(e.Rule)
 			})
 			if !replaced {
 				m.Rates = append(m.Rates, e)

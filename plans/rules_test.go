@@ -318,3 +318,30 @@ func TestLanesAndPins(t *testing.T) {
 		t.Fatalf("String = %q", got)
 	}
 }
+
+// Calendar and bucketed rules read as rate rules; a calendar day and a
+// sliding day of one scope are different rules, and a tenant's calendar rule
+// replaces only the default calendar rule of its period and zone.
+func TestParseCounterRates(t *testing.T) {
+	t.Parallel()
+	p, err := plans.Parse(`
+		sms:sender=2000/1d@America/Los_Angeles
+		sms:sender=100/1d
+		sms:tenant=10000/1h~60 drop
+		acme/sms:sender=500/1d@America/Los_Angeles`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rates(p.Match("other", tasks.SMS, "")), []string{"sms:sender=2000/1d@America/Los_Angeles", "sms:sender=100/1d", "sms:tenant=10000/1h~60 drop"}; !slices.Equal(got, want) {
+		t.Errorf("default: %v, want %v", got, want)
+	}
+	if got, want := rates(p.Match("acme", tasks.SMS, "")), []string{"sms:sender=100/1d", "sms:tenant=10000/1h~60 drop", "acme/sms:sender=500/1d@America/Los_Angeles"}; !slices.Equal(got, want) {
+		t.Errorf("acme: %v, want %v", got, want)
+	}
+	if _, err := plans.Parse("sms:sender=1/1d@Mars/Olympus"); !errors.Is(err, plans.ErrBadRules) {
+		t.Errorf("bad zone: %v", err)
+	}
+	if _, err := plans.Parse("sms:sender=1/1d@UTC, sms:sender=2/1d@UTC"); !errors.Is(err, plans.ErrBadRules) {
+		t.Errorf("repeated calendar rule: %v", err)
+	}
+}
