@@ -29,7 +29,7 @@ var (
 	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
 	docs    = flag.String("docs", "../docs", "where figures are written")
 	cpuProf = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	only    = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,lanes,memory,replicas,figures")
+	only    = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,lanes,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -111,6 +111,10 @@ func main() {
 	if want("memory") {
 		fmt.Println("\n== memory (INFO used_memory deltas)")
 		memory(ctx, srv.Addr, rdb)
+	}
+	if want("counters") {
+		fmt.Println("\n== issue 22: calendar and bucketed rules — memory of one full key, checks/s vs a log")
+		counters(ctx, rdb)
 	}
 	if want("lanes") {
 		fmt.Println("\n== issue 19: lanes and shards — the real binary, one worker, log sender")

@@ -143,7 +143,9 @@ local function past(key, limit, wp, c)
 end
 
 -- Counter rules: a calendar period's fixed counter ("c") or a sliding window kept as counts per
--- bucket ("b"), in a hash (field = the period's or bucket's start in ms, value = the count).
+-- bucket ("b"), in a hash: field = the period's or bucket's start in ms, value = its count, and
+-- beside them "t", the total of the counts, and "o", the oldest start held (so a check whose
+-- total leaves room reads two fields, and old counts are dropped once per bucket, not per check).
 -- An operation names its counter keys in descriptors after its other ARGV: their count k, then
 -- per key its 1-based index among the operation's rule keys and "b", bucket_ms, or "c",
 -- window_ms (nominal), nb and nb period starts (ascending; outside them the first or last
@@ -151,7 +153,7 @@ end
 -- slack before its period's end, so the send lands in the period that counts it. A bucketed
 -- rule treats every bucket a span of window+slack can touch as wholly inside it (a bucket
 -- straddling the span's start counts whole): it never admits what the exact log would not, and
--- admits whatever a log of window + one bucket would.
+-- admits whatever a log of window+slack rounded up to whole buckets, plus one bucket, would.
 local ctr = {}
 
 local function ctr_read(keys, arg)
@@ -198,10 +200,18 @@ local function ctr_load(key)
   local cnt, top = {}, nil
   for j = 1, #h, 2 do
     local f = tonumber(h[j])
-    cnt[f] = tonumber(h[j + 1])
-    if not top or f > top then top = f end
+    if f then
+      cnt[f] = tonumber(h[j + 1])
+      if not top or f > top then top = f end
+    end
   end
   return cnt, top
+end
+
+-- ctr_total: the total, as this operation's trim read and kept it, else read now.
+local function ctr_total(d, key)
+  if d.t then return d.t end
+  return tonumber(redis.call('HGET', key, 't') or '0')
 end
 
 local function ctr_span(d, wp) return math.floor((wp + d.w - 1) / d.w) end
@@ -220,6 +230,13 @@ end
 
 -- ctr_earliest: earliest for a counter key (the time, and the count around it).
 local function ctr_earliest(d, key, limit, wp, c)
+  local slack = wp - (d.win or 0)
+  if d.kind == 'c' then
+    local s, e = cal_period(d, c)
+    if c + slack >= e then c = e end
+  end
+  local total = ctr_total(d, key)
+  if total < limit then return c, total end -- every count together leaves room
   local cnt, top = ctr_load(key)
   if d.kind == 'b' then
     if not top then return c, 0 end
@@ -231,7 +248,6 @@ local function ctr_earliest(d, key, limit, wp, c)
       k = k + 1
     end
   end
-  local slack = wp - d.win
   for _ = 1, 100000 do
     local s, e = cal_period(d, c)
     if c + slack < e then
@@ -259,13 +275,18 @@ local function ctr_field(d, t)
   return s
 end
 
-local function ctr_add(d, key, wp, c)
+local function ctr_add(d, key, wp, c, existed)
   local f = ctr_field(d, c)
   redis.call('HINCRBY', key, fmt(f), 1)
+  d.t = redis.call('HINCRBY', key, 't', 1)
+  local o = d.o
+  if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
+  if not o or f < o then redis.call('HSET', key, 'o', fmt(f)) o = f end
+  d.o = o
   local ends
   if d.kind == 'b' then ends = f + d.w + wp else local _, e = cal_period(d, c) ends = e end
   local ttl = math.max(ends - now + 1, 1)
-  if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+  if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
 end
 
 -- ctr_take: takes back the entry counted for t (a booking placed again, a release).
@@ -275,7 +296,7 @@ local function ctr_take(d, key, t)
     local best = nil
     for _, x in ipairs(redis.call('HKEYS', key)) do
       local v = tonumber(x)
-      if v <= t and (not best or v > best) then best = v end
+      if v and v <= t and (not best or v > best) then best = v end
     end
     if not best then return 0 end
     f = fmt(best)
@@ -283,21 +304,41 @@ local function ctr_take(d, key, t)
   local v = tonumber(redis.call('HGET', key, f) or '0')
   if v <= 0 then return 0 end
   if v == 1 then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -1) end
+  d.t = redis.call('HINCRBY', key, 't', -1)
+  if d.t <= 0 then redis.call('DEL', key) d.t, d.o = 0, false end
   return 1
 end
 
--- ctr_trim: drops the counts no check from x + wp on can see.
+-- ctr_trim: drops the counts no check from x + wp on can see, once the oldest one is such.
 local function ctr_trim(d, key, x, wp)
-  local fs = redis.call('HKEYS', key)
-  local old = {}
-  for j = 1, #fs do
-    local f = tonumber(fs[j])
-    local gone
-    if d.kind == 'b' then gone = f < (math.floor(x / d.w) - 1) * d.w
-    else local _, e = cal_period(d, f) gone = e <= x + wp - d.win end
-    if gone then old[#old + 1] = fs[j] end
+  local function gone(f)
+    if d.kind == 'b' then return f < (math.floor(x / d.w) - 1) * d.w end
+    local _, e = cal_period(d, f)
+    return e <= x + wp - d.win
   end
-  if #old > 0 then redis.call('HDEL', key, unpack(old)) end
+  local ot = redis.call('HMGET', key, 'o', 't')
+  local o = tonumber(ot[1] or '')
+  d.o, d.t = o or false, tonumber(ot[2] or '0')
+  if not o or not gone(o) then return end
+  local h = redis.call('HGETALL', key)
+  local old, dropped, oldest = {}, 0, nil
+  for j = 1, #h, 2 do
+    local f = tonumber(h[j])
+    if f then
+      if gone(f) then
+        old[#old + 1] = h[j]
+        dropped = dropped + tonumber(h[j + 1])
+      elseif not oldest or f < oldest then
+        oldest = f
+      end
+    end
+  end
+  if not oldest then redis.call('DEL', key) d.o, d.t = false, 0 return end
+  old[#old + 1] = 'o'
+  redis.call('HDEL', key, unpack(old))
+  if dropped > 0 then d.t = redis.call('HINCRBY', key, 't', fmt(-dropped)) end
+  redis.call('HSET', key, 'o', fmt(oldest))
+  d.o = oldest
 end
 
 -- ctr_usage: "U"'s five values for a counter key: used, booked, -1 (no oldest entry is kept),
@@ -305,14 +346,14 @@ end
 local function ctr_usage(d, key, limit, window, slack)
   local cnt, top = ctr_load(key)
   local used, booked, reset = 0, 0, -1
-  local cur, curend
+  local cur, from
   if d.kind == 'b' then
-    cur, curend = math.floor(now / d.w) * d.w, math.floor(now / d.w) * d.w + d.w
+    cur = math.floor(now / d.w) * d.w
+    from = math.floor((now - window) / d.w) * d.w
   else
-    cur, curend = cal_period(d, now)
+    cur = cal_period(d, now)
+    from = cur
   end
-  local from = cur
-  if d.kind == 'b' then from = math.floor((now - window) / d.w) * d.w end
   for f, v in pairs(cnt) do
     if f > cur then booked = booked + v elseif f >= from then used = used + v end
   end
@@ -405,7 +446,7 @@ end
 local function add(keys, wps, counts, c, m)
   for i = 1, #keys do
     if ctr[keys[i]] then
-      ctr_add(ctr[keys[i]], keys[i], wps[i], c)
+      ctr_add(ctr[keys[i]], keys[i], wps[i], c, counts[i] > 0)
     else
       redis.call('ZADD', keys[i], fmt(c), m)
       local ttl = c - now + wps[i] + 1

@@ -123,6 +123,9 @@ func (l *Limiter) counterSeries(ctx context.Context, group, key string, lim Limi
 	}
 	var cs []count
 	for f, v := range fields {
+		if f == "t" || f == "o" { // the total and the oldest start
+			continue
+		}
 		ms, err1 := strconv.ParseInt(f, 10, 64)
 		c, err2 := strconv.Atoi(v)
 		if err1 != nil || err2 != nil {
