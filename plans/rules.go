@@ -170,7 +170,8 @@ func (p *Policy) index() {
 //	[TENANT/]sms:keywords-stop|start|help=WORD WORD         words besides the standard ones
 //
 // SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
-// whole days ("1d"). Errors wrap ErrBadRules and name the entry.
+// whole days ("1d"), a calendar period of a zone ("1d@America/Los_Angeles":
+// m, h, d, w, mo) or a bucketed window ("1h~60"), as throttle.ParseRule reads. Errors wrap ErrBadRules and name the entry.
 func Parse(s string) (Policy, error) {
 	var p Policy
 	n := 0

@@ -159,3 +159,36 @@ func TestParseCounterRules(t *testing.T) {
 		}
 	}
 }
+
+// A full calendar or bucketed drop rule drops; the dashboard's series reads a
+// counter key's counts.
+func TestCounterDropAndSeries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.clock.Set(utc("2026-03-08T20:00:00Z"))
+	for _, rule := range []throttle.Rule{throttle.PerCalendar(3, throttle.Day, "America/New_York"), {Limit: 3, Window: time.Hour, Buckets: 6}} {
+		lim := throttle.Limit{Scope: "sms:tenant", Rule: rule, Drop: true}
+		for i := range 4 {
+			d, err := b.lim.Reserve(ctx, b.group, fmt.Sprintf("%s-%d", rule, i), throttle.ReserveOptions{Book: true}, lim)
+			want := throttle.StatusAdmitted
+			if i == 3 {
+				want = throttle.StatusDropped
+			}
+			if err != nil || d.Status != want {
+				t.Fatalf("%s send %d: %v, %v; want %v", rule, i, d.Status, err, want)
+			}
+			b.clock.Add(time.Minute)
+		}
+		s, err := b.lim.Series(ctx, b.group, lim, time.Hour, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 3
+		if rule.Calendar != "" {
+			total = 0 // a period's count sits at its start: midnight, before this hour
+		}
+		if s.Total() != total || s.Used != 3 || s.InWindow[len(s.InWindow)-1] != 3 {
+			t.Fatalf("%s: series total %d used %d counts %v in %v", rule, s.Total(), s.Used, s.Counts, s.InWindow)
+		}
+	}
+}
