@@ -26,7 +26,8 @@
 --            deadline_ms or "", state_ttl_ms, nonce, block (1/0), n, then per rule: limit, window_ms, drop (1/0), then m, then m
 --            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end),
 --            then consent (1/0), category, exempt (1/0), last_ttl_ms, then the counter
---            descriptors (see "Counter rules" below; none when absent).
+--            descriptors (see "Counter rules" below; none when absent), then nh: the
+--            operation's last nh KEYS are hold keys (see "H").
 --   Consent: the suppression hash's fields are "<until_ms>:<at_ms>:<source>:<code>" (until 0:
 --   no end), read with one HMGET: a live "!" blocks (undeliverable), a live "c:<category>"
 --   blocks, a live "*" blocks unless the category is exempt or "+:<category>" is live; an
@@ -472,7 +473,52 @@ local function suppressed(key, category, exempt)
   return 0, nil
 end
 
-local function reserve(k0, a0)
+-- holds: a live hold key (see "H") closes [now, its end) to every slot: prepended to closed as
+-- [0, end), which keeps it sorted. The operation's last nh keys are its hold keys.
+local function holds(closed, k0, nk, nh)
+  for j = 1, nh do
+    local v = redis.call('GET', KEYS[k0 + nk - nh + j - 1])
+    local u = v and tonumber(string.match(v, '^(%d+)'))
+    if u and u > now then
+      table.insert(closed, 1, u)
+      table.insert(closed, 1, 0)
+    end
+  end
+end
+
+-- Opcode "H" — hold: KEYS -> the hold key. ARGV -> retry_ms (0: none), base_ms, max_ms, linger_ms,
+--   code. Holds the scope until now + retry_ms, or now + base·2^level (at most max) where level
+--   grows by one when the key's last hold had already lifted (the key lingers linger_ms after it);
+--   a live hold is only ever extended. Value "<until>:<level>:<code>". Returns {until, level,
+--   extended (1: a live hold was there)}.
+local function hold(k0, a0)
+  local arg = args(a0)
+  local retry, base, cap, linger = tonumber(arg()), tonumber(arg()), tonumber(arg()), tonumber(arg())
+  local code = arg()
+  local key = KEYS[k0]
+  local cu, lvl = 0, -1
+  local cur = redis.call('GET', key)
+  if cur then
+    local a, b = string.match(cur, '^(%d+):(%d+)')
+    cu, lvl = tonumber(a) or 0, tonumber(b) or -1
+  end
+  local live = cu > now
+  local dur = retry
+  if retry <= 0 then
+    if not live then lvl = lvl + 1 end
+    lvl = math.max(lvl, 0)
+    dur = math.min(base * 2 ^ math.min(lvl, 30), cap)
+  else
+    lvl = 0
+  end
+  local u = math.max(cu, now + dur)
+  redis.call('SET', key, fmt(u) .. ':' .. fmt(lvl) .. ':' .. code, 'PX', fmt(u - now + linger))
+  local ext = 0
+  if live then ext = 1 end
+  return {u, lvl, ext}
+end
+
+local function reserve(k0, a0, nk)
   local arg = args(a0)
   local member, policy = arg(), arg()
   local slack, horizon = tonumber(arg()), tonumber(arg())
@@ -496,6 +542,7 @@ local function reserve(k0, a0)
   local consent, category, exempt = arg() == '1', arg(), arg() == '1'
   local lastttl = tonumber(arg())
   ctr_read(keys, arg)
+  holds(closed, k0, nk, tonumber(arg() or '0') or 0)
   local c = start(tmin, late)
 
   for i = 1, n do trim(keys[i], math.min(now, c) - wps[i], wps[i]) end
@@ -696,7 +743,7 @@ local function usage(k0, a0)
   return out
 end
 
-local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage}
+local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage, H = hold}
 local out = {now}
 local ka, aa = 1, 3
 for j = 1, tonumber(ARGV[2]) do

@@ -222,6 +222,15 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 	default:
 		return Decision{}, fmt.Errorf("%w: unknown re-run policy %q", ErrInvalidRule, opts.Policy)
 	}
+	if l.batch.cluster && len(opts.Holds) > 0 {
+		// Hold keys live in their own slot: read them first, as closed spans.
+		closed, err := l.holdSpans(ctx, opts.Holds)
+		if err != nil {
+			return Decision{}, err
+		}
+		opts.Closed = append(closed, opts.Closed...)
+		opts.Holds = nil
+	}
 	if l.batch.cluster && spansGroups(group, limits) {
 		for _, lim := range limits {
 			if lim.Rule.Counter() && lim.Group != "" && lim.Group != group {
@@ -290,6 +299,7 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		args = append(args, "0", "", "0", 0)
 	}
 	args = counterArgs(args, limits, from)
+	args = append(args, len(opts.Holds))
 	if policy != "" {
 		keys = append(keys, l.StateKey(group, id))
 		if opts.Block != "" {
@@ -301,8 +311,9 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 				keys = append(keys, cc.LastKey)
 			}
 		}
-	} else if opts.Block != "" || cc != nil {
-		return Decision{}, fmt.Errorf("%w: a block key or consent check needs a state policy (Reserve)", ErrInvalidRule)
+		keys = append(keys, opts.Holds...) // the last keys of the operation
+	} else if opts.Block != "" || cc != nil || len(opts.Holds) > 0 {
+		return Decision{}, fmt.Errorf("%w: a block key, hold or consent check needs a state policy (Reserve)", ErrInvalidRule)
 	}
 	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {
