@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -310,6 +311,9 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	if se.NotSent {
 		w.release(ctx, n, a.d.Attempt, a.limits, log)
 	}
+	if se.Throttled && !se.Permanent {
+		return w.backPressure(ctx, n, se, log)
+	}
 	if se.Permanent {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
 		w.archived(n, tasks.ReasonPermanent)
@@ -327,4 +331,36 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	}
 	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
 	return err
+}
+
+// backPressure handles a provider's throttling answer: it holds the scope
+// the answer names in Redis for every worker (the provider's Retry-After,
+// else an exponential hold), so every queued send is booked after the hold
+// instead of each retrying into it, and puts this task back for the hold's
+// end without spending its retry budget (a ThrottledError is not a failure).
+func (w *Worker) backPressure(ctx context.Context, n tasks.Notification, se *sender.SendError, log *slog.Logger) error {
+	scope := cmp.Or(se.Hold, sender.HoldProvider)
+	key := w.holdKey(n, scope)
+	var h throttle.HoldState
+	err := w.withRedis(ctx, log, "provider hold", func(ctx context.Context) error {
+		var err error
+		h, err = w.limiter.Hold(ctx, key, min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
+		return err
+	})
+	if err != nil {
+		// Without the hold this task still waits: as a plain transient failure would, but unspent.
+		log.Error("provider throttled and its hold could not be recorded; retrying this send alone", "err", err)
+		retryAt := time.Now().Add(max(se.RetryAfter, holdBase))
+		return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure"}
+	}
+	state := "begun"
+	if h.Extended {
+		state = "extended"
+	}
+	w.metrics.Holds.WithLabelValues(string(n.Channel), scope, state).Inc()
+	w.metrics.Sends.WithLabelValues(string(n.Channel), "throttled").Inc()
+	retryAt := time.Now().Add(time.Until(h.Until))
+	log.Warn("provider back-pressure: every worker's sends on this scope wait for the hold", "scope", string(n.Channel)+":"+scope,
+		"until", h.Until.UTC(), "retry_after", se.RetryAfter, "level", h.Level, "hold", state, "code", se.Code, "err", se.Err)
+	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure (" + string(n.Channel) + ":" + scope + ")"}
 }
