@@ -518,6 +518,39 @@ local function hold(k0, a0)
   return {u, lvl, ext}
 end
 
+-- Opcode "L" — lease (in-flight caps): KEYS -> one sorted set of leases per cap (member = holder,
+--   score = when its lease lapses). ARGV -> holder, ttl_ms, then per key its max. Drops lapsed
+--   leases; when every key has a slot besides the holder's own, (re)takes one in each until
+--   now + ttl. Returns {1, 0, 0}, or {0, index of the full key, when its next lease lapses}.
+local function lease(k0, a0, nk)
+  local arg = args(a0)
+  local holder, ttl = arg(), tonumber(arg())
+  for i = 0, nk - 1 do redis.call('ZREMRANGEBYSCORE', KEYS[k0 + i], '-inf', fmt(now)) end
+  for i = 0, nk - 1 do
+    local key, max = KEYS[k0 + i], tonumber(arg())
+    local n = redis.call('ZCARD', key)
+    if redis.call('ZSCORE', key, holder) then n = n - 1 end
+    if n >= max then
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      return {0, i + 1, tonumber(first[2])}
+    end
+  end
+  for i = 0, nk - 1 do
+    redis.call('ZADD', KEYS[k0 + i], fmt(now + ttl), holder)
+    redis.call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000), 'GT')
+    if redis.call('PTTL', KEYS[k0 + i]) < 0 then redis.call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000)) end
+  end
+  return {1, 0, 0}
+end
+
+-- Opcode "F" — free: KEYS -> lease keys. ARGV -> holder. Returns {leases removed}.
+local function free(k0, a0, nk)
+  local holder = ARGV[a0]
+  local removed = 0
+  for i = 0, nk - 1 do removed = removed + redis.call('ZREM', KEYS[k0 + i], holder) end
+  return {removed}
+end
+
 local function reserve(k0, a0, nk)
   local arg = args(a0)
   local member, policy = arg(), arg()
@@ -743,7 +776,7 @@ local function usage(k0, a0)
   return out
 end
 
-local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage, H = hold}
+local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage, H = hold, L = lease, F = free}
 local out = {now}
 local ka, aa = 1, 3
 for j = 1, tonumber(ARGV[2]) do
