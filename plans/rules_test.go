@@ -345,3 +345,28 @@ func TestParseCounterRates(t *testing.T) {
 		t.Errorf("repeated calendar rule: %v", err)
 	}
 }
+
+// In-flight caps read per scope; a tenant's replaces the default of its scope.
+func TestParseConcurrency(t *testing.T) {
+	t.Parallel()
+	p, err := plans.Parse("sms:provider:concurrency=100, sms:sender:concurrency=5, acme/sms:sender:concurrency=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Match("acme", tasks.SMS, "").Caps {
+		got = append(got, e.String())
+	}
+	if want := []string{"sms:provider:concurrency=100", "acme/sms:sender:concurrency=2"}; !slices.Equal(got, want) {
+		t.Errorf("acme caps %v, want %v", got, want)
+	}
+	c := p.Match("other", tasks.SMS, "").Caps[1].Cap("+14155550100", "+15005550006")
+	if c.Scope != "sms:sender" || c.Subject != "+15005550006" || c.Group != plans.SharedGroup || c.Max != 5 {
+		t.Errorf("cap %+v", c)
+	}
+	for _, bad := range []string{"sms:provider:concurrency=0", "sms:provider:concurrency", "sms:carrier:concurrency=3", "acme/sms:provider:concurrency=3", "sms:provider:concurrency=1, sms:provider:concurrency=2"} {
+		if _, err := plans.Parse(bad); !errors.Is(err, plans.ErrBadRules) {
+			t.Errorf("Parse(%q): %v", bad, err)
+		}
+	}
+}

@@ -18,6 +18,7 @@ type Metrics struct {
 	Archived     *prometheus.CounterVec
 	DoneLost     prometheus.Counter
 	Holds        *prometheus.CounterVec
+	CapWaits     *prometheus.CounterVec
 	LateWakes    *prometheus.CounterVec
 	Orphans      prometheus.Counter
 	Moved        *prometheus.CounterVec
@@ -91,6 +92,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Throttling answers from a provider (HTTP 429, Twilio 20429/30001, SMTP 421/451/452/454) that held its scope for every worker, by channel, scope (provider, sender) and whether they began a hold or extended one (begun, extended).",
 	}, []string{"channel", "scope", "hold"})
 	reg.MustRegister(m.Holds)
+	m.CapWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cap_deferrals_total",
+		Help: "Sends put back because an in-flight cap (CHANNEL:SCOPE:concurrency=N) stayed full for MAX_INLINE_WAIT, by channel and outcome (deferred).",
+	}, []string{"channel", "outcome"})
+	reg.MustRegister(m.CapWaits)
 	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError, m.InlineWaits, m.Archived, m.DoneLost)
 	return m
 }
