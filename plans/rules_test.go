@@ -201,6 +201,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("sms:sender=1/1s drop,sms:max-defer=2d,tz=UTC,sms:rerun=at-most-once")
 	f.Add("sms.marketing:quiet=tcpa,acme/sms:quiet=TCPA,email:quiet=tcpa")
 	f.Add("sms.otp:consent=exempt,sms:optout=category,acme/sms:reply-stop=You are out%2C bye %25,sms:keywords-stop=BASTA ALTO,email.news:unsubscribe=hosted")
+	f.Add("sms:sender=2000/1d@America/Los_Angeles,sms:tenant=10000/1h~60 drop,sms:provider:concurrency=100,acme/sms:sender:concurrency=2,email:tenant=5/1mo")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := plans.Parse(s)
 		if err != nil {
