@@ -91,10 +91,15 @@ local DENIED, ADMITTED, DUPLICATE, DONE, BOOKED, UNKNOWN, EXPIRED, DROPPED, BLOC
 
 -- args returns a reader of one operation's ARGV from index a0: each call gives the next value,
 -- so an operation binds its arguments to named locals in the order the header lists them.
+-- Past the operation's own ARGV it gives nil (opend is set per operation by the loop at the end),
+-- so optional trailing values (counter descriptors, holds) read as absent, never as the next
+-- operation's.
+local opend = #ARGV + 1
 local function args(a0)
   local i = a0 - 1
   return function()
     i = i + 1
+    if i >= opend then return nil end
     return ARGV[i]
   end
 end
@@ -782,6 +787,7 @@ local ka, aa = 1, 3
 for j = 1, tonumber(ARGV[2]) do
   local code, nk, na = ARGV[aa], tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2])
   local fn = ops[code]
+  opend = aa + 3 + (na or 0)
   local ok, res
   if fn then
     ok, res = pcall(fn, ka, aa + 3, nk)
