@@ -19,9 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/apiserver"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
@@ -88,11 +88,10 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 		t.Fatal(err)
 	}
 	b.keys, _ = tasks.ParseKeyring(testKeys)
-	b.srv, err = api.New(b.cfg, api.Options{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
+	// As sluice api assembles it: the status callbacks, inbound SMS and the
+	// one-click unsubscribe links mounted beside the API.
+	b.srv, err = apiserver.New(b.cfg, vars, api.Options{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := twilio.Mount(b.srv, vars, b.cfg.Base, b.srv.Deps()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,8 +4,13 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // What the server offers the routes mounted beside its own (the dashboard,
@@ -28,7 +33,7 @@ func (s *Server) Stopping() bool { return s.stopping.Load() }
 // Auth returns the server's token checks, for routes that sign people in
 // with API tokens (the dashboard).
 func (s *Server) Auth() *Auth {
-	return &Auth{tokens: s.tokens, admin: s.cfg.AdminToken, key: s.cfg.TokenKey}
+	return &Auth{tokens: s.tokens, admin: s.cfg.AdminToken, key: s.cfg.TokenKey, fail: s.fail, rdb: s.rdb, rate: s.tokenRate}
 }
 
 // Auth checks bearer tokens as the API does: the admin token
@@ -39,6 +44,15 @@ type Auth struct {
 	tokens *Tokens
 	admin  string
 	key    string
+	fail   *failures
+	rdb    redis.UniversalClient
+	rate   func(ctx context.Context, tokenID string) (time.Duration, bool, error)
+}
+
+// Allow counts one request of tokenID against SLUICE_API_RATE, the budget
+// its API requests share: ok is false past it, with the wait.
+func (a *Auth) Allow(ctx context.Context, tokenID string) (wait time.Duration, ok bool, err error) {
+	return a.rate(ctx, tokenID)
 }
 
 // AdminTokenID is the token id the admin token is logged and signed in as.
@@ -97,4 +111,34 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 // access log (tenant "" for the admin).
 func (r *recorder) SetIdentity(tenant, tokenID string) {
 	r.id = identity{Tenant: tenant, TokenID: tokenID, Admin: tenant == "" && tokenID == AdminTokenID}
+}
+
+// keyEndedSession marks a dashboard session signed out: + a hash of its nonce.
+const keyEndedSession = "sluice:{api}:ui:ended:"
+
+func endedKey(nonce string) string {
+	sum := sha256.Sum256([]byte(nonce))
+	return keyEndedSession + base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+// EndSession records that the session named by nonce was signed out; it
+// is refused from now on, until expires (when its cookie would lapse anyway).
+func (a *Auth) EndSession(ctx context.Context, nonce string, expires time.Time) error {
+	ttl := time.Until(expires)
+	if ttl <= 0 {
+		return nil
+	}
+	if err := a.rdb.Set(ctx, endedKey(nonce), "1", ttl+time.Second).Err(); err != nil {
+		return fmt.Errorf("api: end session: %w", err)
+	}
+	return nil
+}
+
+// Ended reports whether the session named by nonce was signed out.
+func (a *Auth) Ended(ctx context.Context, nonce string) (bool, error) {
+	n, err := a.rdb.Exists(ctx, endedKey(nonce)).Result()
+	if err != nil {
+		return false, fmt.Errorf("api: session: %w", err)
+	}
+	return n > 0, nil
 }

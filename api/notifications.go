@@ -57,6 +57,10 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rkey, owner, fp string
+	var answered struct { // what the record keeps of the answer
+		batch bool
+		out   []Accepted
+	}
 	if hasKey {
 		rkey = IdempotencyRedisKey(tenant, key)
 		rec, mine, err := s.idem.begin(r.Context(), rkey)
@@ -65,7 +69,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if rec != nil {
-			s.answerRetry(w, r, rec)
+			s.answerRetry(w, r, rec, tenant, key)
 			return
 		}
 		owner = mine
@@ -80,8 +84,10 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		w = &keeper{ResponseWriter: w, onAccepted: func(status int, h http.Header, body []byte) {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 			defer cancel()
-			rec := &idemRecord{State: stateDone, Status: status, ContentType: h.Get("Content-Type"), Location: h.Get("Location"),
-				Body: body, At: time.Now().UTC(), Fingerprint: fp}
+			rec := &idemRecord{State: stateDone, Status: status, At: time.Now().UTC(), Fingerprint: fp}
+			if !compactAnswer(rec, tenant, key, answered.batch, answered.out) {
+				rec.ContentType, rec.Location, rec.Body = h.Get("Content-Type"), h.Get("Location"), body
+			}
 			if err := s.idem.update(ctx, rkey, owner, rec, s.cfg.IdempotencyTTL); err != nil {
 				s.log.Error("could not keep the response of an Idempotency-Key; a retry will map to the same notification ids", "err", err)
 			}
@@ -145,10 +151,26 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", detail, invalid...)
 		return
 	}
+	// The token's notification rate: a batch counts each notification.
+	if wait, ok, err := s.notificationRate(r.Context(), id.TokenID, len(ns)); err != nil {
+		s.unavailable(w, r, err)
+		return
+	} else if !ok {
+		w.Header().Set("Retry-After", retryAfter(wait))
+		writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may enqueue %s notifications; these %d fit in %v; nothing was enqueued", s.notifRate, len(ns), wait.Round(time.Millisecond)))
+		return
+	}
 	// The request is whole: enqueue it even if the client goes away meanwhile.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
 	defer cancel()
 	out, err := s.enqueue(ctx, ns, hasKey)
+	var full *tasks.QueueFullError
+	if errors.As(err, &full) {
+		s.metrics.queueFull.Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(int(QueueFullRetry/time.Second)))
+		writeProblem(w, http.StatusTooManyRequests, "queue-full", full.Error()+"; try again when some have been sent")
+		return
+	}
 	var fe *tasks.FieldError
 	if errors.As(err, &fe) {
 		// Checked above; only time can make it fail now (an expiry that passed).
@@ -160,6 +182,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		s.unavailable(w, r, err)
 		return
 	}
+	answered.batch, answered.out = batch, out
 	if !batch {
 		w.Header().Set("Location", "/v1/notifications/"+out[0].ID)
 		writeJSON(w, http.StatusAccepted, out[0])
@@ -184,16 +207,38 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 	batch := tasks.NewBatch(s.client, s.rdb, s.keys)
 	held := len(ns) > 1
 	var fresh []tasks.Channel // what this request enqueued, for the metric
+	// The tenant's caps on queued work, for the whole request at once:
+	// past one nothing is enqueued. Ids this request does not enqueue after
+	// all (failed, sent already) are taken out again.
+	if err := s.deps.Queued.Reserve(ctx, ns...); err != nil {
+		return nil, err
+	}
+	var uncount []string
+	defer func() {
+		if len(uncount) > 0 {
+			if _, err := s.deps.Queued.Release(context.WithoutCancel(ctx), ns[0].Tenant, uncount...); err != nil {
+				s.log.Warn("queued count not corrected; it lapses after TENANT_QUEUED_TTL", "err", err)
+			}
+		}
+	}()
+	abort := func(batch *tasks.Batch, i int) {
+		uncount = append(uncount, batch.Fresh()...)
+		for _, n := range ns[i:] {
+			uncount = append(uncount, n.ID)
+		}
+		s.abort(batch)
+	}
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
 		if keyed {
 			// A retry whose first attempt was sent already: the id is not in
 			// the queue any more, but the workers' done record holds it.
 			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
-				s.abort(batch)
+				abort(batch, i)
 				return nil, err
 			} else if rec != nil && rec.Kind == throttle.RecordDone {
 				out[i].State = StateSent
+				uncount = append(uncount, n.ID)
 				continue
 			}
 		}
@@ -207,7 +252,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		if keyed && errors.Is(err, tasks.ErrDuplicate) {
 			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)
 			if serr != nil {
-				s.abort(batch)
+				abort(batch, i)
 				return nil, serr
 			}
 			if found {
@@ -219,7 +264,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 			continue
 		}
 		if err != nil {
-			s.abort(batch)
+			abort(batch, i)
 			return nil, err
 		}
 		fresh = append(fresh, n.Channel)
@@ -261,7 +306,7 @@ func (s *Server) abort(b *tasks.Batch) {
 // answerRetry answers a request whose Idempotency-Key has a record: the
 // stored response, or 409 while the first request is in flight, or 422
 // when the request differs from the one the key was first used for.
-func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRecord) {
+func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRecord, tenant, key string) {
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -279,6 +324,19 @@ func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, rec *idemRe
 	}
 	s.metrics.replays.Inc()
 	w.Header().Set(HeaderReplayed, "true")
+	if rec.Body == nil {
+		v, loc, ok := rec.replay(tenant, key)
+		if !ok {
+			s.log.Error("an idempotency record does not rebuild its answer", "status", rec.Status, "n", rec.Count)
+			writeProblem(w, http.StatusInternalServerError, "internal", "the kept answer of this Idempotency-Key does not read; the notifications' ids are those of the key (GET them)")
+			return
+		}
+		if loc != "" {
+			w.Header().Set("Location", loc)
+		}
+		writeJSON(w, rec.Status, v)
+		return
+	}
 	if rec.Location != "" {
 		w.Header().Set("Location", rec.Location)
 	}
@@ -398,3 +456,7 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
+
+// QueueFullRetry is the Retry-After of a 429 queue-full: the caps free as
+// the tenant's notifications are sent, which no one can foretell exactly.
+const QueueFullRetry = 30 * time.Second

@@ -17,7 +17,15 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/unsubscribe"
 )
+
+// The unsubscribe pages and the inbound webhook's TwiML are checked as
+// text (registered once, before the parallel tests read the decoders).
+func init() {
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/xml", openapi3filter.PlainBodyDecoder)
+}
 
 // The OpenAPI document is valid OpenAPI 3.1, and the handlers do what it
 // says: real requests (the valid ones pass its request validation, the
@@ -45,6 +53,18 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	b := setup(t, "sms:recipient=1/1m,sms:tenant=1000/1h,email:recipient=10/1m", nil)
 	acme, globex := b.tokens["acme"], b.tokens["globex"]
 	var queuedID string
+	signer, err := unsubscribe.NewSigner("test-secret-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := b.srv.Deps().Consent.Subject("acme", tasks.Email, "eve@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsub, err := signer.Token(unsubscribe.Link{Tenant: "acme", Category: "newsletter", Subject: subject})
+	if err != nil {
+		t.Fatal(err)
+	}
 	markSent(t, b, "acme", "sent-1") // as a worker records a send
 	const form = "MessageSid=SM0123&MessageStatus=delivered&To=%2B14155550100&AccountSid=AC0123"
 	formType := "application/x-www-form-urlencoded"
@@ -83,6 +103,27 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"CallbackMissigned", "POST", "/v1/callbacks/sms/acme/sent-1", "", form, []string{"Content-Type", formType, "X-Twilio-Signature", "bm9wZQ=="}, 403, true},
 		{"CallbackUnknown", "POST", "/v1/callbacks/sms/acme/{queued}", "", form, []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 404, true},
 		{"CallbackNoStatus", "POST", "/v1/callbacks/sms/acme/sent-1", "", "MessageSid=SM1", []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 400, false},
+		{"SuppressionNone", "GET", "/v1/suppressions/sms/+14155550170", acme, "", nil, 200, true},
+		{"SuppressionOptOut", "POST", "/v1/suppressions/sms/%2B14155550170", acme, `{"type":"out","scope":"marketing"}`, nil, 200, true},
+		{"SuppressionUndeliverable", "POST", "/v1/suppressions/email/ann@example.com", acme, `{"type":"undeliverable","until":"2099-01-01T00:00:00Z","code":550}`, nil, 200, true},
+		{"SuppressionBadType", "POST", "/v1/suppressions/sms/+14155550170", acme, `{"type":"maybe"}`, nil, 422, false},
+		{"SuppressionLedger", "GET", "/v1/suppressions/sms/+14155550170?tenant=acme", adminToken, "", nil, 200, true},
+		{"SuppressionOtherTenant", "GET", "/v1/suppressions/sms/+14155550170?tenant=acme", globex, "", nil, 403, true},
+		{"SuppressionBadRecipient", "GET", "/v1/suppressions/sms/not-a-number", acme, "", nil, 400, true},
+		{"SuppressionPut", "PUT", "/v1/suppressions/sms/+14155550170", acme, `{"type":"out"}`, nil, 200, true},
+		{"SuppressionBySubject", "GET", "/v1/suppressions/email/~{subject}", acme, "", nil, 200, true},
+		{"SuppressionBadSubject", "GET", "/v1/suppressions/email/~short", acme, "", nil, 400, true},
+		{"SuppressionLift", "DELETE", "/v1/suppressions/sms/+14155550170", acme, "", nil, 200, true},
+		{"Events", "POST", "/v1/events/email", acme, `{"events":[{"recipient":"bob@example.com","type":"bounce","code":550,"ref":"mx-1"},{"recipient":"cy@example.com","type":"complaint"},{"recipient":"di@example.com","type":"unsubscribe","category":"marketing"}]}`, nil, 200, true},
+		{"EventsOneBad", "POST", "/v1/events/email", acme, `{"events":[{"recipient":"bob@example.com","type":"bounce"},{"recipient":"nope","type":"complaint"}]}`, nil, 422, true},
+		{"EventsEmpty", "POST", "/v1/events/email", acme, `{"events":[]}`, nil, 422, false},
+		{"Inbound", "POST", "/v1/inbound/sms/acme", "", "From=%2B14155550171&To=%2B15005550006&Body=STOP&MessageSid=SM9", []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 200, true},
+		{"InboundUnsigned", "POST", "/v1/inbound/sms/acme", "", "From=%2B14155550171&Body=STOP", []string{"Content-Type", formType}, 403, false},
+		{"InboundNoFrom", "POST", "/v1/inbound/sms/acme", "", "Body=STOP", []string{"Content-Type", formType, "X-Twilio-Signature", "{sign}"}, 400, false},
+		{"UnsubscribePage", "GET", "/u/{unsub}", "", "", nil, 200, true},
+		{"UnsubscribeOneClick", "POST", "/u/{unsub}", "", "List-Unsubscribe=One-Click", []string{"Content-Type", formType}, 200, true},
+		{"UnsubscribeForged", "POST", "/u/{unsub}x", "", "List-Unsubscribe=One-Click", []string{"Content-Type", formType}, 404, true},
+		{"UnsubscribeNotOneClick", "POST", "/u/{unsub}", "", "List-Unsubscribe=Maybe", []string{"Content-Type", formType}, 400, false},
 		{"OpenAPI", "GET", "/openapi.yaml", "", "", nil, 200, true},
 		{"Healthz", "GET", "/healthz", "", "", nil, 200, true},
 		{"Readyz", "GET", "/readyz", "", "", nil, 200, true},
@@ -99,7 +140,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		}}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			path := strings.ReplaceAll(s.path, "{queued}", queuedID)
+			path := strings.NewReplacer("{queued}", queuedID, "{unsub}", unsub, "{subject}", subject).Replace(s.path)
 			newReq := func(base string) *http.Request {
 				var body io.Reader
 				if s.body != "" {

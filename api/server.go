@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
@@ -70,7 +71,9 @@ type Server struct {
 	delivery   *delivery.Store
 	tokens     *Tokens
 	idem       *idemStore
+	fail       *failures // failed authentications per client
 	rate       throttle.Rule
+	notifRate  throttle.Rule // SLUICE_API_NOTIFICATION_RATE
 	plans      *plans.Live
 	routes     []Route
 	metrics    *metrics
@@ -106,6 +109,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		deps.Close()
 		return nil, err
 	}
+	s.fail = cfg.failures(s.lim)
+	s.notifRate, _ = cfg.NotificationRule()
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
@@ -143,6 +148,11 @@ func (s *Server) Handler() http.Handler {
 	api("POST /v1/notifications", s.createNotifications)
 	api("GET /v1/notifications/{id}", s.getNotification)
 	api("GET /v1/quotas", s.getQuotas)
+	api("GET /v1/suppressions/{channel}/{recipient}", s.getSuppression)
+	api("POST /v1/suppressions/{channel}/{recipient}", s.postSuppression)
+	api("PUT /v1/suppressions/{channel}/{recipient}", s.postSuppression)
+	api("DELETE /v1/suppressions/{channel}/{recipient}", s.deleteSuppression)
+	api("POST /v1/events/{channel}", s.postEvents)
 	// Routes mounted beside the API's (a provider's callbacks are signed by
 	// the provider instead of carrying a token, nor a token's rate).
 	for _, rt := range s.routes {
@@ -159,8 +169,12 @@ func (s *Server) Handler() http.Handler {
 			allow = "POST"
 		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
 			allow = "GET, HEAD"
-		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1:
+		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1,
+			strings.HasPrefix(p, "/v1/events/") && !strings.Contains(p[len("/v1/events/"):], "/"),
+			strings.HasPrefix(p, "/v1/inbound/sms/") && !strings.Contains(p[len("/v1/inbound/sms/"):], "/"):
 			allow = "POST"
+		case strings.HasPrefix(p, "/v1/suppressions/") && strings.Count(p[len("/v1/suppressions/"):], "/") == 1:
+			allow = "GET, HEAD, POST, PUT, DELETE"
 		}
 		if allow != "" {
 			w.Header().Set("Allow", allow)
@@ -217,8 +231,10 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, config.EnvPrefix, err)
 		}
 	}
+	ln = netutil.LimitListener(ln, s.cfg.MaxConns) // SLUICE_API_MAX_CONNS
 	srv := &http.Server{
 		Handler:           s.Handler(),
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.ReadTimeout + time.Minute,
@@ -268,6 +284,17 @@ func identityOf(r *http.Request) identity {
 // authenticate resolves the bearer token to a tenant (or the admin).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Refusals are answered without reading the body, and the
+		// connection closed: an unauthenticated upload holds nothing.
+		w.Header().Set("Connection", "close")
+		client := s.fail.client(r)
+		if wait, locked, err := s.fail.locked(r.Context(), client); err != nil {
+			s.unavailable(w, r, err)
+			return
+		} else if locked {
+			s.authLimited(w, wait)
+			return
+		}
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		token = strings.TrimSpace(token)
 		if !strings.EqualFold(scheme, "Bearer") || token == "" {
@@ -281,6 +308,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		} else {
 			info, err := s.tokens.Lookup(r.Context(), token)
 			if errors.Is(err, ErrUnknownToken) {
+				if err := s.fail.failed(r.Context(), client); err != nil {
+					s.unavailable(w, r, err)
+					return
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
 				writeProblem(w, http.StatusUnauthorized, "unauthorized", "the token is unknown or revoked")
 				return
@@ -291,6 +322,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			}
 			id = identity{Tenant: info.Tenant, TokenID: info.ID}
 		}
+		w.Header().Del("Connection") // authenticated: keep-alive as usual
 		if rec, ok := w.(*recorder); ok {
 			rec.id = id
 		}
@@ -303,20 +335,39 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 func (s *Server) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := identityOf(r)
-		d, err := s.lim.Allow(r.Context(), "api/"+id.TokenID, tasks.NewID(), throttle.Limit{Scope: "api:requests", Rule: s.rate})
+		wait, ok, err := s.tokenRate(r.Context(), id.TokenID)
 		if err != nil {
 			s.unavailable(w, r, err)
 			return
 		}
-		if !d.Allowed {
-			s.metrics.rateLimited.Inc()
-			secs := int((d.RetryAfter + time.Second - 1) / time.Second)
+		if !ok {
+			secs := int((wait + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, secs)))
-			writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may make %s requests; try again in %v", s.rate, d.RetryAfter.Round(time.Millisecond)))
+			writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may make %s requests; try again in %v", s.rate, wait.Round(time.Millisecond)))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authLimited answers a client past SLUICE_API_AUTH_FAILURES.
+func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
+	s.metrics.authLimited.Inc()
+	w.Header().Set("Retry-After", retryAfter(wait))
+	writeProblem(w, http.StatusTooManyRequests, "auth-limited", fmt.Sprintf("too many failed authentications from this address (%s); try again in %v", s.fail.rule, wait.Round(time.Second)))
+}
+
+// tokenRate counts one request of tokenID against SLUICE_API_RATE (the
+// API's and the dashboard's requests share it).
+func (s *Server) tokenRate(ctx context.Context, tokenID string) (time.Duration, bool, error) {
+	d, err := s.lim.Allow(ctx, "api/"+tokenID, tasks.NewID(), throttle.Limit{Scope: "api:requests", Rule: s.rate})
+	if err != nil {
+		return 0, false, err
+	}
+	if !d.Allowed {
+		s.metrics.rateLimited.Inc()
+	}
+	return d.RetryAfter, d.Allowed, nil
 }
 
 // unavailable answers a request that Redis could not serve.
@@ -388,6 +439,8 @@ type metrics struct {
 	enqueued    *prometheus.CounterVec
 	replays     prometheus.Counter
 	rateLimited prometheus.Counter
+	queueFull   prometheus.Counter
+	authLimited prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -414,6 +467,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused with 429 by the per-token rate limit.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited)
+	m.queueFull = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_api_queue_full_total",
+		Help: "Requests refused with 429 queue-full: the tenant is at its cap of queued notifications or bytes (SLUICE_TENANT_MAX_QUEUED*).",
+	})
+	m.authLimited = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_api_auth_limited_total",
+		Help: "Requests refused with 429 auth-limited: their client failed authentication more than SLUICE_API_AUTH_FAILURES.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.queueFull, m.authLimited)
 	return m
 }

@@ -24,12 +24,13 @@ import (
 )
 
 var (
-	quick   = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
-	rounds  = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
-	dur     = flag.Duration("dur", 2*time.Second, "length of one micro run")
-	docs    = flag.String("docs", "../docs", "where figures are written")
-	cpuProf = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	only    = flag.String("only", "", "comma-separated sections to run: check,tune,worker,backlog,multi,issue15,lanes,memory,counters,replicas,figures")
+	quick     = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds    = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur       = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	docs      = flag.String("docs", "../docs", "where figures are written")
+	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
+	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -92,6 +93,10 @@ func main() {
 		fmt.Println("\n== limiter checks (calls/s, median of interleaved rounds, 10,000 recipients, every call admitted)")
 		micro(ctx, rdb)
 	}
+	if want("throttled") {
+		fmt.Println("\n== the throttled path: denials, bookings, wake-and-admit vs redis_rate's denial (calls/s)")
+		throttled(ctx, rdb)
+	}
 	if want("tune") {
 		fmt.Println("\n== coalescing settings (single-rule check, calls/s)")
 		tune(ctx, rdb)
@@ -107,6 +112,10 @@ func main() {
 	if want("multi") {
 		fmt.Println("\n== multi-rule, multi-recipient backlogs vs the exact scheduler (two workers)")
 		multiBacklogs(ctx, srv.Addr)
+	}
+	if want("coincide") {
+		fmt.Println("\n== drains whose slots coincide: 300 SMS, 2 tenants × 15 recipients × 10, two workers")
+		coincide(ctx, srv.Addr)
 	}
 	if want("memory") {
 		fmt.Println("\n== memory (INFO used_memory deltas)")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // The ideal of a backlog is what an exact scheduler would do with the same
@@ -46,7 +47,7 @@ func simulate(rules string, arrivals []arrival, slack time.Duration) []time.Time
 		var rs []simRule
 		for _, e := range policy.Match(a.n.Tenant, a.n.Channel, a.n.Category).Rates {
 			l := e.Limit(a.n.To, a.n.From)
-			rs = append(rs, simRule{key: l.Scope + "|" + l.Subject + "|" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10),
+			rs = append(rs, simRule{key: groupOf(a.n.Tenant, l) + "|" + l.Scope + "|" + l.Subject + "|" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10),
 				limit: l.Rule.Limit, window: (l.Rule.Window + slack).Milliseconds()})
 		}
 		c := a.at.UnixMilli()
@@ -96,4 +97,12 @@ func idealDrain(rules string, arrivals []arrival, start time.Time, slack time.Du
 		}
 	}
 	return last.Sub(start)
+}
+
+// groupOf is the group a limit's key lives in: its own, else the tenant's.
+func groupOf(tenant string, l throttle.Limit) string {
+	if l.Group != "" {
+		return l.Group
+	}
+	return tenant
 }

@@ -67,6 +67,10 @@ type Base struct {
 	ConsentMaxEvents int           `env:"CONSENT_MAX_EVENTS" envDefault:"1000" desc:"Most events kept in one recipient's consent ledger (the oldest go first), 1-100000."`
 	UnsubscribeURL   string        `env:"UNSUBSCRIBE_URL" desc:"Base URL of sluice api as recipients reach it (e.g. https://sluice.example.com), for the one-click unsubscribe links of email[.CATEGORY]:unsubscribe=hosted rules: /u/TOKEN is added to it. Required when a rule asks for hosted links; workers and the API need the same value."`
 
+	TenantMaxQueued      int64         `env:"TENANT_MAX_QUEUED" envDefault:"100000" desc:"Most notifications one tenant may have queued (waiting, scheduled, retrying) at once, counted at enqueue by the API, sluice enqueue and tasks.QueueQuota; past it the API answers 429 (problem queue-full, Retry-After) and nothing of the request is enqueued. About 1.4 KB of Redis each (a small SMS measured 1,435 B): the default holds ~145 MB per tenant. 0: no cap."`
+	TenantMaxQueuedBytes int64         `env:"TENANT_MAX_QUEUED_BYTES" envDefault:"268435456" desc:"Most bytes of queued notifications one tenant may hold in Redis (payload plus 1,300 B per task, measured), counted and refused like TENANT_MAX_QUEUED. Size the sum over tenants within Redis's maxmemory. 0: no cap."`
+	TenantQueuedTTL      time.Duration `env:"TENANT_QUEUED_TTL" envDefault:"48h" desc:"Longest a queued notification counts against its tenant's caps (or until its expires_at): the bound on drift if a worker crashed before taking a sent or archived notification out of the count. 1m-720h."`
+
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error."`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" desc:"text or json."`
 }
@@ -117,6 +121,15 @@ func (b Base) Validate(p *Problems) {
 	}
 	if b.SendSlack < 0 || b.SendSlack > time.Minute {
 		p.Add("SEND_SLACK", "must be between 0 and 1m, got %v", b.SendSlack)
+	}
+	if b.TenantMaxQueued < 0 {
+		p.Add("TENANT_MAX_QUEUED", "must be 0 (no cap) or more, got %d", b.TenantMaxQueued)
+	}
+	if b.TenantMaxQueuedBytes < 0 {
+		p.Add("TENANT_MAX_QUEUED_BYTES", "must be 0 (no cap) or more, got %d", b.TenantMaxQueuedBytes)
+	}
+	if b.TenantQueuedTTL < time.Minute || b.TenantQueuedTTL > 720*time.Hour {
+		p.Add("TENANT_QUEUED_TTL", "must be between 1m and 720h, got %v", b.TenantQueuedTTL)
 	}
 	if b.RedisCheckInterval < 100*time.Millisecond || b.RedisCheckInterval > 10*time.Minute {
 		p.Add("REDIS_CHECK_INTERVAL", "must be between 100ms and 10m, got %v", b.RedisCheckInterval)
@@ -296,6 +309,11 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("must name a PEM file of CA certificates: %s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// QueuedCaps are the per-tenant caps on queued work of b.
+func (b Base) QueuedCaps() tasks.Caps {
+	return tasks.Caps{Notifications: b.TenantMaxQueued, Bytes: b.TenantMaxQueuedBytes, TTL: b.TenantQueuedTTL}
 }
 
 // ConsentOptions are the consent store's options of b.

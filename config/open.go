@@ -50,6 +50,8 @@ type Deps struct {
 	Plans *plans.Live
 	// Consent is the recipients' suppressions and consent ledger.
 	Consent *consent.Store
+	// Queued is the per-tenant caps on queued work (TENANT_MAX_QUEUED*).
+	Queued *tasks.QueueQuota
 
 	ownRedis bool
 }
@@ -95,6 +97,7 @@ func Open(b Base, o Options) (*Deps, error) {
 		d.Close()
 		return nil, fmt.Errorf("%w: %sCONSENT_RETENTION: %w", ErrConfig, EnvPrefix, err)
 	}
+	d.Queued = tasks.NewQueueQuota(d.Redis, b.QueuedCaps())
 	return d, nil
 }
 

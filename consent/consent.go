@@ -176,6 +176,13 @@ const MaxCode = 999999
 // MaxRefLen bounds Event.Ref.
 const MaxRefLen = 64
 
+// Validate reports why e cannot be recorded (an error wrapping
+// ErrInvalid that names the field), or nil.
+func (e Event) Validate() error {
+	_, err := e.normalized()
+	return err
+}
+
 // normalized returns e with the scope of Undeliverable and Review set, or
 // why it cannot be recorded.
 func (e Event) normalized() (Event, error) {

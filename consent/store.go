@@ -156,26 +156,56 @@ func (s *Store) Subject(tenant string, ch tasks.Channel, to string) (string, err
 
 // RecordHashed is Record for a recipient known only by its Subject hash.
 func (s *Store) RecordHashed(ctx context.Context, tenant string, ch tasks.Channel, subject string, e Event) (Event, error) {
-	if err := tasks.CheckTenant(tenant); err != nil {
-		return Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if _, err := ch.TaskType(); err != nil {
-		return Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if len(subject) != 22 || strings.Trim(subject, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
-		return Event{}, fmt.Errorf("%w: subject hash", ErrInvalid)
-	}
-	e, err := e.normalized()
+	hkey, lkey, err := s.hashedKeys(tenant, ch, subject)
 	if err != nil {
 		return Event{}, err
 	}
-	hkey, lkey := s.lim.HashedSubjectKey(tenant, kindConsent+string(ch), subject), s.lim.HashedSubjectKey(tenant, kindLedger+string(ch), subject)
+	e, err = e.normalized()
+	if err != nil {
+		return Event{}, err
+	}
 	at, _, err := s.run(ctx, []string{hkey, lkey}, string(e.Action), e)
 	if err != nil {
 		return Event{}, err
 	}
 	e.At = at
 	return e, nil
+}
+
+// StateHashed is State for a recipient known only by its Subject hash.
+func (s *Store) StateHashed(ctx context.Context, tenant string, ch tasks.Channel, subject string) (State, error) {
+	hkey, _, err := s.hashedKeys(tenant, ch, subject)
+	if err != nil {
+		return State{}, err
+	}
+	return s.state(ctx, hkey)
+}
+
+// LedgerHashed is Ledger for a recipient known only by its Subject hash.
+func (s *Store) LedgerHashed(ctx context.Context, tenant string, ch tasks.Channel, subject string) ([]Event, error) {
+	_, lkey, err := s.hashedKeys(tenant, ch, subject)
+	if err != nil {
+		return nil, err
+	}
+	return s.ledger(ctx, lkey)
+}
+
+// ValidSubject reports whether subject has the form of a Subject hash.
+func ValidSubject(subject string) bool {
+	return len(subject) == 22 && strings.Trim(subject, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
+}
+
+func (s *Store) hashedKeys(tenant string, ch tasks.Channel, subject string) (hash, ledger string, err error) {
+	if err := tasks.CheckTenant(tenant); err != nil {
+		return "", "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if _, err := ch.TaskType(); err != nil {
+		return "", "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if !ValidSubject(subject) {
+		return "", "", fmt.Errorf("%w: subject hash", ErrInvalid)
+	}
+	return s.lim.HashedSubjectKey(tenant, kindConsent+string(ch), subject), s.lim.HashedSubjectKey(tenant, kindLedger+string(ch), subject), nil
 }
 
 // recipient checks and normalises a recipient's address the way the
@@ -268,6 +298,10 @@ func (s *Store) State(ctx context.Context, tenant string, ch tasks.Channel, to s
 	if err != nil {
 		return State{}, err
 	}
+	return s.state(ctx, hkey)
+}
+
+func (s *Store) state(ctx context.Context, hkey string) (State, error) {
 	p := s.rdb.Pipeline()
 	h, t := p.HGetAll(ctx, hkey), p.Time(ctx)
 	if _, err := p.Exec(ctx); err != nil {
@@ -366,6 +400,10 @@ func (s *Store) Ledger(ctx context.Context, tenant string, ch tasks.Channel, to 
 	if err != nil {
 		return nil, err
 	}
+	return s.ledger(ctx, lkey)
+}
+
+func (s *Store) ledger(ctx context.Context, lkey string) ([]Event, error) {
 	p := s.rdb.Pipeline()
 	l, t := p.LRange(ctx, lkey, 0, -1), p.Time(ctx)
 	if _, err := p.Exec(ctx); err != nil {
@@ -432,6 +470,30 @@ func (s *Store) MigrateDelivery(ctx context.Context) (int, error) {
 		}
 	}
 	return int(moved.Load()), nil
+}
+
+// MigrateDeliveryOnce runs MigrateDelivery unless a completed run is
+// recorded in Redis, and records a completed one: what workers call at
+// start (nothing writes the old lists any more, so one pass empties them;
+// `sluice suppression migrate` runs it again at will). ran is false when
+// an earlier run had completed.
+func (s *Store) MigrateDeliveryOnce(ctx context.Context) (moved int, ran bool, err error) {
+	marker := s.lim.SubjectKey("sluice", "migrated:", "delivery-suppressions")
+	n, err := s.rdb.Exists(ctx, marker).Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("consent: migrate: %w", err)
+	}
+	if n == 1 {
+		return 0, false, nil
+	}
+	moved, err = s.MigrateDelivery(ctx)
+	if err != nil {
+		return moved, true, err
+	}
+	if err := s.rdb.Set(ctx, marker, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+		return moved, true, fmt.Errorf("consent: migrate: record the run: %w", err)
+	}
+	return moved, true, nil
 }
 
 // migrateKey moves one old key (through the store's client, which routes

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -48,6 +50,9 @@ type Backend struct {
 	// Stopping reports that the server is shutting down: live streams end.
 	// Nil: never.
 	Stopping func() bool
+	// Consent reads a recipient's suppressions and ledger for the
+	// recipient page; nil: the page says consent is not shown.
+	Consent *consent.Store
 }
 
 // Inspector is what the dashboard reads of Asynq: an *asynq.Inspector.
@@ -78,6 +83,20 @@ type Auth interface {
 	// SessionKey is a key for purpose that changes whenever a token
 	// secret does (the token key, the admin token), signing every browser out.
 	SessionKey(purpose string) []byte
+	// Client is the address failed sign-ins of r are counted by (the
+	// peer, or a trusted proxy's header).
+	Client(r *http.Request) string
+	// Locked reports whether client failed too often, and for how long more.
+	Locked(ctx context.Context, client string) (wait time.Duration, locked bool, err error)
+	// Failed counts one failed sign-in of client.
+	Failed(ctx context.Context, client string) error
+	// EndSession signs out the session named by nonce until expires.
+	EndSession(ctx context.Context, nonce string, expires time.Time) error
+	// Ended reports whether the session named by nonce was signed out.
+	Ended(ctx context.Context, nonce string) (bool, error)
+	// Allow counts one request of tokenID against the per-token rate the
+	// API's requests count against too; ok is false past it.
+	Allow(ctx context.Context, tokenID string) (wait time.Duration, ok bool, err error)
 }
 
 // Mounter is the server the dashboard's routes are mounted on (*api.Server
@@ -97,7 +116,7 @@ type Mounter interface {
 func NewBackend(base config.Base, deps *config.Deps, auth Auth, stopping func() bool) Backend {
 	return Backend{Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
 		PlanStore: plans.NewStore(deps.Redis, deps.Plans.Defaults()), Keys: deps.Keys,
-		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping}
+		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent}
 }
 
 func (b Backend) check() error {

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/throttle"
 )
 
 //go:embed templates/*.tmpl static/*
@@ -34,9 +32,10 @@ const (
 	uiLiveInterval = time.Second
 	uiStreamMax    = 10 * time.Minute // a stream ends then; EventSource reconnects
 	uiMaxStreams   = 64               // live streams per server at once
+	uiAdminStreams = 8                // of which only the admin may take
+	uiTenantStream = 8                // live streams of one tenant's sessions at once
+	uiSessionStrm  = 2                // live streams of one session at once
 	uiMaxForm      = 8 << 10
-	// A browser may try this many logins per minute from one address.
-	uiLoginRate = 10
 )
 
 // uiCSP keeps every script, style and image to files this server serves.
@@ -77,7 +76,7 @@ type Dashboard struct {
 	planner plans.Planner // the worker's: zones, send slack, deadlines
 	key     []byte        // signs sessions and CSRF tokens
 	cop     *http.CrossOriginProtection
-	streams chan struct{}
+	streams *streamSlots
 }
 
 // New builds the dashboard on b; Mount puts its routes on a server.
@@ -90,7 +89,7 @@ func New(b Backend) (*Dashboard, error) {
 	}
 	// The session key follows the token key and the admin token: changing
 	// either signs every browser out.
-	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: make(chan struct{}, uiMaxStreams)}
+	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: newStreamSlots()}
 	u.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusForbidden, "This form was sent from another site; nothing was done.")
 	}))
@@ -224,6 +223,18 @@ func (u *Dashboard) session(next http.HandlerFunc) http.HandlerFunc {
 		if log, ok := w.(interface{ SetIdentity(tenant, tokenID string) }); ok {
 			log.SetIdentity(s.Tenant, s.TokenID) // the access log names the token
 		}
+		// The token's request budget (SLUICE_API_RATE), shared with the API.
+		wait, allowed, err := u.b.Auth.Allow(r.Context(), s.TokenID)
+		if err != nil {
+			u.b.Log.Error("redis trouble; dashboard request refused", "route", r.Pattern, "err", err)
+			u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; try again.")
+			return
+		}
+		if !allowed {
+			w.Header().Set("Retry-After", fmt.Sprint(max(1, int(wait.Seconds()+0.999))))
+			u.fail(w, r, http.StatusTooManyRequests, "Too many requests for this token; wait a moment and reload.")
+			return
+		}
 		next(w, r.WithContext(context.WithValue(r.Context(), uiSessionKey{}, s)))
 	}
 }
@@ -258,12 +269,20 @@ func (u *Dashboard) current(w http.ResponseWriter, r *http.Request) (uiSession, 
 
 // stillValid: the admin token is unchanged (the session key covers it) and
 // a tenant token has not been revoked.
+// A session signed out (logout) is refused until it expires.
 func (u *Dashboard) stillValid(ctx context.Context, s uiSession) (bool, error) {
 	ok, err := u.b.Auth.Valid(ctx, s.Tenant, s.TokenID)
 	if err != nil {
 		return false, fmt.Errorf("dashboard: session: %w", err)
 	}
-	return ok, nil
+	if !ok {
+		return false, nil
+	}
+	ended, err := u.b.Auth.Ended(ctx, s.Nonce)
+	if err != nil {
+		return false, fmt.Errorf("dashboard: session: %w", err)
+	}
+	return !ended, nil
 }
 
 // tenant admits a tenant's pages to the admin and to that tenant only.
@@ -317,7 +336,29 @@ func (u *Dashboard) checkCSRF(w http.ResponseWriter, r *http.Request) bool {
 
 func (u *Dashboard) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: value, Path: "/ui", MaxAge: maxAge,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: r.TLS != nil || forwardedHTTPS(r), SameSite: http.SameSiteStrictMode})
+}
+
+// forwardedHTTPS reports a request a TLS-terminating proxy forwarded
+// (X-Forwarded-Proto: https, or Forwarded: proto=https): its cookie is
+// Secure too. A client that sends the header itself only makes its own
+// cookie stricter.
+func forwardedHTTPS(r *http.Request) bool {
+	for _, v := range r.Header.Values("X-Forwarded-Proto") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "https") {
+				return true
+			}
+		}
+	}
+	for _, v := range r.Header.Values("Forwarded") {
+		for _, el := range strings.FieldsFunc(v, func(c rune) bool { return c == ',' || c == ';' }) {
+			if k, val, ok := strings.Cut(strings.TrimSpace(el), "="); ok && strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(val, `"`), "https") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (u *Dashboard) clearCookie(w http.ResponseWriter, r *http.Request) {
@@ -358,20 +399,19 @@ func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := nextPath(r.PostForm.Get("next"))
 	token := strings.TrimSpace(r.PostForm.Get("token"))
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	d, err := u.b.Limiter.Allow(r.Context(), "ui-login/"+host, tasks.NewID(),
-		throttle.Limit{Scope: "ui:login", Rule: throttle.Rule{Limit: uiLoginRate, Window: time.Minute}})
+	// Failed sign-ins are limited per client (SLUICE_API_AUTH_FAILURES,
+	// with /v1's): a client past it is refused before its token is
+	// checked; only its own failures count against it.
+	client := u.b.Auth.Client(r)
+	wait, locked, err := u.b.Auth.Locked(r.Context(), client)
 	if err != nil {
 		u.b.Log.Error("redis trouble; login refused", "err", err)
 		u.render(w, r, http.StatusServiceUnavailable, "login", uiLogin{Next: next, Error: "Redis could not be asked; try again."})
 		return
 	}
-	if !d.Allowed {
-		w.Header().Set("Retry-After", fmt.Sprint(max(1, int(d.RetryAfter.Seconds()+0.999))))
-		u.render(w, r, http.StatusTooManyRequests, "login", uiLogin{Next: next, Error: "Too many sign-in attempts from this address; wait a minute."})
+	if locked {
+		w.Header().Set("Retry-After", fmt.Sprint(max(1, int(wait.Seconds()+0.999))))
+		u.render(w, r, http.StatusTooManyRequests, "login", uiLogin{Next: next, Error: "Too many failed sign-ins from this address; wait a minute."})
 		return
 	}
 	if token == "" {
@@ -385,6 +425,9 @@ func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
+		if err := u.b.Auth.Failed(r.Context(), client); err != nil {
+			u.b.Log.Error("redis trouble; failed sign-in not counted", "err", err)
+		}
 		u.render(w, r, http.StatusUnauthorized, "login", uiLogin{Next: next, Error: "That token is unknown or revoked."})
 		return
 	}
@@ -401,7 +444,15 @@ func (u *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends the session server-side too: its cookie, replayed, is
+// refused until it would have expired.
 func (u *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	if err := u.b.Auth.EndSession(r.Context(), s.Nonce, time.Unix(s.Expires, 0)); err != nil {
+		u.b.Log.Error("redis trouble; sign-out not recorded", "err", err)
+		u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; you are still signed in. Try again.")
+		return
+	}
 	u.setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }

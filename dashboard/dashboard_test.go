@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"html"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -254,6 +256,31 @@ func parseSetCookie(t *testing.T, h string) *http.Cookie {
 	return c
 }
 
+// Behind a TLS-terminating proxy (X-Forwarded-Proto: https, or
+// Forwarded: proto=https) the session cookie is Secure too; plain HTTP
+// without either, not.
+func TestUISecureCookieBehindAProxy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	for _, tc := range []struct {
+		header, value string
+		secure        bool
+	}{{"X-Forwarded-Proto", "https", true}, {"Forwarded", `for=203.0.113.7;proto=https`, true}, {"X-Forwarded-Proto", "http", false}, {"", "", false}} {
+		br := newBrowser(t, b.http.URL)
+		var hs []string
+		if tc.header != "" {
+			hs = []string{tc.header, tc.value}
+		}
+		p := br.do("POST", "/ui/login", url.Values{"token": {b.tokens["acme"]}}, hs...)
+		if p.status != http.StatusSeeOther {
+			t.Fatalf("%s: %v: login %d", tc.header, tc.value, p.status)
+		}
+		if c := parseSetCookie(t, p.header.Get("Set-Cookie")); c.Secure != tc.secure {
+			t.Errorf("%s: %s: cookie Secure=%v, want %v", tc.header, tc.value, c.Secure, tc.secure)
+		}
+	}
+}
+
 // A tenant's sign-in sees its own tenant only: every route of another
 // tenant answers 403 with nothing of it in the answer, and its own pages
 // name no other tenant.
@@ -380,20 +407,126 @@ func TestUIResetNeedsCSRFAndConfirmation(t *testing.T) {
 	}
 }
 
-// Sign-in attempts are limited per client address, so tokens cannot be
-// guessed through the form faster than the API allows.
-func TestUILoginIsRateLimited(t *testing.T) {
+// browserFrom is a browser whose connections come from local address ip
+// (another loopback address: another client to the server).
+func browserFrom(t *testing.T, base, ip string) *browser {
+	t.Helper()
+	br := newBrowser(t, base)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	br.c.Transport = &http.Transport{DialContext: d.DialContext}
+	return br
+}
+
+// Failed sign-ins are limited per client, counting failures only: after
+// 100 failed logins from one address that address gets 429 (even with the
+// admin token: its credentials are not checked), while the admin token
+// still signs in from another address. With a trusted proxy header the
+// client is the header's last entry: the same peer address signs in for
+// another client behind the proxy.
+func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 	t.Parallel()
-	b := setup(t, uiRules, nil)
-	br := newBrowser(t, b.http.URL)
-	for i := range 10 {
-		if p := br.do("POST", "/ui/login", url.Values{"token": {"guess"}}); p.status != http.StatusUnauthorized {
-			t.Fatalf("attempt %d: %d", i+1, p.status)
+	b := setup(t, uiRules, map[string]string{"SLUICE_API_AUTH_FAILURES": "20/1m"})
+	bad := browserFrom(t, b.http.URL, "127.0.0.1")
+	codes := map[int]int{}
+	for range 100 {
+		codes[bad.do("POST", "/ui/login", url.Values{"token": {"guess"}}).status]++
+	}
+	if codes[http.StatusUnauthorized] != 20 || codes[http.StatusTooManyRequests] != 80 {
+		t.Fatalf("100 failed logins: %v, want 20 × 401 then 80 × 429", codes)
+	}
+	p := bad.do("POST", "/ui/login", url.Values{"token": {adminToken}})
+	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" || p.header.Get("Set-Cookie") != "" {
+		t.Fatalf("admin token from the locked address: %d, Retry-After %q", p.status, p.header.Get("Retry-After"))
+	}
+	browserFrom(t, b.http.URL, "127.0.0.2").login(adminToken, "/ui")
+	// Successful sign-ins never count: the other address stays open.
+	for range 30 {
+		browserFrom(t, b.http.URL, "127.0.0.2").login(b.tokens["acme"], "/ui/tenants/acme")
+	}
+
+	// Behind a proxy: the header names the client.
+	px := setup(t, uiRules, map[string]string{"SLUICE_API_AUTH_FAILURES": "20/1m", "SLUICE_API_CLIENT_IP_HEADER": "X-Forwarded-For"})
+	proxy := newBrowser(t, px.http.URL)
+	for range 100 {
+		proxy.do("POST", "/ui/login", url.Values{"token": {"guess"}}, "X-Forwarded-For", "203.0.113.7")
+	}
+	if p := proxy.do("POST", "/ui/login", url.Values{"token": {adminToken}}, "X-Forwarded-For", "203.0.113.7"); p.status != http.StatusTooManyRequests {
+		t.Fatalf("admin token for the locked client behind the proxy: %d", p.status)
+	}
+	// A client may send its own X-Forwarded-For: only the last entry, the
+	// proxy's, counts.
+	if p := proxy.do("POST", "/ui/login", url.Values{"token": {adminToken}}, "X-Forwarded-For", "203.0.113.7, 198.51.100.9"); p.status != http.StatusSeeOther {
+		t.Fatalf("admin token for another client behind the proxy (same peer address): %d %s", p.status, p.body)
+	}
+
+	// /v1: failed bearer tokens are limited per client too (429
+	// auth-limited), a valid token from another client is served.
+	v1 := map[int]int{}
+	for i := range 30 {
+		req, _ := http.NewRequest("GET", px.http.URL+"/v1/quotas", nil)
+		req.Header.Set("Authorization", fmt.Sprintf("Bearer sluice_%04d_random", i))
+		req.Header.Set("X-Forwarded-For", "203.0.113.50")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		v1[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
 		}
 	}
-	p := br.do("POST", "/ui/login", url.Values{"token": {adminToken}})
-	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" || p.header.Get("Set-Cookie") != "" {
-		t.Fatalf("11th attempt: %d, Retry-After %q", p.status, p.header.Get("Retry-After"))
+	if v1[http.StatusUnauthorized] != 20 || v1[http.StatusTooManyRequests] != 10 {
+		t.Fatalf("30 random bearer tokens from one client: %v, want 20 × 401, 10 × 429", v1)
+	}
+	req, _ := http.NewRequest("GET", px.http.URL+"/v1/quotas?tenant=acme", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("X-Forwarded-For", "198.51.100.10")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("valid token from another client: %d", resp.StatusCode)
+	}
+}
+
+// A session ends at sign-out server-side: its cookie, replayed, gets the
+// login page (and 401 for a POST with its CSRF token); and when its token
+// is revoked.
+func TestUISessionEndsAtLogoutAndRevoke(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	u, _ := url.Parse(b.http.URL + "/ui")
+	for _, how := range []string{"logout", "revoke"} {
+		tok := b.tokens["acme"]
+		if how == "revoke" {
+			var err error
+			if tok, _, err = b.srv.Tokens().Create(context.Background(), "acme", "revoke", "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		br := newBrowser(t, b.http.URL)
+		br.login(tok, "/ui/tenants/acme")
+		cookies := br.c.Jar.Cookies(u)
+		csrf := br.csrf("/ui/tenants/acme")
+		if how == "logout" {
+			if p := br.do("POST", "/ui/logout", url.Values{"csrf": {csrf}}); p.status != http.StatusSeeOther {
+				t.Fatalf("logout: %d", p.status)
+			}
+		} else if err := b.srv.Tokens().Revoke(context.Background(), "acme", tok); err != nil {
+			t.Fatal(err)
+		}
+		replay := newBrowser(t, b.http.URL)
+		replay.c.Jar.SetCookies(u, cookies)
+		if p := replay.get("/ui/tenants/acme"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/ui/login") {
+			t.Fatalf("%s: replayed cookie: %d to %q", how, p.status, p.header.Get("Location"))
+		}
+		replay.c.Jar.SetCookies(u, cookies)
+		if p := replay.do("POST", "/ui/logout", url.Values{"csrf": {csrf}}); p.status != http.StatusUnauthorized {
+			t.Fatalf("%s: replayed cookie and CSRF token on a POST: %d", how, p.status)
+		}
 	}
 }
 
@@ -497,13 +630,15 @@ func TestUIRecipientLookupNeverShowsOrLogsTheRecipient(t *testing.T) {
 	fill(t, b, "acme", "sms:recipient", "1/1m", "+14155550100", 1)
 	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "hi"))
 	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550111", "someone else"))
+	b.do(t, "POST", "/v1/suppressions/sms/+14155550100", b.tokens["acme"], map[string]any{"type": "out", "scope": "marketing", "ref": "req-7"})
 	br := newBrowser(t, hs.URL)
 	br.login(b.tokens["acme"], "/ui/tenants/acme")
 	csrf := br.csrf("/ui/tenants/acme")
 	p := br.do("POST", "/ui/tenants/acme/recipient", url.Values{"csrf": {csrf}, "recipient": {"+1 (415) 555-0100"}})
 	p.body = html.UnescapeString(p.body)
 	if p.status != 200 || !strings.Contains(p.body, "Recipient +1415***0100") || !strings.Contains(p.body, `data-window="sms:recipient:60000" data-used="1"`) ||
-		!strings.Contains(p.body, "1 queued") {
+		!strings.Contains(p.body, "1 queued") || !strings.Contains(p.body, `<li data-mark="opted out of marketing">`) ||
+		!regexp.MustCompile(`<tr data-event="out"><td>[^<]+</td><td>out</td><td>marketing</td><td>api</td><td></td><td></td><td>req-7</td></tr>`).MatchString(p.body) {
 		t.Fatalf("lookup: %d %s", p.status, p.body)
 	}
 	for _, clear := range []string{"14155550100", "415) 555", "5550100", "5550111"} {

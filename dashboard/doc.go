@@ -9,7 +9,7 @@
 //	GET  /ui                          the admin's overview: every tenant's plan and tenant-wide windows, queue depths, what waits or was lost
 //	GET  /ui/tenants/{tenant}         a tenant: plan and recent changes, windows (live), a chart per channel, messages waiting by reason, denials, drops, expiries
 //	GET  /ui/tenants/{tenant}/chart.svg?channel=sms|email   the last hour's sends per minute and how the longest window filled, as SVG drawn here
-//	POST /ui/tenants/{tenant}/recipient  a recipient's windows, quiet hours and messages (posted: never in a URL or a log; shown masked)
+//	POST /ui/tenants/{tenant}/recipient  a recipient's windows, quiet hours and messages, its consent and ledger (posted: never in a URL or a log; shown masked)
 //	GET, POST /ui/tenants/{tenant}/reset  the admin resets one tenant-wide window, after a confirmation page
 //	GET  /ui/live, /ui/tenants/{tenant}/live  the live figures (text/event-stream)
 //	GET, POST /ui/login, POST /ui/logout
@@ -34,9 +34,16 @@
 // A sign-in is checked once and kept as a signed cookie (HMAC-SHA256 under
 // a key derived from SLUICE_API_TOKEN_KEY and the admin token: changing
 // either signs every browser out), HttpOnly, SameSite=Strict, Secure over
-// TLS, valid 12 hours; a revoked token ends its sessions at the next
-// request. The cookie never holds the token. Sign-in attempts are limited
-// per client address (10 a minute, by the limiter). Every state-changing
+// TLS and behind a proxy that says it took https (X-Forwarded-Proto,
+// Forwarded), valid 12 hours; a revoked token ends its sessions at the next
+// request, and signing out ends the session server-side (Auth.EndSession:
+// the cookie, replayed, is refused until it would expire). The cookie
+// never holds the token. Failed sign-ins are limited per client address
+// (Auth.Locked and Failed: SLUICE_API_AUTH_FAILURES, shared with /v1);
+// only failures count, so a valid token from another client is never
+// refused. Every signed-in request counts against its token's
+// SLUICE_API_RATE (Auth.Allow). Live streams are shared fairly: 64 per
+// server, 8 of them the admin's only, 8 per tenant, 2 per session. Every state-changing
 // form carries a CSRF token and is refused from another site; every answer
 // carries a strict Content-Security-Policy (no inline script or style) and
 // denies framing. A tenant's sign-in gets 403, naming nothing, on another

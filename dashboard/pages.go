@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
@@ -195,6 +198,48 @@ type uiRecipientPage struct {
 	Windows  []uiWindow
 	Quiet    []report.QuietRow
 	Activity uiActivity
+	Consent  *uiConsent
+}
+
+// uiConsent is what blocks sends to the recipient and its ledger.
+type uiConsent struct {
+	Marks  []uiMark
+	Ledger []consent.Event
+	Error  string
+}
+
+type uiMark struct {
+	What string
+	Mark consent.Mark
+}
+
+func consentView(ctx context.Context, store *consent.Store, tenant string, ch tasks.Channel, to string) *uiConsent {
+	if store == nil {
+		return nil
+	}
+	v := &uiConsent{}
+	st, err := store.State(ctx, tenant, ch, to)
+	if err != nil {
+		v.Error = "its suppressions cannot be read: " + err.Error()
+		return v
+	}
+	if st.Undeliverable != nil {
+		v.Marks = append(v.Marks, uiMark{"undeliverable (every category, exempt ones too)", *st.Undeliverable})
+	}
+	if st.All != nil {
+		v.Marks = append(v.Marks, uiMark{"opted out of every category but exempt ones", *st.All})
+	}
+	for _, c := range slices.Sorted(maps.Keys(st.OptedOut)) {
+		v.Marks = append(v.Marks, uiMark{"opted out of " + c, st.OptedOut[c]})
+	}
+	for _, c := range slices.Sorted(maps.Keys(st.OptedIn)) {
+		v.Marks = append(v.Marks, uiMark{"opted back in to " + c, st.OptedIn[c]})
+	}
+	if v.Ledger, err = store.Ledger(ctx, tenant, ch, to); err != nil {
+		v.Error = "part of its ledger cannot be read: " + err.Error()
+	}
+	slices.Reverse(v.Ledger) // newest first
+	return v
 }
 
 // recipient looks a recipient up: POSTed so the number or address never
@@ -240,6 +285,7 @@ func (u *Dashboard) recipient(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	sc.Tasks = mine
 	v.Activity = summarize(sc, time.Now())
+	v.Consent = consentView(r.Context(), u.b.Consent, tenant, ch, norm)
 	u.renderTitled(w, r, http.StatusOK, "recipient", "Recipient "+v.Masked, "", v)
 }
 
@@ -411,14 +457,13 @@ type uiEvent struct {
 // browser leaves, the server stops, the session ends, or uiStreamMax passes
 // (EventSource then reconnects by itself).
 func (u *Dashboard) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, int) ([]uiEvent, error)) {
-	select {
-	case u.streams <- struct{}{}:
-		defer func() { <-u.streams }()
-	default:
+	release, status, why := u.streams.take(sessionOf(r))
+	if release == nil {
 		w.Header().Set("Retry-After", "10")
-		http.Error(w, "too many live streams; the page still works, reload it for fresh figures", http.StatusServiceUnavailable)
+		http.Error(w, why+"; the page still works, reload it for fresh figures", status)
 		return
 	}
+	defer release()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")

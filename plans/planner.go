@@ -81,7 +81,7 @@ func (pr Planner) Check(p Policy, n tasks.Notification, origin string, now time.
 	}
 	if m.Quiet != nil {
 		pl.Zones = pr.Zones(m, n)
-		for _, s := range m.Quiet.Closed(now.Add(-time.Hour), QuietHorizon, pl.Zones) {
+		for _, s := range m.Quiet.ClosedFor(now.Add(-time.Hour), QuietHorizon, pl.Zones, phoneOf(n)) {
 			if len(pl.Closed) == maxClosed {
 				break
 			}
@@ -89,6 +89,15 @@ func (pr Planner) Check(p Policy, n tasks.Notification, origin string, now time.
 		}
 	}
 	return pl
+}
+
+// phoneOf is the number a preset reads the recipient's place from: an
+// SMS's recipient; "" for email.
+func phoneOf(n tasks.Notification) string {
+	if n.Channel == tasks.SMS {
+		return tasks.NormalizePhone(n.To)
+	}
+	return ""
 }
 
 // Zones are the recipient's candidate zones for quiet hours: the

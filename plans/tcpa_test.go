@@ -421,3 +421,35 @@ func FuzzUSStates(f *testing.F) {
 		}
 	})
 }
+
+// The planner — what the worker and the quota report check with — reads
+// the recipient's state from the SMS's number: at 20:30 local a Florida
+// number is closed (20:00 there), a California one is not (federal 21:00).
+func TestPlannerReadsTheStateFromTheNumber(t *testing.T) {
+	t.Parallel()
+	p, err := plans.Parse("sms.marketing:quiet=tcpa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := plans.Planner{DefaultZone: time.UTC}
+	closed := func(n tasks.Notification, at time.Time) bool {
+		t.Helper()
+		for _, iv := range pr.Check(p, n, "", at).Closed {
+			if !at.Before(iv.Start) && at.Before(iv.End) {
+				return true
+			}
+		}
+		return false
+	}
+	sms := func(to string) tasks.Notification {
+		n := tasks.NewSMS("acme", to, "sale")
+		n.Category = "marketing"
+		return n
+	}
+	if at := local(t, "America/New_York", "2026-01-15 20:30"); !closed(sms("+13055550100"), at) {
+		t.Error("Florida at 20:30 is not closed")
+	}
+	if at := local(t, "America/Los_Angeles", "2026-01-15 20:30"); closed(sms("+14155550100"), at) {
+		t.Error("California at 20:30 is closed: the planner took the strictest state, not the number's")
+	}
+}

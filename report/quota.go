@@ -125,7 +125,11 @@ func quietRow(planner plans.Planner, m plans.Match, n tasks.Notification) QuietR
 		r.Zones = append(r.Zones, z.String())
 	}
 	now := time.Now()
-	for _, s := range m.Quiet.Closed(now, 8*24*time.Hour, zones) {
+	phone := ""
+	if n.Channel == tasks.SMS {
+		phone = tasks.NormalizePhone(n.To)
+	}
+	for _, s := range m.Quiet.ClosedFor(now, 8*24*time.Hour, zones, phone) {
 		if s.Contains(now) {
 			r.Quiet, r.Until = true, s.End
 			break

@@ -9,6 +9,7 @@
 #   ./scripts/bench.sh            everything (~15 min; the 1,000-task backlog runs once per policy)
 #   ./scripts/bench.sh --quick    a few-minute subset
 #   ./scripts/bench.sh --only micro,memory
+#   ./scripts/bench.sh --only throttled,coincide   denials, bookings, wake-and-admit; drains whose slots coincide
 #   ./scripts/bench.sh --only replicas   what SLUICE_REDIS_WAIT_REPLICAS=1 costs (about a minute)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -119,20 +119,47 @@ local LOOK = 64
 -- contains it holds limit entries. Spans holding limit entries block [last - wp, first + wp];
 -- those blocks are ordered by both ends, so one pass finds the first gap. Returns the time and
 -- the count of entries within wp of it, or nil when the gap lies past the entries read.
+--
+-- It reads only what it needs: one ZCOUNT when the key has room at c (the common admission);
+-- when it has none and nothing lies after c (a full window, no bookings ahead: the common
+-- denial), the slot is just after the limit-th newest entry leaves, read alone; otherwise the
+-- spans are walked by rank, each span's first and last entry read in chunks that double (4, 8,
+-- 16, …; one read of both when the limit is small), up to LOOK spans past the first.
 local function earliest(key, limit, wp, c)
   local cnt = redis.call('ZCOUNT', key, fmt(c - wp), fmt(c + wp))
   if cnt < limit then return c, cnt end
-  local e = redis.call('ZRANGEBYSCORE', key, fmt(c - wp), '+inf', 'WITHSCORES', 'LIMIT', 0, limit + LOOK)
-  local n = #e / 2
-  for i = 1, n - limit + 1 do
-    local first = tonumber(e[2 * i])
-    local last = tonumber(e[2 * (i + limit - 1)])
-    if first + wp >= c and last - first <= wp then
-      if last - wp > c then return c, limit - 1 end
-      c = first + wp + 1
-    end
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if tonumber(top[2]) <= c then
+    -- Every entry from c - wp on lies in [c - wp, c]: each run of limit of them blocks c, the
+    -- last run ends at the limit-th newest + wp.
+    local kth = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+    return tonumber(kth[2]) + wp + 1, limit - 1
   end
-  if n < limit + LOOK then return c, limit - 1 end
+  local base = redis.call('ZCOUNT', key, '-inf', '(' .. fmt(c - wp)) -- the rank of the first entry >= c - wp
+  local i, k = 0, 4
+  while i <= LOOK do
+    local m = math.min(k, LOOK + 1 - i)
+    local heads, tails, off
+    if limit <= m + 1 then -- small limits: heads and tails in one read
+      heads = redis.call('ZRANGE', key, base + i, base + i + limit + m - 2, 'WITHSCORES')
+      tails, off = heads, limit - 1
+    else
+      heads = redis.call('ZRANGE', key, base + i, base + i + m - 1, 'WITHSCORES')
+      tails = redis.call('ZRANGE', key, base + i + limit - 1, base + i + limit + m - 2, 'WITHSCORES')
+      off = 0
+    end
+    local nt = math.min(#tails / 2 - off, m)
+    for j = 1, nt do
+      local first = tonumber(heads[2 * j])
+      local last = tonumber(tails[2 * (j + off)])
+      if first + wp >= c and last - first <= wp then
+        if last - wp > c then return c, limit - 1 end
+        c = first + wp + 1
+      end
+    end
+    if nt < m then return c, limit - 1 end
+    i, k = i + m, k * 2
+  end
   return nil
 end
 
@@ -421,6 +448,16 @@ end
 -- (0: none), and per key the entries within its span of it.
 local function search(keys, limits, wps, c, closed)
   local n = #keys
+  if n == 1 and #closed == 0 then
+    -- One rule (the common check): the first pass settles unless it moves c, and a moved c
+    -- needs one more look at the key (its count there).
+    local x, cnt = earliest(keys[1], limits[1], wps[1], c)
+    if x == c then return c, 0, {cnt} end
+    if x ~= nil then
+      local y, cnt2 = earliest(keys[1], limits[1], wps[1], x)
+      if y == x then return x, 1, {cnt2} end
+    end
+  end
   local rule, counts, settled = 0, {}, false
   c = unclosed(c, closed)
   for pass = 1, 8 do

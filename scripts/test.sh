@@ -52,7 +52,8 @@ if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
                 plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates \
                 api:FuzzParseIdempotencyKey throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
-                sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent; do
+                sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent \
+                sender/twilio:FuzzParseInbound unsubscribe:FuzzParseToken; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then

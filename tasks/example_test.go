@@ -39,5 +39,5 @@ func ExampleNewTask() {
 	// true false
 	// +14155550100 Your code is 123456 <nil>
 	// sealed payload does not open: key "k1": wrong key, damaged, or sealed for another task
-	// invalid notification: subject contains a line break or NUL (header injection)
+	// invalid notification: subject contains a line break or control character (header injection)
 }

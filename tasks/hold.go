@@ -68,6 +68,18 @@ func (b *Batch) Adopt(queue, id string) {
 	b.held = append(b.held, heldTask{queue: queue, id: id, adopted: true})
 }
 
+// Fresh returns the ids the batch enqueued itself (not adopted): what an
+// Abort deletes.
+func (b *Batch) Fresh() []string {
+	var ids []string
+	for _, h := range b.held {
+		if !h.adopted {
+			ids = append(ids, h.id)
+		}
+	}
+	return ids
+}
+
 // Len is how many tasks the batch holds.
 func (b *Batch) Len() int { return len(b.held) }
 

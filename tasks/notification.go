@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -442,11 +443,30 @@ func checkHeader(field, s string, max int) error {
 		return invalid(field, "is not valid UTF-8")
 	}
 	for _, r := range s {
-		if r == '\r' || r == '\n' || r == 0 || r == '\u2028' || r == '\u2029' {
-			return invalid(field, "contains a line break or NUL (header injection)")
+		// Every control character but tab: CR, LF, NUL, and the C1 ones
+		// (U+0085 NEL is a line break to some mail software).
+		if (r != '\t' && unicode.IsControl(r)) || r == '\u2028' || r == '\u2029' {
+			return invalid(field, "contains a line break or control character (header injection)")
 		}
 	}
 	return nil
+}
+
+// CheckRecipient reports whether to is a recipient of channel ch as a
+// notification's To must be: an E.164 number (after NormalizePhone) for
+// SMS, a bare address for email. The error wraps ErrInvalid.
+func CheckRecipient(ch Channel, to string) error {
+	switch ch {
+	case SMS:
+		if !IsE164(NormalizePhone(to)) {
+			return invalid("to", "is not an E.164 number like +14155550100")
+		}
+		return nil
+	case Email:
+		return checkAddress("to", NormalizeEmail(to))
+	}
+	_, err := ch.TaskType()
+	return err
 }
 
 func checkAddress(field, s string) error {

@@ -233,3 +233,28 @@ func TestNewIDDistinctInAsynqmon(t *testing.T) {
 		prev = id[:12]
 	}
 }
+
+// U+0085 (NEL) and the other C1 controls are refused raw in to, from,
+// reply_to and subject, as in header values: some mail software breaks
+// lines on them.
+func TestNELRefusedInAddressesAndSubject(t *testing.T) {
+	for _, field := range []string{"to", "from", "reply_to", "subject"} {
+		for _, bad := range []string{"\u0085", "\u009b", "\x7f"} {
+			n := tasks.NewEmail("acme", "ann@example.com", "Hello", "body")
+			switch field {
+			case "to":
+				n.To = "ann@example.com" + bad + "Bcc: eve@example.com"
+			case "from":
+				n.From = "news@example.com" + bad + "x"
+			case "reply_to":
+				n.ReplyTo = "help@example.com" + bad + "x"
+			case "subject":
+				n.Subject = "Hello" + bad + "Bcc: eve@example.com"
+			}
+			err := n.Normalized().Validate()
+			if !errors.Is(err, tasks.ErrInvalid) || !strings.Contains(err.Error(), field) {
+				t.Errorf("%s with %q: %v, want invalid %s", field, bad, err, field)
+			}
+		}
+	}
+}

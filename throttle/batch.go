@@ -49,6 +49,7 @@ type batcher struct {
 	pipelines int
 	maxBatch  int
 	reqs      chan *call
+	carry     chan *call // calls waiting (up to their linger) to ride with the next call
 	quit      chan struct{}
 	start     sync.Once
 	stop      sync.Once
@@ -74,7 +75,69 @@ func newBatcher(client redis.UniversalClient, opts Options) *batcher {
 		b.maxBatch = 32
 	}
 	b.reqs = make(chan *call, 4*b.maxBatch*b.pipelines)
+	b.carry = make(chan *call, b.maxBatch)
 	return b
+}
+
+// doCarried is do for an op that may wait up to linger for another call to
+// carry it (one round trip for both, e.g. a done record riding with the next
+// check); with no other call by then it goes alone. Like do, it returns only
+// once the op ran.
+func (b *batcher) doCarried(ctx context.Context, nowA, group string, o *op, linger time.Duration) (int64, []int64, error) {
+	if linger <= 0 || b.direct {
+		return b.do(ctx, nowA, group, o)
+	}
+	if b.closed.Load() {
+		return 0, nil, ErrClosed
+	}
+	c := &call{op: o, nowA: nowA, done: make(chan struct{})}
+	if b.cluster {
+		c.slot = slotOf(group)
+	}
+	select {
+	case b.carry <- c:
+	default: // enough are waiting already: go as a plain call
+		return b.do(ctx, nowA, group, o)
+	}
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		if c.state.CompareAndSwap(queued, taken) {
+			b.inflight.Add(1)
+			b.exec(ctx, []*call{c})
+			b.inflight.Add(-1)
+		} else {
+			<-c.done
+		}
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(queued, abandoned) {
+			return 0, nil, ctx.Err()
+		}
+		<-c.done
+	case <-b.quit:
+		if c.state.CompareAndSwap(queued, abandoned) {
+			return 0, nil, ErrClosed
+		}
+		<-c.done
+	}
+	return c.now, c.reply, c.err
+}
+
+// withCarried adds the calls waiting to be carried, up to maxBatch in all.
+func (b *batcher) withCarried(calls []*call) []*call {
+	for len(calls) < b.maxBatch {
+		select {
+		case c := <-b.carry:
+			if c.state.CompareAndSwap(queued, taken) {
+				calls = append(calls, c)
+			}
+		default:
+			return calls
+		}
+	}
+	return calls
 }
 
 // do runs one op and returns the batch's clock reading and the op's reply.
@@ -95,8 +158,13 @@ func (b *batcher) do(ctx context.Context, nowA, group string, o *op) (int64, []i
 	// Nothing on the wire and nobody waiting: go now, on this goroutine,
 	// without a hand-off; callers that come meanwhile queue for the loops.
 	if b.inflight.Load() == 0 && len(b.reqs) == 0 {
+		calls := b.withCarried([]*call{c})
+		ectx := ctx
+		if len(calls) > 1 {
+			ectx = context.WithoutCancel(ctx) // the carried calls do not end with this caller
+		}
 		b.inflight.Add(1)
-		b.exec(ctx, []*call{c})
+		b.exec(ectx, calls)
 		b.inflight.Add(-1)
 		return c.now, c.reply, c.err
 	}
@@ -153,6 +221,7 @@ func (b *batcher) loop() {
 			}
 		}
 		if len(batch) > 0 {
+			batch = b.withCarried(batch)
 			b.inflight.Add(1)
 			b.exec(context.Background(), batch)
 			b.inflight.Add(-1)
@@ -163,14 +232,16 @@ func (b *batcher) loop() {
 // drain fails whatever is still queued after close.
 func (b *batcher) drain() {
 	for {
+		var c *call
 		select {
-		case c := <-b.reqs:
-			if c.state.CompareAndSwap(queued, taken) {
-				c.err = ErrClosed
-				close(c.done)
-			}
+		case c = <-b.reqs:
+		case c = <-b.carry:
 		default:
 			return
+		}
+		if c.state.CompareAndSwap(queued, taken) {
+			c.err = ErrClosed
+			close(c.done)
 		}
 	}
 }

@@ -139,3 +139,129 @@ func TestOutOfMemoryReply(t *testing.T) {
 		t.Fatalf("other script error: %v", err)
 	}
 }
+
+// A done record lingering for company rides with the next call: with a
+// linger of an hour, MarkDone returns only because a check carried it, in
+// the check's script call, and the record is written. Alone it goes after
+// its linger.
+func TestDoneRecordRidesWithNextCall(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.New(t)
+	ctx := context.Background()
+	l, err := New(c, Options{Secret: []byte("0123456789abcdef0123"), DoneLinger: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lim := Limit{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 10, Window: time.Minute}}
+	if _, err := l.Reserve(ctx, "g", "sent", ReserveOptions{}, lim); err != nil {
+		t.Fatal(err)
+	}
+	c.ConfigResetStat(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.MarkDone(ctx, "g", "sent", 1, time.Hour) }()
+	for len(l.batch.carry) == 0 { // the record is waiting to be carried
+		select {
+		case err := <-done:
+			t.Fatalf("MarkDone returned before any call could carry it: %v", err)
+		default:
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if _, err := l.Reserve(ctx, "g", "next", ReserveOptions{}, lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Reserve(ctx, "g", "sent", ReserveOptions{}, lim); err != nil || d.Status != StatusDone {
+		t.Fatalf("after the carried record: %v %v, want done", d.Status, err)
+	}
+	stats, _ := c.Info(ctx, "commandstats").Result()
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
+		t.Fatalf("want 2 script calls (the check carrying the record, then the re-check):\n%s", stats)
+	}
+
+	// Alone, the record goes after its linger.
+	short, _ := New(c, Options{Secret: []byte("0123456789abcdef0123"), DoneLinger: 5 * time.Millisecond})
+	defer short.Close()
+	if _, err := short.Reserve(ctx, "g", "alone", ReserveOptions{}, lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := short.MarkDone(ctx, "g", "alone", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := short.Reserve(ctx, "g", "alone", ReserveOptions{}, lim); d.Status != StatusDone {
+		t.Fatalf("alone: %v, want done", d.Status)
+	}
+	// A cancelled MarkDone that nobody carried writes nothing and says so.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for len(l.batch.carry) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := l.MarkDone(cctx, "g", "next", 1, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled lingering MarkDone: %v", err)
+	}
+	if _, err := New(c, Options{Secret: []byte("0123456789abcdef0123"), DoneLinger: -time.Second}); err == nil {
+		t.Fatal("a negative DoneLinger was accepted")
+	}
+}
+
+// Many concurrent done records and checks with a linger: every record is
+// written, every MarkDone returns, in fewer script calls than operations.
+func TestDoneRecordsCarriedConcurrently(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.New(t)
+	ctx := context.Background()
+	l, _ := New(c, Options{Secret: []byte("0123456789abcdef0123"), DoneLinger: 20 * time.Millisecond})
+	defer l.Close()
+	lim := Limit{Scope: "sms:tenant", Rule: Rule{Limit: 1_000_000, Window: time.Minute}}
+	c.ConfigResetStat(ctx)
+	const workers, each = 16, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				id := fmt.Sprintf("n%d-%d", g, i)
+				d, err := l.Reserve(ctx, "g", id, ReserveOptions{}, lim)
+				if err == nil && d.Status != StatusAdmitted {
+					err = fmt.Errorf("%s: %v", id, d.Status)
+				}
+				if err == nil {
+					err = l.MarkDone(ctx, "g", id, d.Attempt, time.Hour)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	stats, _ := c.Info(ctx, "commandstats").Result()
+	var calls int
+	if i := strings.Index(stats, "cmdstat_evalsha:calls="); i >= 0 {
+		fmt.Sscanf(stats[i+len("cmdstat_evalsha:calls="):], "%d", &calls)
+	}
+	for g := 0; g < workers; g++ {
+		for i := 0; i < each; i++ {
+			if d, _ := l.Reserve(ctx, "g", fmt.Sprintf("n%d-%d", g, i), ReserveOptions{}, lim); d.Status != StatusDone {
+				t.Fatalf("n%d-%d: %v, want done", g, i, d.Status)
+			}
+		}
+	}
+	if ops := 2 * workers * each; calls == 0 || calls >= ops {
+		t.Fatalf("%d script calls for %d operations: nothing was carried", calls, ops)
+	}
+	t.Logf("%d script calls for %d checks and %d done records", calls, workers*each, workers*each)
+}

@@ -115,6 +115,12 @@ type Options struct {
 	// WaitTimeout bounds the wait for replicas; it must be shorter than
 	// the client's ReadTimeout (5 s by default). Default 500ms.
 	WaitTimeout time.Duration
+	// DoneLinger lets MarkDone wait up to this long for another call of
+	// the Limiter (the next check) to carry its record in the same script
+	// call — one round trip for both — before it goes alone. MarkDone still
+	// returns only once the record is written. Ignored with Direct.
+	// Default 0: the record goes at once.
+	DoneLinger time.Duration
 }
 
 // Limiter is an exact sliding-window-log limiter in Redis: one sorted set per
@@ -122,6 +128,7 @@ type Options struct {
 // concurrent use. Close it to stop its batching goroutines.
 type Limiter struct {
 	client  redis.UniversalClient
+	linger  time.Duration
 	prefix  string
 	secret  []byte
 	now     func() time.Time
@@ -156,7 +163,10 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 			return nil, fmt.Errorf("throttle: WaitTimeout %v must be shorter than the client's ReadTimeout %v", wt, read)
 		}
 	}
-	l := &Limiter{client: client, prefix: opts.Prefix, secret: append([]byte(nil), opts.Secret...), now: opts.Now, clock: opts.Clock, compact: opts.CompactMembers}
+	if opts.DoneLinger < 0 || opts.DoneLinger > time.Minute {
+		return nil, fmt.Errorf("throttle: DoneLinger %v must be 0–1m", opts.DoneLinger)
+	}
+	l := &Limiter{client: client, linger: opts.DoneLinger, prefix: opts.Prefix, secret: append([]byte(nil), opts.Secret...), now: opts.Now, clock: opts.Clock, compact: opts.CompactMembers}
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
 	}
@@ -348,7 +358,7 @@ func (l *Limiter) MarkDone(ctx context.Context, group, id string, attempt int, t
 	if ttl < time.Millisecond || attempt < 1 {
 		return fmt.Errorf("%w: done ttl %v must be at least 1ms and attempt %d at least 1", ErrInvalidRule, ttl, attempt)
 	}
-	_, _, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "D", keys: []string{l.StateKey(group, id)}, args: []any{attempt, ttl.Milliseconds()}})
+	_, _, err := l.batch.doCarried(ctx, l.nowArg(), group, &op{code: "D", keys: []string{l.StateKey(group, id)}, args: []any{attempt, ttl.Milliseconds()}}, l.linger)
 	if err != nil {
 		return fmt.Errorf("throttle: mark done: %w", err)
 	}

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"log/slog"
+	"mime"
 	"net/http"
-	"net/url"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,11 +70,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, http.StatusNotFound, "This unsubscribe link is not valid", "Nothing was changed. If you copied the link, check that it is complete.")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	form, perr := url.ParseQuery(string(body))
-	if err != nil || perr != nil || form.Get("List-Unsubscribe") != "One-Click" {
+	if !oneClick(w, r) {
 		h.recorded.WithLabelValues("invalid").Inc()
-		h.answer(w, http.StatusBadRequest, "Not an unsubscribe request", "A one-click unsubscribe sends List-Unsubscribe=One-Click (RFC 8058). Nothing was changed.")
+		h.answer(w, http.StatusBadRequest, "Not an unsubscribe request", "A one-click unsubscribe sends List-Unsubscribe=One-Click as a form (RFC 8058). Nothing was changed.")
 		return
 	}
 	scope := consent.Categories(l.Category)
@@ -83,7 +80,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		scope = consent.AllCategories()
 	}
 	e, err := h.store.RecordHashed(r.Context(), l.Tenant, tasks.Email, l.Subject, consent.Event{
-		Action: consent.OptOut, Source: consent.SourceOneClick, Scope: scope, Ref: "category:" + l.Category})
+		Action: consent.OptOut, Source: consent.SourceOneClick, Scope: scope, Ref: "link." + l.Category})
 	if err != nil {
 		h.log.Error("one-click unsubscribe not recorded", "tenant", l.Tenant, "err", err)
 		if errors.Is(err, consent.ErrInvalid) {
@@ -97,6 +94,33 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	h.recorded.WithLabelValues("recorded").Inc()
 	h.log.Info("one-click unsubscribe recorded", "tenant", l.Tenant, "category", l.Category, "scope", e.Scope.String())
 	h.answer(w, http.StatusOK, "You are unsubscribed", unsubscribedText(l.Category, scope))
+}
+
+// oneClick reports whether r's body is RFC 8058's List-Unsubscribe=One-Click,
+// sent as multipart/form-data (what RFC 8058 says a mailbox provider SHOULD
+// send) or application/x-www-form-urlencoded (what it MAY send), at most
+// maxBody bytes.
+func oneClick(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	switch mt {
+	case "multipart/form-data":
+		if err := r.ParseMultipartForm(maxBody); err != nil {
+			return false
+		}
+		defer r.MultipartForm.RemoveAll()
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return false
+		}
+	default:
+		return false
+	}
+	v := r.PostForm["List-Unsubscribe"]
+	return len(v) == 1 && v[0] == "One-Click"
 }
 
 func unsubscribedText(category string, scope consent.Scope) string {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
@@ -113,4 +115,29 @@ func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.
 	}
 	w.metrics.Suppressed.WithLabelValues(string(n.Channel), string(source)).Inc()
 	log.Info("recipient marked undeliverable for the tenant", "code", se.Code, "until", until)
+}
+
+// recheckConsent reads the recipient's consent again after a send waited
+// in process for its slot (up to MaxInlineWait): a STOP or an unsubscribe
+// recorded meanwhile blocks it, as it would have at the check. A blocked
+// send gives its slot back and is archived, reason suppressed; Redis
+// trouble gives it back and retries.
+func (w *Worker) recheckConsent(ctx context.Context, n tasks.Notification, cc *throttle.ConsentCheck, d throttle.Decision, c check, log *slog.Logger) error {
+	var v consent.Verdict
+	err := w.withRedis(ctx, log, "consent check", func(ctx context.Context) error {
+		var err error
+		v, err = w.consent.Check(ctx, n.Tenant, n.Channel, n.To, cc.Category, cc.Exempt)
+		return err
+	})
+	if err != nil {
+		w.release(ctx, n, d.Attempt, c.Limits, log)
+		return &UnavailableError{Err: err}
+	}
+	if !v.Blocked() {
+		return nil
+	}
+	w.release(ctx, n, d.Attempt, c.Limits, log)
+	log.Warn("the recipient's consent changed during the wait for the slot; archiving, not sending", "block", v.Reason.String())
+	w.archived(n, tasks.ReasonSuppressed)
+	return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonSuppressed, fmt.Errorf("the recipient's consent was withdrawn while it waited for its slot (%s); not sent", v.Reason)), asynq.SkipRetry)
 }

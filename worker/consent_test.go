@@ -4,15 +4,18 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/unsubscribe"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func (b *bundle) consentStore(t *testing.T) *consent.Store {
@@ -159,5 +162,93 @@ func TestHostedUnsubscribeLink(t *testing.T) {
 		if err != nil || l.Tenant != "acme" || l.Category != "news" || l.Subject != subject {
 			t.Fatalf("token says %+v, %v", l, err)
 		}
+	}
+}
+
+// A worker moves the suppression list of Sluice before consent into the
+// consent store at start, once: the number stays blocked (the ledger says
+// it came from the migration), the old key is gone, and a second start
+// does not scan again.
+func TestWorkerMigratesOldSuppressionsAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=10/1m")
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	ctx := context.Background()
+	const to = "+14155550178"
+	if err := delivery.NewStore(b.rdb, lim).Suppress(ctx, "acme", tasks.SMS, to, 21610, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.cfg)
+	store := b.consentStore(t)
+	var events []consent.Event
+	deadline := time.Now().Add(10 * time.Second)
+	for len(events) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the old suppression was not moved within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond) // the move is seen in Redis only: nothing to wait on
+		if events, err = store.Ledger(ctx, "acme", tasks.SMS, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(events) != 1 || events[0].Action != consent.Undeliverable || events[0].Code != 21610 || events[0].Ref != "delivery-migration" {
+		t.Fatalf("ledger %+v", events)
+	}
+	if keys := b.rdb.Keys(ctx, "*:suppressed:*").Val(); len(keys) != 0 {
+		t.Fatalf("old keys left: %v", keys)
+	}
+	n := tasks.NewSMS("acme", to, "hi")
+	b.enqueue(t, n)
+	ti := b.waitTask(t, n.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+	if te := tasks.ReadTaskError(ti.LastErr, false); te.Reason != tasks.ReasonSuppressed {
+		t.Fatalf("archived with %q", ti.LastErr)
+	}
+	if moved, ran, err := store.MigrateDeliveryOnce(ctx); err != nil || ran || moved != 0 {
+		t.Fatalf("a second migration: %d, %v, %v; want none run", moved, ran, err)
+	}
+}
+
+// An opt-out recorded while a send waits in process for its slot (a slot
+// up to SLUICE_MAX_INLINE_WAIT ahead) blocks it: the consent is read again
+// after the wait, the slot is given back and the task archived, reason
+// suppressed — the SMS never reaches the provider.
+func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=1/1s")
+	store := b.consentStore(t)
+	ctx := context.Background()
+	const to = "+14155550179"
+	var once sync.Once
+	optedOut := make(chan error, 1)
+	b.startWith(t, b.cfg, worker.Options{OnDecision: func(n tasks.Notification, d throttle.Decision) {
+		if n.To == to && d.Status == throttle.StatusAdmitted && d.Wait > 0 {
+			once.Do(func() {
+				_, err := store.Record(ctx, "acme", tasks.SMS, to, consent.Event{Action: consent.OptOut, Source: consent.SourceAPI, Scope: consent.AllCategories()})
+				optedOut <- err
+			})
+		}
+	}})
+	first, second := tasks.NewSMS("acme", to, "one"), tasks.NewSMS("acme", to, "two")
+	b.enqueue(t, first)
+	b.sms.WaitCount(t, 1, 10*time.Second)
+	b.enqueue(t, second) // admitted for about a second ahead: waits in process
+	select {
+	case err := <-optedOut:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second SMS was never admitted with a wait")
+	}
+	ti := b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+	if te := tasks.ReadTaskError(ti.LastErr, false); te.Reason != tasks.ReasonSuppressed || !strings.Contains(ti.LastErr, "while it waited") {
+		t.Fatalf("archived with %q", ti.LastErr)
+	}
+	if n := len(b.sms.Deliveries()); n != 1 {
+		t.Fatalf("the provider got %d SMS; want 1", n)
 	}
 }

@@ -91,13 +91,44 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 		a, err := w.reserve(ctx, t, &n, log)
 		if a == nil {
+			w.leftQueue(ctx, t, n, err, log)
 			return err
 		}
 		sendCtx, span := w.startSend(ctx, n, a.d)
 		err = w.dispatch(sendCtx, t, n, a, next, log)
 		endSend(span, err)
+		w.leftQueue(ctx, t, n, err, log)
 		return err
 	})
+}
+
+// leftQueue takes a notification that leaves the queue with this attempt
+// (sent, dropped, archived) out of its tenant's count of queued work
+// (tasks.QueueQuota). One that waits (throttled, rescheduled as a copy,
+// retried) still counts. A removal lost here lapses after TENANT_QUEUED_TTL.
+func (w *Worker) leftQueue(ctx context.Context, t *asynq.Task, n tasks.Notification, err error, log *slog.Logger) {
+	if err != nil {
+		var te *ThrottledError
+		var ue *UnavailableError
+		switch {
+		case errors.Is(err, asynq.RevokeTask), errors.As(err, &te):
+			return
+		case errors.Is(err, asynq.SkipRetry):
+		case errors.As(err, &ue):
+			return
+		default:
+			retried, _ := asynq.GetRetryCount(ctx)
+			maxRetry, _ := asynq.GetMaxRetry(ctx)
+			if retried < tasks.RetryBudget(t, maxRetry) {
+				return // retried later
+			}
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, err := w.deps.Queued.Release(rctx, n.Tenant, n.ID); err != nil {
+		log.Warn("could not take a notification out of its tenant's queued count; it lapses after TENANT_QUEUED_TTL", "err", err)
+	}
 }
 
 // decode opens the task's payload. What can never be sent (bad JSON, a
@@ -205,6 +236,13 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
 			case err != nil:
 				return nil, err
+			}
+			if cc := c.opts.Consent; cc != nil {
+				// An opt-out recorded during the wait holds from the moment
+				// it is recorded: read it again before the send.
+				if err := w.recheckConsent(ctx, *n, cc, d, c, log); err != nil {
+					return nil, err
+				}
 			}
 			if _, now := w.currentPlans(); now != version && round < 3 {
 				// The plans changed while this send waited: a change holds

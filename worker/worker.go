@@ -106,7 +106,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		return nil, err
 	}
 	deps, err := config.Open(cfg.Base, config.Options{Redis: opts.Redis, Logger: opts.Logger, Registry: opts.Registry,
-		Limiter: throttle.Options{WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout}})
+		Limiter: throttle.Options{WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout, DoneLinger: cfg.DoneLinger}})
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +319,20 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
+	// The suppression lists of Sluice before consent move into the consent
+	// store once (the limiter reads both meanwhile, so nothing waits on it).
+	migrated := make(chan struct{})
+	go func() {
+		defer close(migrated)
+		n, ran, err := w.consent.MigrateDeliveryOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.log.Error("suppression lists not moved into the consent store; the next start tries again", "moved", n, "err", err)
+		case ran:
+			w.log.Info("suppression lists moved into the consent store", "entries", n)
+		}
+	}()
+	defer func() { <-migrated }()
 	if sweeper != nil {
 		if err := sweeper.Start(ctx); err != nil {
 			w.log.Error("orphan sweep not started", "err", err)

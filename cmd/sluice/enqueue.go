@@ -172,7 +172,7 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 	if f.in > 0 {
 		opts = append(opts, asynq.ProcessIn(f.in))
 	}
-	info, err := tasks.Enqueue(cmd.Context(), p.client, p.keys, n, opts...)
+	info, err := p.deps.Queued.Enqueue(cmd.Context(), p.client, p.keys, n, opts...)
 	if err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	progress := newProgress(errOut, len(good))
 	accepted := 0
 	for _, g := range good {
-		if _, err := tasks.Enqueue(cmd.Context(), p.client, p.keys, g.Notification, asynq.Queue(p.queue(g.Notification.Normalized()))); err != nil {
+		if _, err := p.deps.Queued.Enqueue(cmd.Context(), p.client, p.keys, g.Notification, asynq.Queue(p.queue(g.Notification.Normalized()))); err != nil {
 			if errors.Is(err, tasks.ErrDuplicate) && f.continueOnError {
 				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
 				fmt.Fprintf(errOut, "%s: line %d: %v\n", f.file, g.Line, err)

@@ -470,8 +470,10 @@ func TestTenantCommands(t *testing.T) {
 	}
 }
 
-// sluice suppression check and remove find a number under any spelling,
-// per tenant, by the workers' subject secret, and print it masked.
+// sluice suppression finds a recipient under any spelling, per tenant and
+// channel, by the workers' subject secret, and prints it masked: check,
+// add, remove and the ledger through the consent store; migrate moves the
+// suppression list of Sluice before consent into it.
 func TestSuppressionCommands(t *testing.T) {
 	srv := env(t)
 	rdb := srv.Client(t)
@@ -480,11 +482,15 @@ func TestSuppressionCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lim.Close()
-	if err := delivery.NewStore(rdb, lim).Suppress(context.Background(), "acme", tasks.SMS, "+14155550100", 30005, time.Hour); err != nil {
+	ctx := context.Background()
+	if err := delivery.NewStore(rdb, lim).Suppress(ctx, "acme", tasks.SMS, "+14155550100", 30005, time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	if r := sluice(t, "", "suppression", "migrate"); r.code != 0 || r.stdout != "1 suppression entries moved\n" {
+		t.Fatalf("migrate: %+v", r)
+	}
 	r := sluice(t, "", "suppression", "check", "--tenant", "acme", "--to", "+1 415 555 0100")
-	if r.code != 0 || r.stdout != "+1415***0100 is suppressed for acme (provider code 30005)\n" {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "+1415***0100 (sms) is suppressed for acme:\n  undeliverable") || !strings.Contains(r.stdout, "code 30005") {
 		t.Fatalf("check: %+v", r)
 	}
 	if r := sluice(t, "", "suppression", "check", "--tenant", "globex", "--to", "+14155550100"); r.code != 0 || !strings.Contains(r.stdout, "is not suppressed for globex") {
@@ -496,7 +502,28 @@ func TestSuppressionCommands(t *testing.T) {
 	if r := sluice(t, "", "suppression", "remove", "--tenant", "acme", "--to", "+14155550100"); r.code != 0 || !strings.Contains(r.stdout, "was not suppressed") {
 		t.Fatalf("remove again: %+v", r)
 	}
+	if r := sluice(t, "", "suppression", "add", "--tenant", "acme", "--channel", "email", "--to", "Ann@Example.com", "--scope", "promo"); r.code != 0 || !strings.Contains(r.stdout, "opted out of categories promo; source cli") {
+		t.Fatalf("add: %+v", r)
+	}
+	for cat, want := range map[string]string{"promo": "is blocked: opted out of the category", "otp": "is not blocked"} {
+		if r := sluice(t, "", "suppression", "check", "--tenant", "acme", "--channel", "email", "--to", "ann@example.com", "--category", cat); r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("check %s: %+v", cat, r)
+		}
+	}
+	r = sluice(t, "", "suppression", "ledger", "--tenant", "acme", "--to", "+14155550100")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 ||
+		!strings.Contains(lines[0], "undeliverable, every category; source provider, code 30005") || !strings.Contains(lines[1], "opted in to every category; source cli") {
+		t.Fatalf("ledger: %+v", r)
+	}
 	if r := sluice(t, "", "suppression", "check", "--tenant", "acme", "--to", "4155550100"); r.code != 2 || strings.Contains(r.stderr, "4155550100") {
 		t.Fatalf("a number that is not E.164: %+v", r)
+	}
+	if r := sluice(t, "", "suppression", "add", "--tenant", "acme", "--to", "+14155550100", "--action", "undeliverable", "--scope", "promo"); r.code != 2 {
+		t.Fatalf("an undeliverable mark of one category: %+v", r)
+	}
+	for _, k := range rdb.Keys(ctx, "*").Val() {
+		if strings.Contains(k, "5550100") || strings.Contains(strings.ToLower(k), "example.com") {
+			t.Fatalf("key %s names a recipient", k)
+		}
 	}
 }

@@ -39,3 +39,30 @@ func FuzzParseStatusCallback(f *testing.F) {
 		}
 	})
 }
+
+// Any incoming-message form parses into a message Sluice can act on (an
+// E.164 From, bounded fields) or named problems, never a panic.
+func FuzzParseInbound(f *testing.F) {
+	for _, s := range []string{"From=%2B14155550100&To=%2B15005550006&Body=STOP&MessageSid=SM1", "From=%2B1&Body=stop", "Body=START",
+		"From=%2B14155550100&From=%2B14155550101", "From=whatsapp%3A%2B14155550100&Body=HELP", "MessageSid=SM%21&From=%2B14155550100", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		form, err := url.ParseQuery(body)
+		if err != nil {
+			return
+		}
+		m, bad := parseInbound(form)
+		if len(bad) > 0 {
+			for _, p := range bad {
+				if p.Name == "" || p.Reason == "" {
+					t.Fatalf("%q: unnamed problem %+v", body, p)
+				}
+			}
+			return
+		}
+		if !tasks.IsE164(m.From) || len(m.To) > 64 || len(m.Body) > 1600 || delivery.CheckSID(m.MessageSID) != nil {
+			t.Fatalf("%q: %+v", body, m)
+		}
+	})
+}

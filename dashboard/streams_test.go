@@ -1,0 +1,124 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// openStream opens a live stream and reads its first event; close ends it.
+func openStream(t *testing.T, br *browser, path string) (status int, close func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", br.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := *br.c
+	c.Timeout = 0 // a stream lasts
+	resp, err := c.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		sc := bufio.NewScanner(resp.Body)
+		got := false
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "event: ") {
+				got = true
+				break
+			}
+		}
+		if !got {
+			t.Fatalf("%s: no event on an open stream", path)
+		}
+	}
+	return resp.StatusCode, func() { cancel(); resp.Body.Close() }
+}
+
+// 64 live streams from one tenant's sessions: that tenant gets its share
+// (8; 2 per session) and 429 for the rest, while the admin's overview
+// stream and another tenant's stream still open.
+func TestUILiveStreamsFairShares(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	codes := map[int]int{}
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	for range 32 { // 32 sessions of acme, 2 streams each
+		br := newBrowser(t, b.http.URL)
+		br.login(b.tokens["acme"], "/ui/tenants/acme")
+		for range 2 {
+			st, c := openStream(t, br, "/ui/tenants/acme/live")
+			codes[st]++
+			closers = append(closers, c)
+		}
+	}
+	if codes[http.StatusOK] != 8 || codes[http.StatusTooManyRequests] != 56 {
+		t.Fatalf("64 streams of one tenant: %v, want 8 × 200 and 56 × 429", codes)
+	}
+	one := newBrowser(t, b.http.URL)
+	one.login(b.tokens["globex"], "/ui/tenants/globex")
+	for i := range 3 {
+		st, c := openStream(t, one, "/ui/tenants/globex/live")
+		closers = append(closers, c)
+		if want := map[bool]int{true: 200, false: 429}[i < 2]; st != want {
+			t.Fatalf("globex's stream %d of one session: %d, want %d", i+1, st, want)
+		}
+	}
+	admin := newBrowser(t, b.http.URL)
+	admin.login(adminToken, "/ui")
+	if st, c := openStream(t, admin, "/ui/live"); st != 200 {
+		t.Fatalf("the admin's overview stream: %d", st)
+	} else {
+		closers = append(closers, c)
+	}
+	// A stream closed gives its slot back.
+	for _, c := range closers[:64] {
+		c()
+	}
+	br := newBrowser(t, b.http.URL)
+	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, c := openStream(t, br, "/ui/tenants/acme/live")
+		closers = append(closers, c)
+		if st == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acme's streams were not given back: %d", st)
+		}
+		time.Sleep(20 * time.Millisecond) // the server notices a closed stream at its next write
+	}
+}
+
+// Dashboard pages count against the token's SLUICE_API_RATE, shared with
+// its API requests.
+func TestUIRoutesUnderTheTokenRate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, map[string]string{"SLUICE_API_RATE": "5/1m"})
+	br := newBrowser(t, b.http.URL)
+	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	codes := map[int]int{}
+	for range 5 {
+		codes[br.get("/ui/tenants/acme").status]++
+	}
+	if codes[200] != 5 {
+		t.Fatalf("5 pages under a rate of 5/1m: %v", codes)
+	}
+	if p := br.get("/ui/tenants/acme"); p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" {
+		t.Fatalf("6th page: %d", p.status)
+	}
+	if r := b.do(t, "GET", "/v1/quotas", b.tokens["acme"], nil); r.status != http.StatusTooManyRequests {
+		t.Fatalf("the API with the same token after its budget went on pages: %d", r.status)
+	}
+}

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+func usedMemory(t *testing.T, e *env) int64 {
+	t.Helper()
+	info, err := e.rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO")
+	return 0
+}
+
+func smsBatch(from, n int, body string) string {
+	var b strings.Builder
+	b.WriteString(`{"notifications":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(smsJSON(fmt.Sprintf("+1415%07d", from+i), body))
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+// A tenant at its cap of queued notifications gets 429 queue-full with
+// Retry-After and nothing of the request is enqueued, while another
+// tenant enqueues and is sent; the Redis memory the full tenant holds is
+// within its byte cap; once a worker sent its notifications the tenant
+// may enqueue again (the worker took them out of the count).
+func TestTenantQueuedCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sms:recipient=100/1s,sms:tenant=100000/1h")
+	const capN = 1000
+	// A notification as the API stores it (an id, enqueued_at) counts
+	// about 1,490 B: the byte cap lets the count cap bind first.
+	capBytes := int64(capN) * 1500
+	a := e.startAPI(map[string]string{"SLUICE_API_RATE": "1000/1s", "SLUICE_API_NOTIFICATION_RATE": "100000/1s",
+		"SLUICE_TENANT_MAX_QUEUED": strconv.Itoa(capN), "SLUICE_TENANT_MAX_QUEUED_BYTES": strconv.FormatInt(capBytes, 10)}, "acme", "globex")
+	acme, globex := a.tokens["acme"], a.tokens["globex"]
+	before := usedMemory(t, e)
+
+	for b := range 2 {
+		if r := a.call("POST", "/v1/notifications", acme, smsBatch(b*500, 500, "your order shipped")); r.status != 202 {
+			t.Fatalf("batch %d: %d %s", b, r.status, r.body)
+		}
+	}
+	held := usedMemory(t, e) - before
+	t.Logf("1000 queued SMS hold %d B of Redis (%d B each; counted as %d B each; byte cap %d B)", held, held/capN,
+		tasks.StoredBytes(tasks.NewSMS("acme", "+14150000000", "your order shipped")), capBytes)
+	if held > capBytes {
+		t.Fatalf("the tenant holds %d B of Redis, over its byte cap of %d B", held, capBytes)
+	}
+	for _, body := range []string{smsBatch(1000, 500, "more"), smsJSON("+14159999999", "one more")} {
+		r := a.call("POST", "/v1/notifications", acme, body)
+		var p struct {
+			Type       string `json:"type"`
+			RetryAfter int    `json:"retry_after"`
+		}
+		r.decode(t, &p)
+		if r.status != 429 || r.header.Get("Retry-After") == "" || p.Type != "urn:sluice:problem:queue-full" {
+			t.Fatalf("over the cap: %d Retry-After=%q %s", r.status, r.header.Get("Retry-After"), r.body)
+		}
+	}
+	if qi, err := e.queueInfo(); err != nil || qi.Size != capN {
+		t.Fatalf("queued after the refusals: %+v %v, want exactly %d (nothing partial)", qi, err, capN)
+	}
+
+	// The other tenant is not refused, and is sent.
+	ids := map[string]string{}
+	for i := range 5 {
+		r := a.call("POST", "/v1/notifications", globex, smsJSON(fmt.Sprintf("+1650555%04d", i), "globex"))
+		if r.status != 202 {
+			t.Fatalf("globex: %d %s", r.status, r.body)
+		}
+		var acc api.Accepted
+		r.decode(t, &acc)
+		ids[acc.ID] = "globex"
+	}
+	e.worker("w0", nil)
+	e.waitAllDelivered(ids, 60*time.Second)
+	e.waitDrained(90 * time.Second)
+
+	// Sent notifications no longer count: acme may enqueue again.
+	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.status != 202 {
+		t.Fatalf("after the queue drained: %d %s", r.status, r.body)
+	}
+}
