@@ -17,7 +17,8 @@ import (
 
 // fillOne admits limit ids into one key of rule through the real limiter (64
 // callers), on a clock that walks through the window so that every bucket
-// fills, and returns what deleting the key frees (INFO used_memory, data only).
+// fills, and returns what deleting the key frees (INFO used_memory, data
+// only).
 func fillOne(ctx context.Context, rdb *redis.Client, rule throttle.Rule) int64 {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		log.Fatal(err)
@@ -51,12 +52,13 @@ func fillOne(ctx context.Context, rdb *redis.Client, rule throttle.Rule) int64 {
 		}()
 	}
 	wg.Wait()
-	// The ids' records are the worker's, not the window's: only the rule's key counts here.
+	// The ids' records go, and the keyspace's tables settle (Redis shrinks
+	// and rehashes them in its cron: no signal but the figure itself), so
+	// deleting the one key is all that changes between the two readings.
 	var keys []string
 	iter := rdb.Scan(ctx, 0, "sl1:{bench}:n:*", 10_000).Iterator()
 	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 10_000 {
+		if keys = append(keys, iter.Val()); len(keys) == 10_000 {
 			rdb.Del(ctx, keys...)
 			keys = keys[:0]
 		}
@@ -64,6 +66,7 @@ func fillOne(ctx context.Context, rdb *redis.Client, rule throttle.Rule) int64 {
 	if len(keys) > 0 {
 		rdb.Del(ctx, keys...)
 	}
+	settle(ctx, rdb)
 	if n := bad.Load(); n > 0 {
 		log.Printf("counters: %d of %d not admitted on the walking clock (%v)", n, rule.Limit, rule)
 	}
@@ -78,6 +81,20 @@ func fillOne(ctx context.Context, rdb *redis.Client, rule throttle.Rule) int64 {
 
 // counters: the memory of one full key of a bucketed rule against a log,
 // and checks/s of a bucketed rule against a log at limit 1,000.
+// settle waits until used_memory reads the same three times 200 ms apart (at most 20 s).
+func settle(ctx context.Context, rdb *redis.Client) {
+	last, same := int64(-1), 0
+	for i := 0; i < 100 && same < 3; i++ {
+		m := dataMemory(ctx, rdb)
+		if m == last {
+			same++
+		} else {
+			last, same = m, 0
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func counters(ctx context.Context, rdb *redis.Client) {
 	for _, c := range []struct {
 		rule   throttle.Rule

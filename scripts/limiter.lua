@@ -310,7 +310,7 @@ end
 
 local function ctr_add(d, key, wp, c, existed)
   local f = ctr_field(d, c)
-  redis.call('HINCRBY', key, fmt(f), 1)
+  local first = redis.call('HINCRBY', key, fmt(f), 1) == 1
   d.t = redis.call('HINCRBY', key, 't', 1)
   local o = d.o
   if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
@@ -318,6 +318,8 @@ local function ctr_add(d, key, wp, c, existed)
   d.o = o
   local ends
   if d.kind == 'b' then ends = f + d.w + wp else local _, e = cal_period(d, c) ends = e end
+  -- A bucket or period counted before set the key's TTL to cover its end already.
+  if not first then return end
   local ttl = math.max(ends - now + 1, 1)
   if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
 end
