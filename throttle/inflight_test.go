@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -97,4 +98,31 @@ func TestInFlightCapsConcurrent(t *testing.T) {
 		t.Fatalf("peak %d holders of a cap of 3", p)
 	}
 	t.Logf("300 leases, peak %d at once", peak.Load())
+}
+
+// On a Cluster, caps in several groups are taken one group at a time, all or none.
+func TestInFlightCapsCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Cluster")
+	}
+	t.Parallel()
+	_, cc := redistest.NewCluster(t, 3, 0)
+	lim, err := throttle.New(cc, throttle.Options{Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	shared := throttle.Cap{Scope: "sms:provider", Group: "shared", Max: 1}
+	own := throttle.Cap{Scope: "sms:tenant", Max: 2}
+	if l, err := lim.Acquire(ctx, "acme", "a", time.Minute, own, shared); err != nil || !l.Granted {
+		t.Fatalf("first: %+v, %v", l, err)
+	}
+	l, err := lim.Acquire(ctx, "acme", "b", time.Minute, own, shared)
+	if err != nil || l.Granted || l.Full != 1 {
+		t.Fatalf("second: %+v, %v", l, err)
+	}
+	// b took nothing in acme's group either: a third holder still fits there alone.
+	if l, _ := lim.Acquire(ctx, "acme", "c", time.Minute, own); !l.Granted {
+		t.Fatalf("acme's cap kept b's slot: %+v", l)
+	}
 }
