@@ -105,8 +105,8 @@ func boundaries(r Rule, from time.Time) []int64 {
 // counterArgs appends the descriptors of limits' counter rules: their count,
 // then per rule its 1-based index, "b" and the bucket length in ms, or "c",
 // the nominal window in ms, the number of boundaries and the boundaries.
-// from is the earliest instant the operation may look at.
-func counterArgs(args []any, limits []Limit, from time.Time) []any {
+// from gives the earliest instant the operation may look at (read only for a calendar rule).
+func counterArgs(args []any, limits []Limit, from func() time.Time) []any {
 	n := 0
 	for _, lim := range limits {
 		if lim.Rule.Counter() {
@@ -118,7 +118,7 @@ func counterArgs(args []any, limits []Limit, from time.Time) []any {
 		r := lim.Rule
 		switch {
 		case r.Calendar != "":
-			b := boundaries(r, from)
+			b := boundaries(r, from())
 			args = append(args, i+1, "c", r.Window.Milliseconds(), len(b))
 			for _, x := range b {
 				args = append(args, x)

@@ -296,9 +296,12 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
 	}
 	cc := opts.Consent
-	from := l.tableFrom()
-	if !opts.NotBefore.IsZero() && opts.NotBefore.Before(from) {
-		from = opts.NotBefore.Add(-calendarMargin)
+	from := func() time.Time {
+		t := l.tableFrom()
+		if !opts.NotBefore.IsZero() && opts.NotBefore.Before(t) {
+			t = opts.NotBefore.Add(-calendarMargin)
+		}
+		return t
 	}
 	if cc != nil {
 		if cc.Key == "" || cc.Category == "" || (cc.LastKey != "") != (cc.LastTTL > 0) {
@@ -393,7 +396,7 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 		}
 		// The id's record lives in its own group; elsewhere the key named is never written.
 		keys = append(keys, l.StateKey(part.group, id))
-		args := counterArgs([]any{l.stored(id), attempt}, part.limits, l.tableFrom())
+		args := counterArgs([]any{l.stored(id), attempt}, part.limits, l.tableFrom)
 		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, &op{code: "X", keys: keys, args: args})
 		if err != nil {
 			return removed, fmt.Errorf("throttle: release: %w", err)
@@ -507,7 +510,7 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
 	}
-	args = counterArgs(args, limits, l.tableFrom())
+	args = counterArgs(args, limits, l.tableFrom)
 	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "U", keys: keys, args: args})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: usage: %w", err)
