@@ -326,6 +326,7 @@ end
 
 -- ctr_take: takes back the entry counted for t (a booking placed again, a release).
 local function ctr_take(d, key, t)
+  redis.call('HDEL', key, '-') -- a first write Redis never refuses (see ctr_trim)
   local f = fmt(ctr_field(d, t))
   if d.kind == 'c' then -- the latest period started by t: independent of the boundaries passed
     local best = nil
@@ -351,6 +352,9 @@ local function ctr_trim(d, key, x, wp)
     local _, e = cal_period(d, f)
     return e <= x + wp - d.win
   end
+  -- The operation's first write, which Redis never refuses for memory (see the top): a no-op
+  -- HDEL, so that at maxmemory what it admits is still counted.
+  redis.call('HDEL', key, '-')
   local ot = redis.call('HMGET', key, 'o', 't')
   local o = tonumber(ot[1] or '')
   d.o, d.t = o or false, tonumber(ot[2] or '0')
