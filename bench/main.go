@@ -30,7 +30,7 @@ var (
 	docs      = flag.String("docs", "../docs", "where figures are written")
 	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
-	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,replicas,figures")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -120,6 +120,10 @@ func main() {
 	if want("memory") {
 		fmt.Println("\n== memory (INFO used_memory deltas)")
 		memory(ctx, srv.Addr, rdb)
+	}
+	if want("counters") {
+		fmt.Println("\n== issue 22: calendar and bucketed rules — memory of one full key, checks/s vs a log")
+		counters(ctx, rdb)
 	}
 	if want("lanes") {
 		fmt.Println("\n== issue 19: lanes and shards — the real binary, one worker, log sender")

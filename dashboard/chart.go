@@ -7,8 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-
-	"github.com/sluicehq/sluice/throttle"
 )
 
 // The chart's geometry, in SVG user units.
@@ -38,7 +36,7 @@ func (c uiChart) Summary() string {
 		fmt.Fprintf(&b, " and %d booked ahead", c.Booked)
 	}
 	if c.Rule.Window < uiChartSpan {
-		fmt.Fprintf(&b, "; it keeps only its last %s", throttle.FormatWindow(c.Rule.Window))
+		fmt.Fprintf(&b, "; it keeps only its last %s", c.Rule.WindowString())
 	}
 	return b.String() + "."
 }

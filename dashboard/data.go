@@ -76,7 +76,16 @@ func (w uiWindow) BookedPct() float64 {
 func (w uiWindow) Full() bool { return w.Remaining == 0 }
 
 func windowID(l throttle.Limit) string {
-	return l.Scope + ":" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10)
+	id := l.Scope + ":" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10)
+	if l.Rule.Counter() { // "1d@America/New_York" → "-1d-America-New_York"
+		id += "-" + strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+				return r
+			}
+			return '-'
+		}, l.Rule.WindowString())
+	}
+	return id
 }
 
 func toWindows(rep report.QuotaReport, keep func(plans.Entry) bool, seen map[string]bool) []uiWindow {
@@ -189,7 +198,7 @@ func sameTarget(a, b plans.Entry) bool {
 		return false
 	}
 	if a.Kind == plans.KindRate {
-		return a.Scope == b.Scope && a.Rule.Window == b.Rule.Window
+		return a.Scope == b.Scope && a.Rule.Same(b.Rule)
 	}
 	return true
 }

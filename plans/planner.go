@@ -34,6 +34,8 @@ type Check struct {
 	// Limits are the rate rules bound to the notification's recipient and
 	// origin, in Match.Rates order.
 	Limits []throttle.Limit
+	// Caps are the in-flight caps bound to the recipient and origin, in Match.Caps order.
+	Caps []throttle.Cap
 	// Zones are the recipient's candidate zones, when quiet hours apply.
 	Zones []*time.Location
 	// Closed are the spans quiet hours close from an hour before now to
@@ -65,6 +67,9 @@ func (pr Planner) Check(p Policy, n tasks.Notification, origin string, now time.
 	pl := Check{Match: m}
 	for _, e := range m.Rates {
 		pl.Limits = append(pl.Limits, e.Limit(n.To, origin))
+	}
+	for _, e := range m.Caps {
+		pl.Caps = append(pl.Caps, e.Cap(n.To, origin))
 	}
 	if !n.ExpiresAt.IsZero() {
 		pl.Deadline, pl.DeadlineBy = n.ExpiresAt, "expires_at"

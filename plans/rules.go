@@ -41,6 +41,7 @@ const (
 	KindOptOut                    // CHANNEL:optout=all|category — what an opt-out covers
 	KindReply                     // sms:reply-stop|start|help=TEXT — the reply to a keyword
 	KindKeywords                  // sms:keywords-stop|start|help=WORD … — words besides the standard ones
+	KindConcurrency               // CHANNEL[.CATEGORY]:SCOPE:concurrency=N — at most N sends in flight at once
 )
 
 // Rerun policies (KindRerun).
@@ -69,6 +70,7 @@ type Entry struct {
 	Text      string        // KindReply: the reply
 	Words     []string      // KindKeywords
 	QueuedCap int64         // KindMaxQueued, KindMaxQueuedBytes (queued.go)
+	Max       int           // KindConcurrency: sends in flight at once
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -94,6 +96,8 @@ func (e Entry) String() string {
 	}
 	b.WriteByte(':')
 	switch e.Kind {
+	case KindConcurrency:
+		b.WriteString(e.Scope + ":concurrency=" + strconv.Itoa(e.Max))
 	case KindRate:
 		b.WriteString(e.Scope + "=" + e.Rule.String())
 		if e.Drop {
@@ -158,6 +162,7 @@ func (p *Policy) index() {
 // starting a comment to the end of its line. Each entry is
 //
 //	[TENANT/]CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop]   a rate rule
+//	[TENANT/]CHANNEL[.CATEGORY]:SCOPE:concurrency=N         at most N sends in flight at once
 //	[TENANT/]CHANNEL.CATEGORY:exempt                        a priority lane
 //	[TENANT/]CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM           quiet hours, recipient's local time
 //	[TENANT/]sms[.CATEGORY]:quiet=tcpa                      US federal and state hours by the recipient's state
@@ -175,7 +180,8 @@ func (p *Policy) index() {
 //	[TENANT/]sms:keywords-stop|start|help=WORD WORD         words besides the standard ones
 //
 // SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
-// whole days ("1d"). Errors wrap ErrBadRules and name the entry.
+// whole days ("1d"), a calendar period of a zone ("1d@America/Los_Angeles":
+// m, h, d, w, mo) or a bucketed window ("1h~60"), as throttle.ParseRule reads. Errors wrap ErrBadRules and name the entry.
 func Parse(s string) (Policy, error) {
 	var p Policy
 	n := 0
@@ -214,7 +220,10 @@ func (e Entry) same(o Entry) bool {
 		return false
 	}
 	if e.Kind == KindRate {
-		return e.Scope == o.Scope && e.Rule.Window == o.Rule.Window
+		return e.Scope == o.Scope && e.Rule.Same(o.Rule)
+	}
+	if e.Kind == KindConcurrency {
+		return e.Scope == o.Scope
 	}
 	return e.Reply == o.Reply
 }
@@ -291,6 +300,22 @@ func parseEntry(s string) (Entry, error) {
 	}
 	kind = strings.TrimSpace(kind)
 	value = strings.TrimSpace(value)
+	if scope, ok := strings.CutSuffix(kind, ":concurrency"); ok {
+		switch scope {
+		case ScopeRecipient, ScopeTenant, ScopeSender, ScopeProvider:
+		default:
+			return e, fmt.Errorf("%q: want recipient, tenant, sender or provider before :concurrency", scope)
+		}
+		if e.Tenant != "" && scope == ScopeProvider {
+			return e, errors.New("a provider cap counts every tenant's sends: it cannot belong to one tenant")
+		}
+		n, err := strconv.Atoi(value)
+		if !hasValue || err != nil || n < 1 || n > throttle.MaxLimit {
+			return e, fmt.Errorf("concurrency %q: want a whole number of sends in flight from 1 to %d", value, throttle.MaxLimit)
+		}
+		e.Kind, e.Scope, e.Max = KindConcurrency, scope, n
+		return e, nil
+	}
 	switch kind {
 	case "exempt":
 		if hasValue {
@@ -470,6 +495,9 @@ type Match struct {
 	// Unsubscribe is the default List-Unsubscribe target ({id}: the
 	// notification id) for emails that name none; "" when none.
 	Unsubscribe string
+	// Caps are the in-flight caps (KindConcurrency), a tenant's replacing the
+	// default of the same channel, category and scope.
+	Caps []Entry
 }
 
 // Match returns what applies to a tenant's notifications on ch of category
@@ -498,13 +526,24 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		return e.Channel == ch && (e.Category == category || e.Category == "" && !m.Exempt)
 	}
 	for _, e := range p.entries {
+		if e.Kind != KindConcurrency || !applies(e) || e.Tenant != "" && e.Tenant != tenant {
+			continue
+		}
+		if e.Tenant == "" && tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
+			return o.Tenant == tenant && o.Kind == KindConcurrency && o.Channel == e.Channel && o.Category == e.Category && o.Scope == e.Scope
+		}) {
+			continue
+		}
+		m.Caps = append(m.Caps, e)
+	}
+	for _, e := range p.entries {
 		if e.Kind != KindRate || !applies(e) {
 			continue
 		}
 		if e.Tenant == "" {
 			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
 				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
-					o.Scope == e.Scope && o.Rule.Window == e.Rule.Window
+					o.Scope == e.Scope && o.Rule.Same(e.Rule)
 			})
 			if !replaced {
 				m.Rates = append(m.Rates, e)
@@ -549,6 +588,21 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		m.Unsubscribe = e.Target
 	}
 	return m
+}
+
+// Cap returns a concurrency entry as the limiter's in-flight cap for a
+// notification to recipient from origin from.
+func (e Entry) Cap(recipient, from string) throttle.Cap {
+	c := throttle.Cap{Scope: e.LimitScope(), Max: e.Max}
+	switch e.Scope {
+	case ScopeRecipient:
+		c.Subject = recipient
+	case ScopeSender:
+		c.Subject, c.Group = from, SharedGroup
+	case ScopeProvider:
+		c.Group = SharedGroup
+	}
+	return c
 }
 
 // Limit binds a rate entry to a notification: its recipient for recipient

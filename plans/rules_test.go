@@ -201,6 +201,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("sms:sender=1/1s drop,sms:max-defer=2d,tz=UTC,sms:rerun=at-most-once")
 	f.Add("sms.marketing:quiet=tcpa,acme/sms:quiet=TCPA,email:quiet=tcpa")
 	f.Add("sms.otp:consent=exempt,sms:optout=category,acme/sms:reply-stop=You are out%2C bye %25,sms:keywords-stop=BASTA ALTO,email.news:unsubscribe=hosted")
+	f.Add("sms:sender=2000/1d@America/Los_Angeles,sms:tenant=10000/1h~60 drop,sms:provider:concurrency=100,acme/sms:sender:concurrency=2,email:tenant=5/1mo")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := plans.Parse(s)
 		if err != nil {
@@ -316,5 +317,57 @@ func TestLanesAndPins(t *testing.T) {
 	}
 	if got := mustParse(t, "acme/shard=7").String(); got != "acme/shard=7" {
 		t.Fatalf("String = %q", got)
+	}
+}
+
+// Calendar and bucketed rules read as rate rules; a calendar day and a
+// sliding day of one scope are different rules, and a tenant's calendar rule
+// replaces only the default calendar rule of its period and zone.
+func TestParseCounterRates(t *testing.T) {
+	t.Parallel()
+	p, err := plans.Parse(`
+		sms:sender=2000/1d@America/Los_Angeles
+		sms:sender=100/1d
+		sms:tenant=10000/1h~60 drop
+		acme/sms:sender=500/1d@America/Los_Angeles`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rates(p.Match("other", tasks.SMS, "")), []string{"sms:sender=2000/1d@America/Los_Angeles", "sms:sender=100/1d", "sms:tenant=10000/1h~60 drop"}; !slices.Equal(got, want) {
+		t.Errorf("default: %v, want %v", got, want)
+	}
+	if got, want := rates(p.Match("acme", tasks.SMS, "")), []string{"sms:sender=100/1d", "sms:tenant=10000/1h~60 drop", "acme/sms:sender=500/1d@America/Los_Angeles"}; !slices.Equal(got, want) {
+		t.Errorf("acme: %v, want %v", got, want)
+	}
+	if _, err := plans.Parse("sms:sender=1/1d@Mars/Olympus"); !errors.Is(err, plans.ErrBadRules) {
+		t.Errorf("bad zone: %v", err)
+	}
+	if _, err := plans.Parse("sms:sender=1/1d@UTC, sms:sender=2/1d@UTC"); !errors.Is(err, plans.ErrBadRules) {
+		t.Errorf("repeated calendar rule: %v", err)
+	}
+}
+
+// In-flight caps read per scope; a tenant's replaces the default of its scope.
+func TestParseConcurrency(t *testing.T) {
+	t.Parallel()
+	p, err := plans.Parse("sms:provider:concurrency=100, sms:sender:concurrency=5, acme/sms:sender:concurrency=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Match("acme", tasks.SMS, "").Caps {
+		got = append(got, e.String())
+	}
+	if want := []string{"sms:provider:concurrency=100", "acme/sms:sender:concurrency=2"}; !slices.Equal(got, want) {
+		t.Errorf("acme caps %v, want %v", got, want)
+	}
+	c := p.Match("other", tasks.SMS, "").Caps[1].Cap("+14155550100", "+15005550006")
+	if c.Scope != "sms:sender" || c.Subject != "+15005550006" || c.Group != plans.SharedGroup || c.Max != 5 {
+		t.Errorf("cap %+v", c)
+	}
+	for _, bad := range []string{"sms:provider:concurrency=0", "sms:provider:concurrency", "sms:carrier:concurrency=3", "acme/sms:provider:concurrency=3", "sms:provider:concurrency=1, sms:provider:concurrency=2"} {
+		if _, err := plans.Parse(bad); !errors.Is(err, plans.ErrBadRules) {
+			t.Errorf("Parse(%q): %v", bad, err)
+		}
 	}
 }

@@ -185,7 +185,7 @@ func (r QuotaReport) JSON() QuotaJSON {
 			action = "drop"
 		}
 		out.Windows = append(out.Windows, QuotaWindowJSON{Channel: string(w.Channel), Category: w.Category, Scope: w.Limit.Scope,
-			Rule: w.Limit.Rule.String(), Action: action, Limit: w.Limit.Rule.Limit, Window: throttle.FormatWindow(w.Limit.Rule.Window),
+			Rule: w.Limit.Rule.String(), Action: action, Limit: w.Limit.Rule.Limit, Window: w.Limit.Rule.WindowString(),
 			Used: w.Used, Remaining: w.Remaining, Booked: w.Booked, Oldest: w.Oldest.UTC(), NextFree: w.NextFree.UTC(), ResetAt: w.ResetAt.UTC()})
 	}
 	for _, q := range r.Quiet {

@@ -25,7 +25,9 @@
 --   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", late_ms,
 --            deadline_ms or "", state_ttl_ms, nonce, block (1/0), n, then per rule: limit, window_ms, drop (1/0), then m, then m
 --            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end),
---            then consent (1/0), category, exempt (1/0), last_ttl_ms.
+--            then consent (1/0), category, exempt (1/0), last_ttl_ms, then the counter
+--            descriptors (see "Counter rules" below; none when absent), then nh: the
+--            operation's last nh KEYS are hold keys (see "H").
 --   Consent: the suppression hash's fields are "<until_ms>:<at_ms>:<source>:<code>" (until 0:
 --   no end), read with one HMGET: a live "!" blocks (undeliverable), a live "c:<category>"
 --   blocks, a live "*" blocks unless the category is exempt or "+:<category>" is live; an
@@ -69,13 +71,16 @@
 --   Returns {slot_ms, rule}.
 -- Opcode "D" — done: KEYS -> state key. ARGV -> attempt, ttl_ms. Records "d<attempt>:<now>".
 --   Returns {1}.
--- Opcode "X" — release: KEYS -> the rule keys, then the state key. ARGV -> member, attempt.
+-- Opcode "X" — release: KEYS -> the rule keys, then the state key. ARGV -> member, attempt, then
+--   the counter descriptors (a counter key gives back the count at the attempt's recorded slot).
 --   Removes the attempt's entry (admission or booking) from every key and rolls the state back
 --   (to nothing for attempt 1, else to attempt k-1 admitted). Returns {entries removed}.
 -- Opcode "S" — state (read-only): KEYS -> the member's state key. Returns {kind, attempt, at_ms}: kind 0
 --   when there is no record (attempt and at 0), else the record's letter as a byte (98 'b' booked,
 --   97 'a' admitted, 100 'd' done); or an error for a record this script cannot read.
--- Opcode "U" — usage (read-only): KEYS -> rule keys. ARGV -> slack_ms, n, per rule limit, window_ms.
+-- Opcode "U" — usage (read-only): KEYS -> rule keys. ARGV -> slack_ms, n, per rule limit, window_ms,
+--   then the counter descriptors (a counter key answers -1 for oldest and, for newest, the
+--   instant it counts nothing any more).
 --   Returns per rule: used (entries in [now-window, now]), booked (entries after now), oldest in
 --   the window (-1), newest (-1), next free slot (earliest fit at or after now).
 
@@ -86,10 +91,15 @@ local DENIED, ADMITTED, DUPLICATE, DONE, BOOKED, UNKNOWN, EXPIRED, DROPPED, BLOC
 
 -- args returns a reader of one operation's ARGV from index a0: each call gives the next value,
 -- so an operation binds its arguments to named locals in the order the header lists them.
+-- Past the operation's own ARGV it gives nil (opend is set per operation by the loop at the end),
+-- so optional trailing values (counter descriptors, holds) read as absent, never as the next
+-- operation's.
+local opend = #ARGV + 1
 local function args(a0)
   local i = a0 - 1
   return function()
     i = i + 1
+    if i >= opend then return nil end
     return ARGV[i]
   end
 end
@@ -169,6 +179,264 @@ local function past(key, limit, wp, c)
   return c
 end
 
+-- Counter rules: a calendar period's fixed counter ("c") or a sliding window kept as counts per
+-- bucket ("b"), in a hash: field = the period's or bucket's start in ms, value = its count, and
+-- beside them "t", the total of the counts, and "o", the oldest start held (so a check whose
+-- total leaves room reads two fields, and old counts are dropped once per bucket, not per check).
+-- An operation names its counter keys in descriptors after its other ARGV: their count k, then
+-- per key its 1-based index among the operation's rule keys and "b", bucket_ms, or "c",
+-- window_ms (nominal), nb and nb period starts (ascending; outside them the first or last
+-- period's length repeats). Every other key stays a sliding log. A calendar slot lies at least
+-- slack before its period's end, so the send lands in the period that counts it. A bucketed
+-- rule treats every bucket a span of window+slack can touch as wholly inside it (a bucket
+-- straddling the span's start counts whole): it never admits what the exact log would not, and
+-- admits whatever a log of window+slack rounded up to whole buckets, plus one bucket, would.
+local ctr = {}
+
+local function ctr_read(keys, arg)
+  local k = tonumber(arg() or '0') or 0
+  for _ = 1, k do
+    local i, kind = tonumber(arg()), arg()
+    local d = {kind = kind}
+    if kind == 'b' then
+      d.w = tonumber(arg())
+    else
+      d.win = tonumber(arg())
+      d.b = {}
+      for j = 1, tonumber(arg()) do d.b[j] = tonumber(arg()) end
+    end
+    ctr[keys[i]] = d
+  end
+end
+
+-- cal_period: the start and end of the calendar period that holds x.
+local function cal_period(d, x)
+  local b = d.b
+  local nb = #b
+  if x < b[1] then
+    local len = b[2] - b[1]
+    local k = math.floor((b[1] - x - 1) / len) + 1
+    return b[1] - k * len, b[1] - (k - 1) * len
+  end
+  if x >= b[nb] then
+    local len = b[nb] - b[nb - 1]
+    local k = math.floor((x - b[nb]) / len)
+    return b[nb] + k * len, b[nb] + (k + 1) * len
+  end
+  local lo, hi = 1, nb
+  while hi - lo > 1 do
+    local mid = math.floor((lo + hi) / 2)
+    if b[mid] <= x then lo = mid else hi = mid end
+  end
+  return b[lo], b[hi]
+end
+
+-- ctr_load: the key's counts by start, and the latest start (nil: empty).
+local function ctr_load(key)
+  local h = redis.call('HGETALL', key)
+  local cnt, top = {}, nil
+  for j = 1, #h, 2 do
+    local f = tonumber(h[j])
+    if f then
+      cnt[f] = tonumber(h[j + 1])
+      if not top or f > top then top = f end
+    end
+  end
+  return cnt, top
+end
+
+-- ctr_total: the total, as this operation's trim read and kept it, else read now.
+local function ctr_total(d, key)
+  if d.t then return d.t end
+  return tonumber(redis.call('HGET', key, 't') or '0')
+end
+
+local function ctr_span(d, wp) return math.floor((wp + d.w - 1) / d.w) end
+
+-- b_worst: the fullest run of m+1 buckets that holds bucket k.
+local function b_worst(cnt, w, m, k)
+  local s = 0
+  for i = k - m, k do s = s + (cnt[i * w] or 0) end
+  local worst = s
+  for j = k - m + 1, k do
+    s = s - (cnt[(j - 1) * w] or 0) + (cnt[(j + m) * w] or 0)
+    if s > worst then worst = s end
+  end
+  return worst
+end
+
+-- ctr_earliest: earliest for a counter key (the time, and the count around it).
+local function ctr_earliest(d, key, limit, wp, c)
+  local slack = wp - (d.win or 0)
+  if d.kind == 'c' then
+    local s, e = cal_period(d, c)
+    if c + slack >= e then c = e end
+  end
+  local total = ctr_total(d, key)
+  if total < limit then return c, total end -- every count together leaves room
+  local cnt, top = ctr_load(key)
+  if d.kind == 'b' then
+    if not top then return c, 0 end
+    local w, m = d.w, ctr_span(d, wp)
+    local k = math.floor(c / w)
+    while true do
+      local worst = b_worst(cnt, w, m, k)
+      if worst < limit then return math.max(c, k * w), worst end
+      k = k + 1
+    end
+  end
+  for _ = 1, 100000 do
+    local s, e = cal_period(d, c)
+    if c + slack < e then
+      local n = cnt[s] or 0
+      if n < limit then return c, n end
+    end
+    c = e
+  end
+  return c, limit - 1
+end
+
+-- ctr_past: a time >= c after everything the key counts.
+local function ctr_past(d, key, wp, c)
+  local _, top = ctr_load(key)
+  if not top then return c end
+  if d.kind == 'b' then return math.max(c, top + (ctr_span(d, wp) + 1) * d.w) end
+  local _, e = cal_period(d, top)
+  return math.max(c, e)
+end
+
+-- ctr_field: the field that counts an entry at t.
+local function ctr_field(d, t)
+  if d.kind == 'b' then return math.floor(t / d.w) * d.w end
+  local s = cal_period(d, t)
+  return s
+end
+
+local function ctr_add(d, key, wp, c, existed)
+  local f = ctr_field(d, c)
+  local first = redis.call('HINCRBY', key, fmt(f), 1) == 1
+  d.t = redis.call('HINCRBY', key, 't', 1)
+  local o = d.o
+  if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
+  if not o or f < o then redis.call('HSET', key, 'o', fmt(f)) o = f end
+  d.o = o
+  local ends
+  if d.kind == 'b' then ends = f + d.w + wp else local _, e = cal_period(d, c) ends = e end
+  -- A bucket or period counted before set the key's TTL to cover its end already.
+  if not first then return end
+  local ttl = math.max(ends - now + 1, 1)
+  if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+end
+
+-- ctr_take: takes back the entry counted for t (a booking placed again, a release).
+local function ctr_take(d, key, t)
+  redis.call('HDEL', key, '-') -- a first write Redis never refuses (see ctr_trim)
+  local f = fmt(ctr_field(d, t))
+  if d.kind == 'c' then -- the latest period started by t: independent of the boundaries passed
+    local best = nil
+    for _, x in ipairs(redis.call('HKEYS', key)) do
+      local v = tonumber(x)
+      if v and v <= t and (not best or v > best) then best = v end
+    end
+    if not best then return 0 end
+    f = fmt(best)
+  end
+  local v = tonumber(redis.call('HGET', key, f) or '0')
+  if v <= 0 then return 0 end
+  if v == 1 then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -1) end
+  d.t = redis.call('HINCRBY', key, 't', -1)
+  if d.t <= 0 then redis.call('DEL', key) d.t, d.o = 0, false end
+  return 1
+end
+
+-- ctr_trim: drops the counts no check from x + wp on can see, once the oldest one is such.
+local function ctr_trim(d, key, x, wp)
+  local function gone(f)
+    if d.kind == 'b' then return f < (math.floor(x / d.w) - 1) * d.w end
+    local _, e = cal_period(d, f)
+    return e <= x + wp - d.win
+  end
+  -- The operation's first write, which Redis never refuses for memory (see the top): a no-op
+  -- HDEL, so that at maxmemory what it admits is still counted.
+  redis.call('HDEL', key, '-')
+  local ot = redis.call('HMGET', key, 'o', 't')
+  local o = tonumber(ot[1] or '')
+  d.o, d.t = o or false, tonumber(ot[2] or '0')
+  if not o or not gone(o) then return end
+  local h = redis.call('HGETALL', key)
+  local old, dropped, oldest = {}, 0, nil
+  for j = 1, #h, 2 do
+    local f = tonumber(h[j])
+    if f then
+      if gone(f) then
+        old[#old + 1] = h[j]
+        dropped = dropped + tonumber(h[j + 1])
+      elseif not oldest or f < oldest then
+        oldest = f
+      end
+    end
+  end
+  if not oldest then redis.call('DEL', key) d.o, d.t = false, 0 return end
+  old[#old + 1] = 'o'
+  redis.call('HDEL', key, unpack(old))
+  if dropped > 0 then d.t = redis.call('HINCRBY', key, 't', fmt(-dropped)) end
+  redis.call('HSET', key, 'o', fmt(oldest))
+  d.o = oldest
+end
+
+-- ctr_usage: "U"'s five values for a counter key: used, booked, -1 (no oldest entry is kept),
+-- the instant the key counts nothing any more (-1: empty now), next free slot.
+local function ctr_usage(d, key, limit, window, slack)
+  local cnt, top = ctr_load(key)
+  local used, booked, reset = 0, 0, -1
+  local cur, from
+  if d.kind == 'b' then
+    cur = math.floor(now / d.w) * d.w
+    from = math.floor((now - window) / d.w) * d.w
+  else
+    cur = cal_period(d, now)
+    from = cur
+  end
+  for f, v in pairs(cnt) do
+    if f > cur then booked = booked + v elseif f >= from then used = used + v end
+  end
+  if top then
+    if d.kind == 'b' then reset = top + d.w + window else local _, e = cal_period(d, top) reset = e end
+  end
+  local nextfree = ctr_earliest(d, key, limit, window + slack, now)
+  return {used, booked, -1, reset, nextfree}
+end
+
+-- The log's operations, dispatched to the counter's for counter keys.
+local function trim(key, x, wp)
+  local d = ctr[key]
+  if d then return ctr_trim(d, key, x, wp) end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(x))
+end
+
+local function take(key, m, t)
+  local d = ctr[key]
+  if d then
+    if t then return ctr_take(d, key, t) end
+    return 0
+  end
+  return redis.call('ZREM', key, m)
+end
+
+do
+  local log_earliest, log_past = earliest, past
+  earliest = function(key, limit, wp, c)
+    local d = ctr[key]
+    if d then return ctr_earliest(d, key, limit, wp, c) end
+    return log_earliest(key, limit, wp, c)
+  end
+  past = function(key, limit, wp, c)
+    local d = ctr[key]
+    if d then return ctr_past(d, key, wp, c) end
+    return log_past(key, limit, wp, c)
+  end
+end
+
 local function unclosed(c, closed)
   for j = 1, #closed, 2 do
     if c >= closed[j] and c < closed[j + 1] then c = closed[j + 1] end
@@ -231,10 +499,14 @@ end
 -- add puts member at c in every key, with TTLs that cover it (never shortened).
 local function add(keys, wps, counts, c, m)
   for i = 1, #keys do
-    redis.call('ZADD', keys[i], fmt(c), m)
-    local ttl = c - now + wps[i] + 1
-    if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
-      redis.call('PEXPIRE', keys[i], ttl, 'GT')
+    if ctr[keys[i]] then
+      ctr_add(ctr[keys[i]], keys[i], wps[i], c, counts[i] > 0)
+    else
+      redis.call('ZADD', keys[i], fmt(c), m)
+      local ttl = c - now + wps[i] + 1
+      if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
+        redis.call('PEXPIRE', keys[i], ttl, 'GT')
+      end
     end
   end
 end
@@ -254,7 +526,85 @@ local function suppressed(key, category, exempt)
   return 0, nil
 end
 
-local function reserve(k0, a0)
+-- holds: a live hold key (see "H") closes [now, its end) to every slot: prepended to closed as
+-- [0, end), which keeps it sorted. The operation's last nh keys are its hold keys.
+local function holds(closed, k0, nk, nh)
+  for j = 1, nh do
+    local v = redis.call('GET', KEYS[k0 + nk - nh + j - 1])
+    local u = v and tonumber(string.match(v, '^(%d+)'))
+    if u and u > now then
+      table.insert(closed, 1, u)
+      table.insert(closed, 1, 0)
+    end
+  end
+end
+
+-- Opcode "H" — hold: KEYS -> the hold key. ARGV -> retry_ms (0: none), base_ms, max_ms, linger_ms,
+--   code. Holds the scope until now + retry_ms, or now + base·2^level (at most max) where level
+--   grows by one when the key's last hold had already lifted (the key lingers linger_ms after it);
+--   a live hold is only ever extended. Value "<until>:<level>:<code>". Returns {until, level,
+--   extended (1: a live hold was there)}.
+local function hold(k0, a0)
+  local arg = args(a0)
+  local retry, base, cap, linger = tonumber(arg()), tonumber(arg()), tonumber(arg()), tonumber(arg())
+  local code = arg()
+  local key = KEYS[k0]
+  local cu, lvl = 0, -1
+  local cur = redis.call('GET', key)
+  if cur then
+    local a, b = string.match(cur, '^(%d+):(%d+)')
+    cu, lvl = tonumber(a) or 0, tonumber(b) or -1
+  end
+  local live = cu > now
+  local dur = retry
+  if retry <= 0 then
+    if not live then lvl = lvl + 1 end
+    lvl = math.max(lvl, 0)
+    dur = math.min(base * 2 ^ math.min(lvl, 30), cap)
+  else
+    lvl = 0
+  end
+  local u = math.max(cu, now + dur)
+  redis.call('SET', key, fmt(u) .. ':' .. fmt(lvl) .. ':' .. code, 'PX', fmt(u - now + linger))
+  local ext = 0
+  if live then ext = 1 end
+  return {u, lvl, ext}
+end
+
+-- Opcode "L" — lease (in-flight caps): KEYS -> one sorted set of leases per cap (member = holder,
+--   score = when its lease lapses). ARGV -> holder, ttl_ms, then per key its max. Drops lapsed
+--   leases; when every key has a slot besides the holder's own, (re)takes one in each until
+--   now + ttl. Returns {1, 0, 0}, or {0, index of the full key, when its next lease lapses}.
+local function lease(k0, a0, nk)
+  local arg = args(a0)
+  local holder, ttl = arg(), tonumber(arg())
+  for i = 0, nk - 1 do redis.call('ZREMRANGEBYSCORE', KEYS[k0 + i], '-inf', fmt(now)) end
+  for i = 0, nk - 1 do
+    local key, max = KEYS[k0 + i], tonumber(arg())
+    local n = redis.call('ZCARD', key)
+    if redis.call('ZSCORE', key, holder) then n = n - 1 end
+    if n >= max then
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      return {0, i + 1, tonumber(first[2])}
+    end
+  end
+  for i = 0, nk - 1 do
+    redis.call('ZADD', KEYS[k0 + i], fmt(now + ttl), holder)
+    redis.call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000), 'GT')
+    if redis.call('PTTL', KEYS[k0 + i]) < 0 then redis.call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000)) end
+  end
+  return {1, 0, 0}
+end
+
+-- Opcode "F" — free: KEYS -> lease keys. ARGV -> holder. Returns {leases removed}.
+local function free(k0, a0, nk)
+  local holder = ARGV[a0]
+  local removed = 0
+  for i = 0, nk - 1 do removed = removed + redis.call('ZREM', KEYS[k0 + i], holder) end
+  return {removed}
+end
+
+local function reserve(k0, a0, nk)
   local arg = args(a0)
   local member, policy = arg(), arg()
   local slack, horizon = tonumber(arg()), tonumber(arg())
@@ -277,15 +627,15 @@ local function reserve(k0, a0)
   for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
   local consent, category, exempt = arg() == '1', arg(), arg() == '1'
   local lastttl = tonumber(arg())
+  ctr_read(keys, arg)
+  holds(closed, k0, nk, tonumber(arg() or '0') or 0)
   local c = start(tmin, late)
 
-  for i = 1, n do
-    redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(math.min(now, c) - wps[i]))
-  end
+  for i = 1, n do trim(keys[i], math.min(now, c) - wps[i], wps[i]) end
 
   local skey = nil
   if policy ~= '' then skey = KEYS[k0 + n] end
-  local attempt, m, held = 1, member, false
+  local attempt, m, held, heldat = 1, member, false, nil
   local lastkey = nil
   if skey then
     local st = redis.call('GET', skey)
@@ -302,12 +652,12 @@ local function reserve(k0, a0)
         if policy == 'd' then return {DUPLICATE, 0, -1, 0, k, t} end
         attempt = k + 1
       else
-        attempt, held = k, true
+        attempt, held, heldat = k, true, t
       end
     end
     if attempt > 1 then m = member .. '#' .. attempt end
     if held then
-      for i = 1, n do redis.call('ZREM', keys[i], m) end
+      for i = 1, n do take(keys[i], m, heldat) end
     end
     local kx = k0 + n + 1 -- the keys after the state key
     if block then
@@ -334,7 +684,7 @@ local function reserve(k0, a0)
     if lastttl > 0 then lastkey = KEYS[kx] end
   else
     for i = 1, n do
-      if redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
+      if not ctr[keys[i]] and redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
     end
   end
 
@@ -411,10 +761,18 @@ local function release(k0, a0, nkeys)
   local arg = args(a0)
   local m, attempt = arg(), tonumber(arg())
   if attempt > 1 then m = m .. '#' .. attempt end
-  local removed = 0
-  for i = 0, nkeys - 2 do removed = removed + redis.call('ZREM', KEYS[k0 + i], m) end
+  local rkeys = {}
+  for i = 0, nkeys - 2 do rkeys[i + 1] = KEYS[k0 + i] end
+  ctr_read(rkeys, arg)
   local skey = KEYS[k0 + nkeys - 1]
   local st = redis.call('GET', skey)
+  local at = nil -- the attempt's slot, which a counter key counts it at
+  if st then
+    local kind, k, t = string.match(st, '^(%a)(%d+):(%-?%d+)')
+    if (kind == 'a' or kind == 'b') and tonumber(k) == attempt then at = tonumber(t) end
+  end
+  local removed = 0
+  for i = 1, #rkeys do removed = removed + take(rkeys[i], m, at) end
   if st then
     local kind, k = string.match(st, '^(%a)(%d+):')
     if (kind == 'a' or kind == 'b') and tonumber(k) == attempt then
@@ -440,34 +798,44 @@ local function usage(k0, a0)
   local arg = args(a0)
   local slack, n = tonumber(arg()), tonumber(arg())
   local out = {}
+  local ukeys, lims, wins = {}, {}, {}
   for i = 1, n do
-    local key = KEYS[k0 + i - 1]
-    local limit, window = tonumber(arg()), tonumber(arg())
-    local from, nowf = fmt(now - window), fmt(now)
-    local used = redis.call('ZCOUNT', key, from, nowf)
-    local booked = redis.call('ZCOUNT', key, '(' .. nowf, '+inf')
-    local oldest, newest = -1, -1
-    local o = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if #o > 0 and tonumber(o[2]) <= now then oldest = tonumber(o[2]) end
-    local nw = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if #nw > 0 then newest = tonumber(nw[2]) end
-    local nextfree = earliest(key, limit, window + slack, now)
-    if nextfree == nil then nextfree = past(key, limit, window + slack, now) end
-    out[#out + 1] = used
-    out[#out + 1] = booked
-    out[#out + 1] = oldest
-    out[#out + 1] = newest
-    out[#out + 1] = nextfree
+    ukeys[i] = KEYS[k0 + i - 1]
+    lims[i], wins[i] = tonumber(arg()), tonumber(arg())
+  end
+  ctr_read(ukeys, arg)
+  for i = 1, n do
+    local key, limit, window = ukeys[i], lims[i], wins[i]
+    if ctr[key] then
+      for _, v in ipairs(ctr_usage(ctr[key], key, limit, window, slack)) do out[#out + 1] = v end
+    else
+      local from, nowf = fmt(now - window), fmt(now)
+      local used = redis.call('ZCOUNT', key, from, nowf)
+      local booked = redis.call('ZCOUNT', key, '(' .. nowf, '+inf')
+      local oldest, newest = -1, -1
+      local o = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if #o > 0 and tonumber(o[2]) <= now then oldest = tonumber(o[2]) end
+      local nw = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if #nw > 0 then newest = tonumber(nw[2]) end
+      local nextfree = earliest(key, limit, window + slack, now)
+      if nextfree == nil then nextfree = past(key, limit, window + slack, now) end
+      out[#out + 1] = used
+      out[#out + 1] = booked
+      out[#out + 1] = oldest
+      out[#out + 1] = newest
+      out[#out + 1] = nextfree
+    end
   end
   return out
 end
 
-local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage}
+local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage, H = hold, L = lease, F = free}
 local out = {now}
 local ka, aa = 1, 3
 for j = 1, tonumber(ARGV[2]) do
   local code, nk, na = ARGV[aa], tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2])
   local fn = ops[code]
+  opend = aa + 3 + (na or 0)
   local ok, res
   if fn then
     ok, res = pcall(fn, ka, aa + 3, nk)

@@ -48,7 +48,28 @@ type SendError struct {
 	// puts it on the tenant's suppression list for SuppressFor.
 	Suppress    bool
 	SuppressFor time.Duration
+	// Throttled: the provider pushes back on volume (HTTP 429, Twilio 20429
+	// or 30001, SMTP 421/451/452/454): the worker holds Hold's scope for
+	// every worker (RetryAfter when set, else an exponential hold), without
+	// spending the task's retry budget.
+	Throttled bool
+	// Hold is the scope a throttling answer holds: HoldProvider (the
+	// channel's provider account) or HoldSender (the origin: From number,
+	// sender id, messaging service or From address).
+	Hold string
 }
+
+// The scopes a throttling answer holds (SendError.Hold).
+const (
+	HoldProvider = "provider"
+	HoldSender   = "sender"
+)
+
+// SMTPThrottleCodes are the SMTP replies that mean "too much, slow down":
+// 421 (service not available, closing: SES's and Gmail's throttling), 451
+// (local error, rate limited), 452 (insufficient storage, too many
+// recipients) and 454 (temporary failure: SES's sending-quota answer).
+var SMTPThrottleCodes = map[int]bool{421: true, 451: true, 452: true, 454: true}
 
 func (e *SendError) Error() string {
 	kind := "transient"

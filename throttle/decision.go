@@ -153,6 +153,11 @@ type ReserveOptions struct {
 	// the send (StatusBlocked), read in the same script call: a per-recipient
 	// suppression list costs no extra round trip. Needs a state policy.
 	Block string
+	// Holds are hold keys (HoldKey) read in the same script call: a live
+	// hold closes [now, its end) to every slot, so a provider's
+	// back-pressure set by one worker (Hold) books every worker's sends
+	// after it. On Redis Cluster they are read first, in their own slot.
+	Holds []string
 	// Consent, when set, is the recipient's suppression hash (consent
 	// package), read in the same script call: it blocks the send
 	// (StatusBlocked) as its marks say for the category. Needs a state policy.

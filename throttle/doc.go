@@ -52,9 +52,24 @@
 // nothing may be sent on it. The same run asking again (ReserveOptions.Nonce)
 // gets its own admission back and waits again.
 //
+// # Counter rules
+//
+// Two kinds of Rule keep counts in a hash instead of entries in a sorted
+// set (calendar.go; the script's "Counter rules"): a calendar rule
+// (Rule.Calendar, "2000/1d@America/Los_Angeles") keeps one counter per
+// period of an IANA zone, whose boundaries the check passes (PeriodStart,
+// NextPeriod: DST-correct); a bucketed rule (Rule.Buckets, "10000/1h~60")
+// keeps one count per bucket and counts every bucket a span can touch as
+// wholly inside it, so it never admits what the exact log would not and
+// admits whatever a log one bucket longer would. Both take part in
+// bookings, releases (at the attempt's recorded slot), drop rules, Usage
+// and Series; Allow refuses them (no member is kept to dedupe on), and on a
+// Cluster they must live in the check's own group.
+//
 // # Memory
 //
 // A window holds at most its limit, so memory is bounded by
 // subjects × limit × bytes-per-entry whatever the traffic; see docs/redis.md for
-// measured bytes per entry.
+// measured bytes per entry. A counter key holds one field per bucket or
+// period (plus those booked ahead): about 1 KB for 60 buckets.
 package throttle

@@ -198,6 +198,11 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 	if l.batch.cluster && spansGroups(group, limits) {
 		return Decision{}, fmt.Errorf("%w: on Redis Cluster, Allow's limits must live in the check's group (Reserve takes limits of several groups)", ErrInvalidKey)
 	}
+	for _, lim := range limits {
+		if lim.Rule.Counter() {
+			return Decision{}, fmt.Errorf("%w: %s is a calendar or bucketed rule: it keeps counts, not members, so only Reserve (with its record per id) can check it", ErrInvalidRule, lim)
+		}
+	}
 	d, err := l.reserve(ctx, group, member, "", ReserveOptions{}, limits)
 	if err != nil {
 		return Decision{}, err
@@ -227,7 +232,21 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 	default:
 		return Decision{}, fmt.Errorf("%w: unknown re-run policy %q", ErrInvalidRule, opts.Policy)
 	}
+	if l.batch.cluster && len(opts.Holds) > 0 {
+		// Hold keys live in their own slot: read them first, as closed spans.
+		closed, err := l.holdSpans(ctx, opts.Holds)
+		if err != nil {
+			return Decision{}, err
+		}
+		opts.Closed = append(closed, opts.Closed...)
+		opts.Holds = nil
+	}
 	if l.batch.cluster && spansGroups(group, limits) {
+		for _, lim := range limits {
+			if lim.Rule.Counter() && lim.Group != "" && lim.Group != group {
+				return Decision{}, fmt.Errorf("%w: on Redis Cluster a calendar or bucketed rule must live in the check's group (%s lives in %q)", ErrInvalidRule, lim, lim.Group)
+			}
+		}
 		return l.reserveAcross(ctx, group, id, opts.Policy, opts, limits)
 	}
 	d, err := l.reserve(ctx, group, id, opts.Policy, opts, limits)
@@ -277,6 +296,13 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
 	}
 	cc := opts.Consent
+	from := func() time.Time {
+		t := l.tableFrom()
+		if !opts.NotBefore.IsZero() && opts.NotBefore.Before(t) {
+			t = opts.NotBefore.Add(-calendarMargin)
+		}
+		return t
+	}
 	if cc != nil {
 		if cc.Key == "" || cc.Category == "" || (cc.LastKey != "") != (cc.LastTTL > 0) {
 			return Decision{}, fmt.Errorf("%w: a consent check needs its key and category, and a last-category key with its TTL or neither", ErrInvalidRule)
@@ -285,6 +311,8 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	} else {
 		args = append(args, "0", "", "0", 0)
 	}
+	args = counterArgs(args, limits, from)
+	args = append(args, len(opts.Holds))
 	if policy != "" {
 		keys = append(keys, l.StateKey(group, id))
 		if opts.Block != "" {
@@ -296,8 +324,9 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 				keys = append(keys, cc.LastKey)
 			}
 		}
-	} else if opts.Block != "" || cc != nil {
-		return Decision{}, fmt.Errorf("%w: a block key or consent check needs a state policy (Reserve)", ErrInvalidRule)
+		keys = append(keys, opts.Holds...) // the last keys of the operation
+	} else if opts.Block != "" || cc != nil || len(opts.Holds) > 0 {
+		return Decision{}, fmt.Errorf("%w: a block key, hold or consent check needs a state policy (Reserve)", ErrInvalidRule)
 	}
 	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {
@@ -367,7 +396,8 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 		}
 		// The id's record lives in its own group; elsewhere the key named is never written.
 		keys = append(keys, l.StateKey(part.group, id))
-		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, &op{code: "X", keys: keys, args: []any{l.stored(id), attempt}})
+		args := counterArgs([]any{l.stored(id), attempt}, part.limits, l.tableFrom)
+		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, &op{code: "X", keys: keys, args: args})
 		if err != nil {
 			return removed, fmt.Errorf("throttle: release: %w", err)
 		}
@@ -480,6 +510,7 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
 	}
+	args = counterArgs(args, limits, l.tableFrom)
 	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "U", keys: keys, args: args})
 	if err != nil {
 		return nil, fmt.Errorf("throttle: usage: %w", err)
@@ -497,7 +528,10 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 		if oldest >= 0 {
 			u.Oldest = time.UnixMilli(oldest)
 		}
-		if newest >= 0 {
+		switch {
+		case newest >= 0 && lim.Rule.Counter():
+			u.ResetAt = time.UnixMilli(newest) // the script's answer: when the key counts nothing
+		case newest >= 0:
 			u.ResetAt = time.UnixMilli(newest).Add(lim.Rule.Window + time.Millisecond)
 		}
 		out[i] = u
@@ -525,7 +559,8 @@ func (l *Limiter) Reset(ctx context.Context, group string, limits ...Limit) erro
 }
 
 // Key returns the Redis key that holds the window of lim for group:
-// prefix:{group}:scope:<window ms>[:hmac(subject)]. The group (lim.Group when
+// prefix:{group}:scope:<window ms>[:hmac(subject)] (a bucketed rule's window
+// is "<ms>~<buckets>", a calendar rule's "<period>@<zone>"). The group (lim.Group when
 // set) is the Redis Cluster hash tag, so every limit of one group lives in
 // one slot.
 func (l *Limiter) Key(group string, lim Limit) (string, error) {
@@ -549,7 +584,7 @@ func (l *Limiter) Key(group string, lim Limit) (string, error) {
 	b.WriteString("}:")
 	b.WriteString(lim.Scope)
 	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(lim.Rule.Window.Milliseconds(), 10))
+	b.WriteString(lim.Rule.keyPart())
 	if lim.Subject != "" {
 		if len(lim.Subject) > 1024 {
 			return "", fmt.Errorf("%w: subject longer than 1024 bytes", ErrInvalidKey)
@@ -640,6 +675,15 @@ func (l *Limiter) stored(member string) string {
 	}
 	sum := sha256.Sum256([]byte(member))
 	return string(sum[:compactLen])
+}
+
+// tableFrom is where a calendar rule's table of boundaries starts: a little
+// before the clock decisions are made on.
+func (l *Limiter) tableFrom() time.Time {
+	if l.now != nil {
+		return l.now().Add(-calendarMargin)
+	}
+	return l.clock().Add(-calendarMargin)
 }
 
 func (l *Limiter) nowArg() string {

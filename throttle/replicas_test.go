@@ -194,32 +194,37 @@ func TestWaitReplicasCluster(t *testing.T) {
 // windows do not hold.
 func TestOutOfMemory(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
-	c := srv.Client(t)
-	lim, err := throttle.New(c, throttle.Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
+	for i, r := range []throttle.Rule{{Limit: 5, Window: time.Hour}, {Limit: 5, Window: time.Hour, Buckets: 6}, throttle.PerCalendar(5, throttle.Day, "America/New_York")} {
+		t.Run(r.String(), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+			c := srv.Client(t)
+			lim, err := throttle.New(c, throttle.Options{Secret: testSecret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			rule := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprint("+1415555010", i), Rule: r}
+			free := srv.Overfill(t)
+			d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule)
+			if err != nil || d.Status != throttle.StatusAdmitted {
+				t.Fatalf("at maxmemory: %+v, %v", d, err)
+			}
+			if u, err := lim.Usage(ctx, "acme", 0, rule); err != nil || u[0].Used != 1 {
+				t.Fatalf("the admission is not in its window: %+v, %v", u, err)
+			}
+			if err := lim.MarkDone(ctx, "acme", "n1", 1, time.Hour); err != nil {
+				t.Fatalf("done record at maxmemory: %v", err)
+			}
+			if d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule); err != nil || d.Status != throttle.StatusDone {
+				t.Fatalf("asking again after the done record: %+v, %v", d, err)
+			}
+			if err := c.Set(ctx, "other-app", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+				t.Fatalf("Redis takes other writes (%v): the test did not run at maxmemory", err)
+			}
+			free()
+		})
 	}
-	defer lim.Close()
-	rule := throttle.Limit{Scope: "sms:recipient", Subject: "+14155550102", Rule: throttle.Rule{Limit: 5, Window: time.Hour}}
-	free := srv.Overfill(t)
-	d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule)
-	if err != nil || d.Status != throttle.StatusAdmitted {
-		t.Fatalf("at maxmemory: %+v, %v", d, err)
-	}
-	if u, err := lim.Usage(ctx, "acme", 0, rule); err != nil || u[0].Used != 1 {
-		t.Fatalf("the admission is not in its window: %+v, %v", u, err)
-	}
-	if err := lim.MarkDone(ctx, "acme", "n1", 1, time.Hour); err != nil {
-		t.Fatalf("done record at maxmemory: %v", err)
-	}
-	if d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule); err != nil || d.Status != throttle.StatusDone {
-		t.Fatalf("asking again after the done record: %+v, %v", d, err)
-	}
-	if err := c.Set(ctx, "other-app", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-		t.Fatalf("Redis takes other writes (%v): the test did not run at maxmemory", err)
-	}
-	free()
 }
 
 // caughtUp waits until the replica of c's master has acknowledged

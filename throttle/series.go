@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/scripts"
@@ -72,6 +73,9 @@ func (l *Limiter) Series(ctx context.Context, group string, lim Limit, span, ste
 	if err != nil {
 		return Series{}, err
 	}
+	if lim.Rule.Counter() {
+		return l.counterSeries(ctx, group, key, lim, step, n)
+	}
 	reply, err := scripts.Series.Run(ctx, l.client, []string{key}, l.nowArg(), lim.Rule.Window.Milliseconds(), step.Milliseconds(), n).Int64Slice()
 	if err != nil {
 		return Series{}, fmt.Errorf("throttle: series: %w", err)
@@ -86,5 +90,66 @@ func (l *Limiter) Series(ctx context.Context, group string, lim Limit, span, ste
 		s.InWindow[i] = int(reply[2+n+i])
 	}
 	s.Used = max(0, s.InWindow[n-1])
+	return s, nil
+}
+
+// counterSeries is Series for a calendar or bucketed rule: its hash keeps
+// counts per period or bucket, so each count is placed in the step that holds
+// its period's or bucket's start (a coarser picture than a log's), and
+// Used and Booked are Usage's.
+func (l *Limiter) counterSeries(ctx context.Context, group, key string, lim Limit, step time.Duration, n int) (Series, error) {
+	us, err := l.Usage(ctx, group, 0, lim)
+	if err != nil {
+		return Series{}, err
+	}
+	fields, err := l.client.HGetAll(ctx, key).Result()
+	if err != nil {
+		return Series{}, fmt.Errorf("throttle: series: %w", err)
+	}
+	now := us[0].Now
+	s := Series{Limit: lim, Now: now, Step: step, Counts: make([]int, n), InWindow: make([]int, n), Used: us[0].Used, Booked: us[0].Booked}
+	first := now.Add(-time.Duration(n) * step) // exclusive start of step 0
+	winStart := now.Add(-lim.Rule.Window)
+	if lim.Rule.Calendar != "" {
+		loc, err := lim.Rule.Location()
+		if err != nil {
+			return Series{}, err
+		}
+		winStart = PeriodStart(now, lim.Rule.Calendar, loc)
+	}
+	type count struct {
+		at time.Time
+		n  int
+	}
+	var cs []count
+	for f, v := range fields {
+		if f == "t" || f == "o" { // the total and the oldest start
+			continue
+		}
+		ms, err1 := strconv.ParseInt(f, 10, 64)
+		c, err2 := strconv.Atoi(v)
+		if err1 != nil || err2 != nil {
+			return Series{}, fmt.Errorf("throttle: series: %w: field %q = %q", ErrBadRecord, f, v)
+		}
+		cs = append(cs, count{time.UnixMilli(ms), c})
+		if at := time.UnixMilli(ms); at.After(first) && !at.After(now) {
+			s.Counts[min(int((at.Sub(first)-time.Millisecond)/step), n-1)] += c
+		}
+	}
+	for i := range n {
+		end := now.Add(-time.Duration(n-1-i) * step)
+		if end.Before(winStart) {
+			s.InWindow[i] = -1
+			continue
+		}
+		in := 0
+		for _, c := range cs {
+			if !c.at.After(end) && !c.at.Add(lim.Rule.BucketLen()).Before(winStart) { // a bucket straddling the start counts
+				in += c.n
+			}
+		}
+		s.InWindow[i] = min(in, s.Used)
+	}
+	s.InWindow[n-1] = s.Used
 	return s, nil
 }

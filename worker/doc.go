@@ -17,6 +17,10 @@
 //     re-run task will not send again). A definite non-send releases the
 //     quota slot. Permanent provider errors archive; transient ones retry
 //     with backoff (honouring Retry-After) until the retry budget is spent.
+//     A throttling answer (429, Twilio 20429/30001, SMTP 421/451/452/454)
+//     holds its provider or sender scope in Redis (throttle.Limiter.Hold):
+//     every worker's checks name the holds (ReserveOptions.Holds) and book
+//     after them, and the task waits for the hold's end as a deferral.
 //  5. Redis unreachable (or out of memory, or, with Config.RedisWaitReplicas,
 //     replicas not acknowledging the admission): nothing new is admitted and
 //     nothing is sent on an unacknowledged admission; the check is tried

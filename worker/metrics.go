@@ -17,6 +17,8 @@ type Metrics struct {
 	InlineWaits  *prometheus.CounterVec
 	Archived     *prometheus.CounterVec
 	DoneLost     prometheus.Counter
+	Holds        *prometheus.CounterVec
+	CapWaits     *prometheus.CounterVec
 	LateWakes    *prometheus.CounterVec
 	Orphans      prometheus.Counter
 	Moved        *prometheus.CounterVec
@@ -37,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"channel"}),
 		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_sends_total",
-			Help: "Send attempts by channel and result (sent, transient, permanent, invalid).",
+			Help: "Send attempts by channel and result (sent, transient, throttled: a provider's back-pressure, permanent, invalid).",
 		}, []string{"channel", "result"}),
 		SendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_send_duration_seconds",
@@ -85,6 +87,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tasks found in another lane or shard than the rules in force route them to (a producer without the rules, or a changed plan), moved before any check.",
 	}, []string{"channel"})
 	reg.MustRegister(m.Moved)
+	m.Holds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_provider_holds_total",
+		Help: "Throttling answers from a provider (HTTP 429, Twilio 20429/30001, SMTP 421/451/452/454) that held its scope for every worker, by channel, scope (provider, sender) and whether they began a hold or extended one (begun, extended).",
+	}, []string{"channel", "scope", "hold"})
+	reg.MustRegister(m.Holds)
+	m.CapWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cap_deferrals_total",
+		Help: "Sends put back because an in-flight cap (CHANNEL:SCOPE:concurrency=N) stayed full for MAX_INLINE_WAIT, by channel and outcome (deferred).",
+	}, []string{"channel", "outcome"})
+	reg.MustRegister(m.CapWaits)
 	reg.MustRegister(m.Decisions, m.RetryAfter, m.Sends, m.SendLatency, m.Rescheduled, m.LimiterError, m.InlineWaits, m.Archived, m.DoneLost)
 	return m
 }

@@ -1,10 +1,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -212,6 +215,7 @@ func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error 
 type admission struct {
 	d      throttle.Decision
 	limits []throttle.Limit
+	caps   []throttle.Cap
 }
 
 // reserve asks the limiter, under the plans in force, until the send is
@@ -232,7 +236,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		switch d.Status {
 		case throttle.StatusAdmitted:
 			if d.Wait == 0 {
-				return &admission{d, c.Limits}, nil
+				return &admission{d, c.Limits, c.Caps}, nil
 			}
 			err := w.waitForSlot(ctx, *n, d, c.Limits, log)
 			w.releaseWaiter(waiter)
@@ -259,7 +263,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			return &admission{d, c.Limits}, nil
+			return &admission{d, c.Limits, c.Caps}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
@@ -345,6 +349,13 @@ func (w *Worker) settled(n tasks.Notification, c check, d throttle.Decision, why
 // the provider says so); a transient failure retried with backoff until
 // the task's real retry budget is used up.
 func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, next asynq.Handler, log *slog.Logger) error {
+	if len(a.caps) > 0 {
+		done, err := w.takeCaps(ctx, n, a, log)
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
 	start := time.Now()
 	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
 	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
@@ -359,6 +370,9 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	}
 	if se.NotSent {
 		w.release(ctx, n, a.d.Attempt, a.limits, log)
+	}
+	if se.Throttled && !se.Permanent {
+		return w.backPressure(ctx, n, se, log)
 	}
 	if se.Permanent {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
@@ -377,4 +391,112 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	}
 	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
 	return err
+}
+
+// backPressure handles a provider's throttling answer: it holds the scope
+// the answer names in Redis for every worker (the provider's Retry-After,
+// else an exponential hold), so every queued send is booked after the hold
+// instead of each retrying into it, and puts this task back for the hold's
+// end without spending its retry budget (a ThrottledError is not a failure).
+func (w *Worker) backPressure(ctx context.Context, n tasks.Notification, se *sender.SendError, log *slog.Logger) error {
+	scope := cmp.Or(se.Hold, sender.HoldProvider)
+	key := w.holdKey(n, scope)
+	var h throttle.HoldState
+	err := w.withRedis(ctx, log, "provider hold", func(ctx context.Context) error {
+		var err error
+		h, err = w.limiter.Hold(ctx, key, min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
+		return err
+	})
+	if err != nil {
+		// Without the hold this task still waits: as a plain transient failure would, but unspent.
+		log.Error("provider throttled and its hold could not be recorded; retrying this send alone", "err", err)
+		retryAt := time.Now().Add(max(se.RetryAfter, holdBase))
+		return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure"}
+	}
+	state := "begun"
+	if h.Extended {
+		state = "extended"
+	}
+	w.metrics.Holds.WithLabelValues(string(n.Channel), scope, state).Inc()
+	w.metrics.Sends.WithLabelValues(string(n.Channel), "throttled").Inc()
+	retryAt := time.Now().Add(time.Until(h.Until))
+	log.Warn("provider back-pressure: every worker's sends on this scope wait for the hold", "scope", string(n.Channel)+":"+scope,
+		"until", h.Until.UTC(), "retry_after", se.RetryAfter, "level", h.Level, "hold", state, "code", se.Code, "err", se.Err)
+	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure (" + string(n.Channel) + ":" + scope + ")"}
+}
+
+// capLease is how long an in-flight lease lasts unrenewed: a killed
+// worker's slots come back within it (SLUICE_ORPHAN_AFTER, 15 s when the
+// sweep is off). A running send renews its lease every third of it.
+func (w *Worker) capLease() time.Duration { return cmp.Or(w.cfg.OrphanAfter, 15*time.Second) }
+
+// takeCaps takes a slot of every in-flight cap of the send (all or none),
+// waiting in the worker up to MaxInlineWait for one to free: Redis has no
+// signal for a lease's end, so it asks again after a short, jittered pause.
+// Without a slot by then it gives the send's quota slot back and puts the
+// task back for a second later, not a failure. The returned func, called
+// after the send, stops the renewal and frees the slots.
+func (w *Worker) takeCaps(ctx context.Context, n tasks.Notification, a *admission, log *slog.Logger) (func(), error) {
+	holder := n.ID + "." + strconv.Itoa(a.d.Attempt)
+	ttl := w.capLease()
+	deadline := time.Now().Add(w.cfg.MaxInlineWait)
+	pause := 5 * time.Millisecond
+	for {
+		var l throttle.Lease
+		err := w.withRedis(ctx, log, "in-flight cap", func(ctx context.Context) error {
+			var err error
+			l, err = w.limiter.Acquire(ctx, n.Tenant, holder, ttl, a.caps...)
+			return err
+		})
+		if err != nil {
+			w.release(ctx, n, a.d.Attempt, a.limits, log)
+			return nil, &UnavailableError{Err: err}
+		}
+		if l.Granted {
+			break
+		}
+		if time.Now().Add(pause).After(deadline) {
+			w.release(ctx, n, a.d.Attempt, a.limits, log)
+			w.metrics.CapWaits.WithLabelValues(string(n.Channel), "deferred").Inc()
+			log.Info("in-flight cap full; deferring", "cap", a.caps[l.Full].String())
+			retryAt := time.Now().Add(time.Second)
+			return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: a.caps[l.Full].String()}
+		}
+		select {
+		case <-ctx.Done():
+			w.release(ctx, n, a.d.Attempt, a.limits, log)
+			return nil, ctx.Err()
+		case <-time.After(pause/2 + rand.N(pause)):
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		tick := time.NewTicker(ttl / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/3)
+				l, err := w.limiter.Acquire(rctx, n.Tenant, holder, ttl, a.caps...)
+				cancel()
+				if err != nil || !l.Granted {
+					log.Warn("in-flight lease could not be renewed; the send goes on", "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-renewed
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := w.limiter.Free(fctx, n.Tenant, holder, a.caps...); err != nil {
+			log.Warn("in-flight slots not freed; they come back when their lease lapses", "err", err, "lapse_in", ttl)
+		}
+	}, nil
 }

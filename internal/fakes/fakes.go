@@ -148,7 +148,11 @@ type SMSAPI struct {
 	*Recorder
 	// Latency is added before each answer (set before use or with SetLatency).
 	latency    atomic.Int64
-	URL        string // base URL to give the sender
+	inFlight   atomic.Int64 // requests being answered now
+	peak       atomic.Int64 // the most at once
+	fromMu     sync.Mutex
+	fromIn     map[string]int // requests being answered now, by From
+	URL        string         // base URL to give the sender
 	AccountSID string
 	AuthToken  string
 	srv        *httptest.Server
@@ -165,7 +169,7 @@ type SMSAPI struct {
 // NewSMSAPI starts the fake on a loopback port; it stops when the test ends.
 func NewSMSAPI(tb testing.TB) *SMSAPI {
 	tb.Helper()
-	f := &SMSAPI{Recorder: newRecorder(), AccountSID: "AC0123", AuthToken: "token-xyz",
+	f := &SMSAPI{Recorder: newRecorder(), AccountSID: "AC0123", AuthToken: "token-xyz", fromIn: map[string]int{},
 		cbNotify: make(chan struct{}, 1), client: &http.Client{Timeout: 10 * time.Second}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", func(w http.ResponseWriter, r *http.Request) {
@@ -178,6 +182,16 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		n := f.inFlight.Add(1)
+		defer f.inFlight.Add(-1)
+		for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
+		}
+		from := r.PostForm.Get("From")
+		f.fromMu.Lock()
+		f.fromIn[from]++
+		f.fromMu.Unlock()
+		defer func() { f.fromMu.Lock(); f.fromIn[from]--; f.fromMu.Unlock() }()
+		f.wake() // a request arrived: InFlightFrom waiters look
 		form := r.PostForm
 		to, body := form.Get("To"), form.Get("Body")
 		if form.Get("From") == "" && form.Get("MessagingServiceSid") == "" {
@@ -399,6 +413,17 @@ func Sign(authToken, fullURL string, params url.Values) string {
 	m := hmac.New(sha1.New, []byte(authToken))
 	m.Write([]byte(b.String()))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// PeakInFlight is the most message requests the fake was answering at once
+// (a request counts from its arrival to its answer, latency included).
+func (f *SMSAPI) PeakInFlight() int { return int(f.peak.Load()) }
+
+// InFlightFrom is how many message requests from that From the fake is answering now.
+func (f *SMSAPI) InFlightFrom(from string) int {
+	f.fromMu.Lock()
+	defer f.fromMu.Unlock()
+	return f.fromIn[from]
 }
 
 // SetLatency makes every answer take d.

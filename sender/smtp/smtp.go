@@ -353,7 +353,7 @@ func classifyReply(err error, notSent bool) error {
 		case te.Code >= 500:
 			return &sender.SendError{Err: err, Permanent: true, NotSent: true}
 		case te.Code >= 400:
-			return &sender.SendError{Err: err, NotSent: true}
+			return &sender.SendError{Err: err, NotSent: true, Throttled: sender.SMTPThrottleCodes[te.Code], Hold: throttleHold(te.Code)}
 		}
 	}
 	return &sender.SendError{Err: err, NotSent: notSent}
@@ -398,10 +398,19 @@ func classifySMTP(err error, dial bool) error {
 		}
 		return bounce(&sender.SendError{Err: err, Permanent: true, NotSent: true}, stage, code)
 	case code >= 400:
-		return &sender.SendError{Err: err, NotSent: true}
+		return &sender.SendError{Err: err, NotSent: true, Throttled: sender.SMTPThrottleCodes[code], Hold: throttleHold(code)}
 	}
 	if dial || (se != nil && se.Reason == mail.ErrConnCheck) {
 		return &sender.SendError{Err: err, NotSent: true}
 	}
 	return &sender.SendError{Err: err}
+}
+
+// throttleHold is the scope an SMTP throttling reply holds: the relay (the
+// provider account), whatever the From.
+func throttleHold(code int) string {
+	if sender.SMTPThrottleCodes[code] {
+		return sender.HoldProvider
+	}
+	return ""
 }

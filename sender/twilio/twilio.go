@@ -81,7 +81,9 @@ func CallbackPath(tenant, id string) string {
 }
 
 // Send posts one message. 2xx is sent; 429 and 503 are transient and not
-// sent (honouring Retry-After); other 5xx are transient with an unknown
+// sent (honouring Retry-After), and 429, Twilio 20429 (too many requests)
+// and 30001 (queue overflow) are throttling answers that hold the provider
+// (30001: the sender) for every worker (SendError.Throttled); other 5xx are transient with an unknown
 // outcome; other 4xx are permanent. The provider's error code (Twilio's
 // JSON "code") is kept in the SendError.
 func (s *Sender) Send(ctx context.Context, n tasks.Notification) error {
@@ -115,7 +117,13 @@ func (s *Sender) Send(ctx context.Context, n tasks.Notification) error {
 	err = fmt.Errorf("sms api: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	code := errorCode(body)
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+	case code == 30001: // queue overflow: the sender's queue at the provider is full
+		return &sender.SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Code: code,
+			Throttled: true, Hold: sender.HoldSender}
+	case resp.StatusCode == http.StatusTooManyRequests || code == 20429: // too many requests: the account's rate
+		return &sender.SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Code: code,
+			Throttled: true, Hold: sender.HoldProvider}
+	case resp.StatusCode == http.StatusServiceUnavailable:
 		return &sender.SendError{Err: err, NotSent: true, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Code: code}
 	case resp.StatusCode >= 500:
 		return &sender.SendError{Err: err, Code: code}

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The SMS provider answers 429 with Retry-After: 5 for 5 s in the middle of
+// a drain of 200 SMS over two workers. The first throttling answer holds the
+// provider in Redis for every worker: at most one request per worker reaches
+// the provider during the hold (the one each had in flight), every queued
+// send is booked after it, all 200 are delivered once, none is archived and
+// no retry budget is spent (no send is logged as a transient failure).
+func TestProviderBackPressureHoldsEveryWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sms:tenant=100000/1h")
+	var mu sync.Mutex
+	var t0 time.Time // the first 429
+	during, delivered := 0, 0
+	e.sms.SetReply(func(string, string) (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		switch {
+		case t0.IsZero() && delivered < 20: // the drain starts normally
+			delivered++
+			return 0, ""
+		case t0.IsZero():
+			t0 = now
+			fallthrough
+		case now.Before(t0.Add(5 * time.Second)):
+			during++
+			return 429, "5"
+		}
+		return 0, ""
+	})
+	// One send in flight per worker: each may have that one request out when the hold begins.
+	vars := map[string]string{"SLUICE_CONCURRENCY": "1", "SLUICE_PRIORITY_CONCURRENCY": "1", "SLUICE_MAX_WAITERS": "0"}
+	w0, w1 := e.worker("w0", vars), e.worker("w1", vars)
+	ids := e.enqueueSMS(200, recipients(20), []string{"acme"})
+	ds := e.waitAllDelivered(ids, 90*time.Second)
+	mu.Lock()
+	n, start := during, t0
+	mu.Unlock()
+	if start.IsZero() {
+		t.Fatal("the provider never throttled")
+	}
+	if n > 2 {
+		for _, l := range strings.Split(w0.logText()+"\n----\n"+w1.logText(), "\n") {
+			if strings.Contains(l, "back-pressure") || l == "----" {
+				t.Log(l)
+			}
+		}
+		t.Fatalf("%d requests reached the provider during its 5 s hold; at most one per worker (2)", n)
+	}
+	seen := map[string]int{}
+	for _, d := range ds {
+		seen[d.ID]++
+	}
+	for id, k := range seen {
+		if k > 1 {
+			t.Fatalf("%s delivered %d times", id, k)
+		}
+	}
+	if len(seen) != len(ids) {
+		t.Fatalf("%d delivered of %d", len(seen), len(ids))
+	}
+	var afterHold time.Time
+	for _, d := range ds {
+		if d.At.After(start) && (afterHold.IsZero() || d.At.Before(afterHold)) {
+			afterHold = d.At
+		}
+	}
+	if afterHold.Before(start.Add(5 * time.Second)) {
+		t.Fatalf("a send was accepted %v after the first 429, inside the hold", afterHold.Sub(start))
+	}
+	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
+		t.Fatalf("archived: %+v %v", qi, err)
+	}
+	logs := w0.logText() + w1.logText()
+	if !strings.Contains(logs, "provider back-pressure") {
+		t.Fatalf("no worker logged the hold:\n%s", logs)
+	}
+	if strings.Contains(logs, "transient send failure") {
+		t.Fatalf("a throttling answer was retried as a transient failure (spending its budget):\n%s", logs)
+	}
+	t.Logf("hold: %d requests during it (2 workers), first acceptance %v after the first 429, %d attempts for 200 notifications",
+		n, afterHold.Sub(start).Round(time.Millisecond), e.sms.Attempts())
+}

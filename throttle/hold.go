@@ -1,0 +1,118 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Holds: a provider's back-pressure ("429, retry after 5 s") shared by every
+// worker. One key per held scope, in the group "hold", holds
+// "<until_ms>:<level>:<code>"; Reserve reads the keys it is given
+// (ReserveOptions.Holds) and places no slot before a live hold's end, so
+// every queued send is booked after it and nothing is sent meanwhile. The
+// key outlives its hold by holdLinger, so a throttling answer soon after a
+// hold lifted doubles the next hold (exponential back-off without a
+// Retry-After); one during a hold only extends it.
+
+// holdGroup is the group hold keys live in (their Cluster hash tag).
+const holdGroup = "hold"
+
+// holdLinger is how long a hold key outlives its hold: the memory of the
+// last hold's level.
+const holdLinger = time.Minute
+
+// MaxHold bounds one hold.
+const MaxHold = time.Hour
+
+// HoldKey returns the key of a hold on scope (e.g. "sms:provider") and, when
+// subject is set, on that subject of it (e.g. a From number, stored as its
+// HMAC like every subject).
+func (l *Limiter) HoldKey(scope, subject string) string {
+	var b strings.Builder
+	b.WriteString(l.prefix)
+	b.WriteString(":{" + holdGroup + "}:")
+	b.WriteString(scope)
+	if subject != "" {
+		b.WriteByte(':')
+		b.WriteString(l.Subject(subject))
+	}
+	return b.String()
+}
+
+// HoldState is a hold as Hold set it.
+type HoldState struct {
+	// Until is when the hold lifts (Redis time).
+	Until time.Time
+	// Level counts the holds in a row without a Retry-After: the hold lasted
+	// base·2^Level. 0 for a hold the provider's Retry-After set.
+	Level int
+	// Extended: a live hold was there already (this answer was in flight
+	// when it began); Until is the later of the two.
+	Extended bool
+}
+
+// Hold holds key's scope: for retryAfter when the provider said so, else
+// for base·2^level (at most max), the level growing with each hold that
+// follows another within a minute of its end. A live hold is never shortened.
+// code is the provider's answer (429, 20429, 421, ...), kept for readers.
+func (l *Limiter) Hold(ctx context.Context, key string, retryAfter, base, max time.Duration, code int) (HoldState, error) {
+	if retryAfter < 0 || base <= 0 || max < base || max > MaxHold || retryAfter > MaxHold {
+		return HoldState{}, fmt.Errorf("%w: hold of %v (base %v, max %v): want 0–%v, 0 < base ≤ max", ErrInvalidRule, retryAfter, base, max, MaxHold)
+	}
+	if !strings.HasPrefix(key, l.prefix+":{"+holdGroup+"}:") {
+		return HoldState{}, fmt.Errorf("%w: %q is not a hold key (HoldKey)", ErrInvalidKey, key)
+	}
+	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, &op{code: "H", keys: []string{key},
+		args: []any{retryAfter.Milliseconds(), base.Milliseconds(), max.Milliseconds(), holdLinger.Milliseconds(), code}})
+	if err != nil {
+		return HoldState{}, fmt.Errorf("throttle: hold: %w", err)
+	}
+	if len(reply) != 3 {
+		return HoldState{}, fmt.Errorf("throttle: hold: unexpected reply %v", reply)
+	}
+	return HoldState{Until: time.UnixMilli(reply[0]), Level: int(reply[1]), Extended: reply[2] == 1}, nil
+}
+
+// holdSpans reads hold keys (a Cluster's check reads them before its own
+// script call) as closed spans ending when each live hold lifts.
+func (l *Limiter) holdSpans(ctx context.Context, keys []string) ([]Interval, error) {
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("throttle: read holds: %w", err)
+	}
+	now := time.Now()
+	if l.now != nil {
+		now = l.now()
+	}
+	var out []Interval
+	for _, c := range cmds {
+		v, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("throttle: read holds: %w", err)
+		}
+		ms, _, _ := strings.Cut(v, ":")
+		until, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("throttle: read holds: %w: %q", ErrBadRecord, v)
+		}
+		if end := time.UnixMilli(until); end.After(now) {
+			out = append(out, Interval{Start: time.UnixMilli(1), End: end})
+		}
+	}
+	return out, nil
+}
