@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,15 +36,16 @@ type Inbound struct {
 	handler            *inbound.Handler
 	log                *slog.Logger
 	received           *prometheus.CounterVec
+	badSigLog          warnEvery // anyone can send bad signatures: one WARN per 10 s
 }
 
 // NewInbound returns the route's handler; sluice_inbound_sms_total is
 // registered on reg.
 func NewInbound(s Settings, h *inbound.Handler, log *slog.Logger, reg prometheus.Registerer) (*Inbound, error) {
-	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, log: log,
+	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, log: log, badSigLog: warnEvery{interval: 10 * time.Second},
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_inbound_sms_total",
-			Help: "SMS recipients sent to tenants' numbers, by what they were read as (opt_out, opt_in, help, review, none).",
+			Help: "SMS recipients sent to tenants' numbers, by what they were read as (opt_out, opt_in, help, review, none), and refused webhooks (bad_signature).",
 		}, []string{"intent"})}
 	if err := reg.Register(in.received); err != nil {
 		return nil, err
@@ -126,7 +128,8 @@ func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !validSignature(in.authToken, strings.TrimRight(in.baseURL, "/")+r.URL.RequestURI(), params, sig) {
-		in.log.Warn("inbound SMS refused: its signature does not match", "route", r.Pattern)
+		in.received.WithLabelValues("bad_signature").Inc()
+		in.badSigLog.warn(in.log, "inbound SMS refused: its signature does not match", "route", r.Pattern)
 		problem.Write(w, http.StatusForbidden, "bad-signature",
 			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
 		return
