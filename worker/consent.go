@@ -120,18 +120,23 @@ func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.
 // recheckConsent reads the recipient's consent again after a send waited
 // in process for its slot (up to MaxInlineWait): a STOP or an unsubscribe
 // recorded meanwhile blocks it, as it would have at the check. A blocked
-// send gives its slot back and is archived, reason suppressed; Redis
-// trouble gives it back and retries.
+// send gives its slot back and is archived, reason suppressed. The reading
+// may take at most half the send slack (waitForSlot let the wake-up take
+// the other half): a send must not reach the provider later than its slot
+// allows. Past that, or on Redis trouble, the slot is given back and the
+// send asks again (errLate), with the consent read inside that check.
 func (w *Worker) recheckConsent(ctx context.Context, n tasks.Notification, cc *throttle.ConsentCheck, d throttle.Decision, c check, log *slog.Logger) error {
-	var v consent.Verdict
-	err := w.withRedis(ctx, log, "consent check", func(ctx context.Context) error {
-		var err error
-		v, err = w.consent.Check(ctx, n.Tenant, n.Channel, n.To, cc.Category, cc.Exempt)
-		return err
-	})
+	budget := w.cfg.SendSlack / 2
+	if budget <= 0 {
+		budget = 50 * time.Millisecond
+	}
+	cctx, cancel := context.WithTimeout(ctx, budget)
+	v, err := w.consent.Check(cctx, n.Tenant, n.Channel, n.To, cc.Category, cc.Exempt)
+	cancel()
 	if err != nil {
 		w.release(ctx, n, d.Attempt, c.Limits, log)
-		return &UnavailableError{Err: err}
+		log.Warn("the consent could not be read again within the send slack after the wait; asking again instead of sending late", "budget", budget, "err", err)
+		return errLate
 	}
 	if !v.Blocked() {
 		return nil
