@@ -252,14 +252,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			if cc := c.opts.Consent; cc != nil {
 				// An opt-out recorded during the wait holds from the moment
 				// it is recorded: read it again before the send.
-				err := w.recheckConsent(ctx, *n, cc, d, c, log)
-				switch {
-				case errors.Is(err, errLate) && round < 3:
-					continue
-				case errors.Is(err, errLate):
-					retryAt := time.Now().Add(time.Second)
-					return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
-				case err != nil:
+				if err := w.recheckConsent(ctx, *n, cc, d, c, log); err != nil {
 					return nil, err
 				}
 			}
