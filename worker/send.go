@@ -97,9 +97,13 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		if n.Channel == tasks.SMS {
 			// Whom it goes to (a keyed hash), before the provider can call
 			// back: a status callback marks only this number undeliverable.
-			if rerr := w.delivery.SentTo(ctx, n.Tenant, n.ID, n.To, w.cfg.DedupeTTL); rerr != nil {
+			// It may delay the send by at most half the send slack: a send
+			// the limiter admitted goes at its slot even as Redis fails.
+			rctx, cancel := context.WithTimeout(ctx, max(w.cfg.SendSlack/2, 20*time.Millisecond))
+			if rerr := w.delivery.SentTo(rctx, n.Tenant, n.ID, n.To, w.cfg.DedupeTTL); rerr != nil {
 				log.Warn("could not record the SMS's recipient; a status callback will not mark it undeliverable", "err", rerr)
 			}
+			cancel()
 		}
 		sendCtx, span := w.startSend(ctx, n, a.d)
 		err = w.dispatch(sendCtx, t, n, a, next, log)
