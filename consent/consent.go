@@ -274,8 +274,8 @@ func decodeEvent(s string) (Event, error) {
 // decimal reads a non-negative integer written canonically (no sign, no
 // leading zero), up to 16 digits.
 func decimal(s string) (int64, bool) {
-	if s == "" || len(s) > 16 || (len(s) > 1 && s[0] == '0') {
-		return 0, false
+	if s == "" || len(s) > 16 || (len(s) > 1 && s[0] == '0') || strings.Trim(s, "0123456789") != "" {
+		return 0, false // ParseInt would take a sign ("+000")
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	return v, err == nil && v >= 0
