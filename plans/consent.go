@@ -93,6 +93,7 @@ func parseConsentEntry(e Entry, kind, value string, hasValue bool) (Entry, bool,
 		if err != nil {
 			return e, true, fmt.Errorf("%s: %w (write a comma as %%2C, a # as %%23, a %% as %%25)", kind, err)
 		}
+		text = strings.TrimSpace(text) // as the rule list trims a value: what prints parses back the same
 		if len(text) > MaxReplyBytes || strings.TrimSpace(text) == "" {
 			return e, true, fmt.Errorf("%s: the text must be 1–%d bytes", kind, MaxReplyBytes)
 		}
