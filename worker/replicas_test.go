@@ -200,6 +200,13 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 	got, bad := phase("control", 0, masters[0], 1000)
 	t.Logf("without WAIT: receipts per recipient %v (limit %d per minute): %d recipients over", got, limit, bad)
 	if bad == 0 {
+		// The loss needs the failover to win the race with the old
+		// master's restart; on a starved machine it sometimes does not.
+		// Once more, on the third master.
+		got, bad = phase("control-again", 0, masters[2], 3000)
+		t.Logf("without WAIT, again: receipts per recipient %v: %d recipients over", got, bad)
+	}
+	if bad == 0 {
 		t.Fatalf("without WAIT no window was exceeded (%v): the scenario did not lose admissions, so it tests nothing", got)
 	}
 	got, bad = phase("acked", 1, masters[1], 2000)
