@@ -6,11 +6,9 @@ import (
 	"crypto/sha1"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -94,35 +92,11 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "SMS status callbacks are off: set SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN")
 		return
 	}
-	sig := r.Header.Get("X-Twilio-Signature")
-	if sig == "" {
-		problem.Write(w, http.StatusForbidden, "bad-signature", "no X-Twilio-Signature header: callbacks must be signed with the SMS auth token")
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
-		problem.Write(w, http.StatusUnsupportedMediaType, "unsupported-media", "a status callback is a form: Content-Type: application/x-www-form-urlencoded")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCallbackBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a status callback is at most 64 KiB")
-			return
-		}
-		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
-		return
-	}
-	params, err := url.ParseQuery(string(body))
-	if err != nil {
-		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body is not a URL-encoded form")
-		return
-	}
-	if !validSignature(s.authToken, s.callbackURL(r), params, sig) {
+	params, ok := readSignedForm(w, r, s.authToken, s.baseURL, "a status callback", func() {
 		s.badSignatures.Inc()
 		s.badSigLog.warn(s.log, "SMS status callback refused: its signature does not match", "route", r.Pattern)
-		problem.Write(w, http.StatusForbidden, "bad-signature",
-			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
+	})
+	if !ok {
 		return
 	}
 	cb, bad := parseStatusCallback(params)
@@ -184,13 +158,6 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// callbackURL is the URL the provider signed: SLUICE_SMS_STATUS_CALLBACK_URL
-// and the request's path and query, not the Host the request came in with
-// (a proxy may have changed it, and a signer could choose it).
-func (s *Callbacks) callbackURL(r *http.Request) string {
-	return strings.TrimRight(s.baseURL, "/") + r.URL.RequestURI()
 }
 
 func (s *Callbacks) unavailable(w http.ResponseWriter, r *http.Request, err error) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -103,35 +102,11 @@ func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "inbound SMS is off: set SLUICE_SMS_STATUS_CALLBACK_URL (the API's base URL the provider calls) and SLUICE_SMS_AUTH_TOKEN")
 		return
 	}
-	sig := r.Header.Get("X-Twilio-Signature")
-	if sig == "" {
-		problem.Write(w, http.StatusForbidden, "bad-signature", "no X-Twilio-Signature header: webhooks must be signed with the SMS auth token")
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
-		problem.Write(w, http.StatusUnsupportedMediaType, "unsupported-media", "an incoming-message webhook is a form: Content-Type: application/x-www-form-urlencoded")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCallbackBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "an incoming-message webhook is at most 64 KiB")
-			return
-		}
-		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
-		return
-	}
-	params, err := url.ParseQuery(string(body))
-	if err != nil {
-		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body is not a URL-encoded form")
-		return
-	}
-	if !validSignature(in.authToken, strings.TrimRight(in.baseURL, "/")+r.URL.RequestURI(), params, sig) {
+	params, ok := readSignedForm(w, r, in.authToken, in.baseURL, "an incoming-message webhook", func() {
 		in.received.WithLabelValues("bad_signature").Inc()
 		in.badSigLog.warn(in.log, "inbound SMS refused: its signature does not match", "route", r.Pattern)
-		problem.Write(w, http.StatusForbidden, "bad-signature",
-			"the X-Twilio-Signature does not match: the provider must sign with SLUICE_SMS_AUTH_TOKEN, and SLUICE_SMS_STATUS_CALLBACK_URL must be the base URL the provider calls")
+	})
+	if !ok {
 		return
 	}
 	m, bad := parseInbound(params)
