@@ -291,15 +291,17 @@ func CodeClass(code int) string {
 // delivery record: the keyed hash of the number, nothing in clear.
 const RecipientKind = "to"
 
-// SentTo records that the SMS id of tenant went to recipient (its keyed
-// hash), for ttl: a status callback's To is checked against it before it
-// marks a number undeliverable.
-func (s *Store) SentTo(ctx context.Context, tenant, id, recipient string, ttl time.Duration) error {
-	to := s.lim.Subject(tasks.NormalizePhone(recipient))
-	if err := s.rdb.Set(ctx, s.lim.RecordKey(tenant, id, RecipientKind), to, max(ttl, time.Second)).Err(); err != nil {
-		return fmt.Errorf("delivery: record recipient: %w", err)
+// RecipientNote is the record that the SMS id of tenant goes to recipient
+// (its keyed hash), for ttl: the worker's check writes it with the
+// admission (throttle.ReserveOptions.Note), before the provider can call
+// back, and a status callback's To is checked against it (WentTo) before
+// it marks a number undeliverable.
+func (s *Store) RecipientNote(tenant, id, recipient string, ttl time.Duration) *throttle.Note {
+	return &throttle.Note{
+		Key:   s.lim.RecordKey(tenant, id, RecipientKind),
+		Value: s.lim.Subject(tasks.NormalizePhone(recipient)),
+		TTL:   max(ttl, time.Second),
 	}
-	return nil
 }
 
 // WentTo reports whether the SMS id of tenant is recorded as sent to

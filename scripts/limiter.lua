@@ -21,11 +21,13 @@
 --            member's state key when a state policy is given (see below), then, with block = 1,
 --            a key whose existence blocks the send (delivery's suppression list of earlier
 --            releases), then, with consent = 1, the recipient's suppression hash (consent/), then,
---            with last_ttl > 0, the key that remembers the category last admitted to the recipient.
+--            with last_ttl > 0, the key that remembers the category last admitted to the recipient,
+--            then, with note_ttl > 0, the note key: written with note_value when the send is admitted
+--            (a record of the admission, such as whom an SMS goes to, costs no round trip).
 --   ARGV  -> member, policy, slack_ms, horizon_ms, book (1/0), tmin_ms or "", late_ms,
 --            deadline_ms or "", state_ttl_ms, nonce, block (1/0), n, then per rule: limit, window_ms, drop (1/0), then m, then m
 --            closed intervals as start_ms, end_ms pairs (sorted): nothing may be placed in [start, end),
---            then consent (1/0), category, exempt (1/0), last_ttl_ms, then the counter
+--            then consent (1/0), category, exempt (1/0), last_ttl_ms, note_ttl_ms, note_value, then the counter
 --            descriptors (see "Counter rules" below; none when absent), then nh: the
 --            operation's last nh KEYS are hold keys (see "H").
 --   Consent: the suppression hash's fields are "<until_ms>:<at_ms>:<source>:<code>" (until 0:
@@ -627,6 +629,7 @@ local function reserve(k0, a0, nk)
   for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
   local consent, category, exempt = arg() == '1', arg(), arg() == '1'
   local lastttl = tonumber(arg())
+  local notettl, notev = tonumber(arg()), arg()
   ctr_read(keys, arg)
   holds(closed, k0, nk, tonumber(arg() or '0') or 0)
   local c = start(tmin, late)
@@ -636,7 +639,7 @@ local function reserve(k0, a0, nk)
   local skey = nil
   if policy ~= '' then skey = KEYS[k0 + n] end
   local attempt, m, held, heldat = 1, member, false, nil
-  local lastkey = nil
+  local lastkey, notekey = nil, nil
   if skey then
     local st = redis.call('GET', skey)
     if st then
@@ -681,7 +684,8 @@ local function reserve(k0, a0, nk)
       end
       kx = kx + 1
     end
-    if lastttl > 0 then lastkey = KEYS[kx] end
+    if lastttl > 0 then lastkey = KEYS[kx]; kx = kx + 1 end
+    if notettl > 0 then notekey = KEYS[kx] end
   else
     for i = 1, n do
       if not ctr[keys[i]] and redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
@@ -720,6 +724,7 @@ local function reserve(k0, a0, nk)
   if admit then
     if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     if lastkey then redis.call('SET', lastkey, category, 'PX', lastttl) end
+    if notekey then redis.call('SET', notekey, notev, 'PX', notettl + wait) end
     return {ADMITTED, rule, wait, remaining, attempt, c}
   end
   if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end

@@ -162,6 +162,11 @@ type ReserveOptions struct {
 	// package), read in the same script call: it blocks the send
 	// (StatusBlocked) as its marks say for the category. Needs a state policy.
 	Consent *ConsentCheck
+	// Note, when set, is written with the admission, in the same script
+	// call: a record the caller needs before it sends (whom an SMS goes to)
+	// costs no round trip. Its key must be in the check's group. Needs a
+	// state policy.
+	Note *Note
 	// Nonce identifies the caller's run of this id (up to 32 bytes of
 	// [A-Za-z0-9_-]): asking again with the nonce of an admission — a retry
 	// after a lost reply — returns that admission instead of treating it as
@@ -182,6 +187,13 @@ type ConsentCheck struct {
 	// recipient, for LastTTL (an opt-out by keyword then names it).
 	LastKey string
 	LastTTL time.Duration
+}
+
+// Note is a key written (SET, with TTL counted from the slot) when a check
+// admits its send, and only then.
+type Note struct {
+	Key, Value string
+	TTL        time.Duration
 }
 
 // BlockReason says what blocked a check (StatusBlocked).

@@ -311,6 +311,15 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	} else {
 		args = append(args, "0", "", "0", 0)
 	}
+	note := opts.Note
+	if note != nil {
+		if note.Key == "" || note.TTL < time.Millisecond {
+			return Decision{}, fmt.Errorf("%w: a note needs its key and a TTL of at least 1 ms", ErrInvalidRule)
+		}
+		args = append(args, note.TTL.Milliseconds(), note.Value)
+	} else {
+		args = append(args, 0, "")
+	}
 	args = counterArgs(args, limits, from)
 	args = append(args, len(opts.Holds))
 	if policy != "" {
@@ -324,9 +333,12 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 				keys = append(keys, cc.LastKey)
 			}
 		}
+		if note != nil {
+			keys = append(keys, note.Key)
+		}
 		keys = append(keys, opts.Holds...) // the last keys of the operation
-	} else if opts.Block != "" || cc != nil || len(opts.Holds) > 0 {
-		return Decision{}, fmt.Errorf("%w: a block key, hold or consent check needs a state policy (Reserve)", ErrInvalidRule)
+	} else if opts.Block != "" || cc != nil || note != nil || len(opts.Holds) > 0 {
+		return Decision{}, fmt.Errorf("%w: a block key, hold, note or consent check needs a state policy (Reserve)", ErrInvalidRule)
 	}
 	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {

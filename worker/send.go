@@ -94,17 +94,6 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			w.leftQueue(ctx, t, n, err, log)
 			return err
 		}
-		if n.Channel == tasks.SMS {
-			// Whom it goes to (a keyed hash), before the provider can call
-			// back: a status callback marks only this number undeliverable.
-			// It may delay the send by at most half the send slack: a send
-			// the limiter admitted goes at its slot even as Redis fails.
-			rctx, cancel := context.WithTimeout(ctx, max(w.cfg.SendSlack/2, 20*time.Millisecond))
-			if rerr := w.delivery.SentTo(rctx, n.Tenant, n.ID, n.To, w.cfg.DedupeTTL); rerr != nil {
-				log.Warn("could not record the SMS's recipient; a status callback will not mark it undeliverable", "err", rerr)
-			}
-			cancel()
-		}
 		sendCtx, span := w.startSend(ctx, n, a.d)
 		err = w.dispatch(sendCtx, t, n, a, next, log)
 		endSend(span, err)
@@ -287,6 +276,12 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 	if n.Channel == tasks.SMS && w.suppressCodes != nil {
 		// The suppression list is read in the same script call.
 		opts.Block = w.delivery.SuppressKey(n.Tenant, n.Channel, n.To)
+	}
+	if n.Channel == tasks.SMS {
+		// Whom it goes to (a keyed hash), written with the admission, before
+		// the provider can call back: a status callback marks only this
+		// number undeliverable.
+		opts.Note = w.delivery.RecipientNote(n.Tenant, n.ID, n.To, w.cfg.DedupeTTL)
 	}
 	waiter := w.tryWaiter()
 	if !waiter {
