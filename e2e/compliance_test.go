@@ -168,35 +168,43 @@ func TestExpiredIsNeverSent(t *testing.T) {
 	}
 }
 
-// (d) A sender rule of 1 per second over a 100-message backlog to many
+// (d) A sender rule of 1 per second over a 50-message backlog to many
 // recipients of several tenants: the provider never sees two messages of
-// one sender within a second, and the backlog drains close to the ideal
-// (99 s: one send per second after the first).
+// one sender within a second, and the backlog drains close to the ideal,
+// one send per window plus the send slack after the first.
 func TestSenderRuleDrainsABacklog(t *testing.T) {
 	t.Parallel()
-	// The harness's slack (150 ms), as in every other audit here: under the
-	// whole suite's load on 2 cores, send latency at the provider has varied
-	// by more than 100 ms between two consecutive sends (2 receipts 892 ms
-	// apart once), which the README's 100 ms default does not cover.
+	// A send slack of 400 ms, not the harness's 150 ms: 100 consecutive
+	// pairs under the whole suite's load on 2 cores have seen a worker
+	// process or the provider's handler stalled by more than 150 ms between
+	// two sends (2 receipts 892 ms and 833 ms apart, once each). The slack
+	// is the stated tolerance: sends are kept window + slack apart, and the
+	// rule holds at the provider while send latency varies by less.
+	const n, slack = 50, 400 * time.Millisecond
 	e := newEnv(t, "sms:sender=1/1s,sms:recipient=10/1m")
-	e.worker("w0", nil)
-	e.worker("w1", nil)
+	extra := map[string]string{"SLUICE_SEND_SLACK": slack.String()}
+	e.worker("w0", extra)
+	e.worker("w1", extra)
 	ids := map[string]string{}
-	for i := 0; i < 100; i++ {
-		n := tasks.NewSMS(fmt.Sprintf("tenant-%d", i%4), fmt.Sprintf("+1415555%04d", 1000+i), "hello")
-		ids[n.ID] = n.To
-		e.enqueue(n)
+	for i := 0; i < n; i++ {
+		m := tasks.NewSMS(fmt.Sprintf("tenant-%d", i%4), fmt.Sprintf("+1415555%04d", 1000+i), "hello")
+		ids[m.ID] = m.To
+		e.enqueue(m)
 	}
-	ds := e.waitAllDelivered(ids, 4*time.Minute)
+	ds := e.waitAllDelivered(ids, 3*time.Minute)
 	r := audit(ds, 1, time.Second, func(fakes.Delivery) string { return "+15005550006" })
+	closest := time.Duration(1<<63 - 1)
+	for i := 1; i < len(ds); i++ {
+		closest = min(closest, ds[i].At.Sub(ds[i-1].At))
+	}
 	drain := ds[len(ds)-1].At.Sub(ds[0].At)
-	ideal := 99 * time.Second
-	t.Logf("100 sends of one sender at 1/1s: drained in %v, %.3f× the ideal %v; %d receipts, %d violations",
-		drain.Round(time.Millisecond), drain.Seconds()/ideal.Seconds(), ideal, r.receipts, r.violations)
+	ideal := (n - 1) * (time.Second + slack)
+	t.Logf("%d sends of one sender at 1/1s, slack %v: drained in %v, %.3f× the ideal %v; closest pair %v; %d receipts, %d violations",
+		n, slack, drain.Round(time.Millisecond), drain.Seconds()/ideal.Seconds(), ideal, closest.Round(time.Millisecond), r.receipts, r.violations)
 	if r.violations != 0 || r.duplicates != 0 {
 		t.Fatalf("sender rule exceeded at the provider: %s (%d repeats)", r.worst, r.duplicates)
 	}
-	if drain > ideal*12/10 {
-		t.Fatalf("drained in %v, over 1.2× the ideal %v", drain, ideal)
+	if drain > ideal*11/10 {
+		t.Fatalf("drained in %v, over 1.1× the ideal %v", drain, ideal)
 	}
 }

@@ -28,7 +28,7 @@ func TestBatchIsolatesOps(t *testing.T) {
 	c.Set(context.Background(), l.StateKey("g", "bad"), "garbage", time.Minute)
 	mk := func(id string) *call {
 		return &call{done: make(chan struct{}), op: &op{code: "R", keys: []string{key, l.StateKey("g", id)},
-			args: []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0}}}
+			args: []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0, 0, ""}}}
 	}
 	calls := []*call{mk("a"), mk("bad"), mk("b"), {done: make(chan struct{}), op: &op{code: "Q"}}}
 	l.batch.exec(context.Background(), calls)

@@ -231,7 +231,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			if d.Wait == 0 {
 				return &admission{d, c.Limits, c.Caps}, nil
 			}
-			err := w.waitForSlot(ctx, *n, d, c.Limits, log)
+			sendBy, err := w.waitForSlot(ctx, *n, d, c.Limits, log)
 			w.releaseWaiter(waiter)
 			switch {
 			case errors.Is(err, errLate) && round < 3:
@@ -245,7 +245,14 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			if cc := c.opts.Consent; cc != nil {
 				// An opt-out recorded during the wait holds from the moment
 				// it is recorded: read it again before the send.
-				if err := w.recheckConsent(ctx, *n, cc, d, c, log); err != nil {
+				if err := w.recheckConsent(ctx, *n, cc, d, c, sendBy, log); err != nil {
+					if errors.Is(err, errLate) && round < 3 {
+						continue
+					}
+					if errors.Is(err, errLate) {
+						retryAt := time.Now().Add(time.Second)
+						return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
+					}
 					return nil, err
 				}
 			}

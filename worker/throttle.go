@@ -20,11 +20,16 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// waitForSlot sleeps until an admission made for a near instant is due. On
-// shutdown it gives the slot back and hands the task to Asynq for it.
-func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) error {
+// waitForSlot sleeps until an admission made for a near instant is due,
+// and returns the latest instant the send may begin: half the send slack
+// after the slot. Everything between the wake-up and the send (the consent
+// re-read) shares that half; the other half is for the send's own way to
+// the provider. On shutdown it gives the slot back and hands the task to
+// Asynq for it.
+func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) (time.Time, error) {
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
 	start := time.Now()
+	sendBy := start.Add(d.Wait + w.cfg.SendSlack/2)
 	timer := time.NewTimer(d.Wait)
 	defer timer.Stop()
 	select {
@@ -33,19 +38,25 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 		// after the slot by more than the slack allows for: give the slot
 		// back and ask again rather than crowd the next window.
 		if late := time.Since(start) - d.Wait; w.cfg.SendSlack > 0 && late > w.cfg.SendSlack/2 {
-			w.metrics.LateWakes.WithLabelValues(string(n.Channel)).Inc()
-			w.release(ctx, n, d.Attempt, limits, log)
-			log.Warn("woke late for its slot; asking again instead of sending late", "late", late.Round(time.Millisecond))
-			return errLate
+			w.lateWake(ctx, n, d, limits, late, log)
+			return sendBy, errLate
 		}
-		return nil
+		return sendBy, nil
 	case <-ctx.Done():
 	case <-w.stopping:
 	}
 	w.release(ctx, n, d.Attempt, limits, log)
 	log.Info("stopping: gave back a slot not yet used; the task goes back to the queue for it")
 	at := time.Now().Add(time.Until(d.Now.Add(d.Wait)))
-	return &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
+	return sendBy, &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
+}
+
+// lateWake gives back a slot whose send could no longer begin within half
+// the send slack after it.
+func (w *Worker) lateWake(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, late time.Duration, log *slog.Logger) {
+	w.metrics.LateWakes.WithLabelValues(string(n.Channel)).Inc()
+	w.release(ctx, n, d.Attempt, limits, log)
+	log.Warn("too late for its slot; asking again instead of sending late", "late", late.Round(time.Millisecond))
 }
 
 // markDone records a completed send, retrying while Redis is away until the
