@@ -183,7 +183,7 @@ end
 
 -- Counter rules: a calendar period's fixed counter ("c") or a sliding window kept as counts per
 -- bucket ("b"), in a hash: field = the period's or bucket's start in ms, value = its count, and
--- beside them "t", the total of the counts, and "o", the oldest start held (so a check whose
+-- beside them "t", the total of the counts, and "o", a start no count held is older than (so a check whose
 -- total leaves room reads two fields, and old counts are dropped once per bucket, not per check).
 -- An operation names its counter keys in descriptors after its other ARGV: their count k, then
 -- per key its 1-based index among the operation's rule keys and "b", bucket_ms, or "c",
@@ -194,6 +194,8 @@ end
 -- straddling the span's start counts whole): it never admits what the exact log would not, and
 -- admits whatever a log of window+slack rounded up to whole buckets, plus one bucket, would.
 local ctr = {}
+-- How many gone buckets a bucketed key keeps before a trim drops them together.
+local TRIM_LAG = 4
 
 local function ctr_read(keys, arg)
   local k = tonumber(arg() or '0') or 0
@@ -365,6 +367,33 @@ local function ctr_trim(d, key, x, wp)
   local o = tonumber(ot[1] or '')
   d.o, d.t = o or false, tonumber(ot[2] or '0')
   if not o or not gone(o) then return end
+  if d.kind == 'b' then
+    -- The buckets that can be gone lie on the grid from o to the cut: read just those, and
+    -- keep the cut as o, a bound no start held is older than. They go TRIM_LAG at a time (a
+    -- count no check can see only makes the total an overestimate: the fast path is
+    -- conservative, and the bucket-by-bucket count below it ignores them), so a steady rate
+    -- pays for a trim once per TRIM_LAG buckets instead of in each new bucket's first check.
+    local cut = (math.floor(x / d.w) - 1) * d.w
+    local nb = math.floor((cut - o) / d.w)
+    if nb < TRIM_LAG and o % d.w == 0 then return end
+    if o % d.w == 0 and nb <= 64 then
+      local fs = {}
+      for j = 0, nb - 1 do fs[j + 1] = fmt(o + j * d.w) end
+      local vs = redis.call('HMGET', key, unpack(fs))
+      local old, dropped = {}, 0
+      for j = 1, nb do
+        if vs[j] then old[#old + 1] = fs[j] dropped = dropped + tonumber(vs[j]) end
+      end
+      if dropped >= d.t then redis.call('DEL', key) d.o, d.t = false, 0 return end
+      if #old > 0 then
+        redis.call('HDEL', key, unpack(old))
+        d.t = redis.call('HINCRBY', key, 't', fmt(-dropped))
+      end
+      redis.call('HSET', key, 'o', fmt(cut))
+      d.o = cut
+      return
+    end
+  end
   local h = redis.call('HGETALL', key)
   local old, dropped, oldest = {}, 0, nil
   for j = 1, #h, 2 do
