@@ -183,8 +183,11 @@ end
 
 -- Counter rules: a calendar period's fixed counter ("c") or a sliding window kept as counts per
 -- bucket ("b"), in a hash: field = the period's or bucket's start in ms, value = its count, and
--- beside them "t", the total of the counts, and "o", a start no count held is older than (so a check whose
--- total leaves room reads two fields, and old counts are dropped once per bucket, not per check).
+-- beside them "t", the total of the counts, and "o", a start no count held is older than. A check
+-- whose total leaves room pays for little: a calendar check reads "o" and "t" and adds its count;
+-- a bucketed check counts itself in "t" as it reads it (HINCRBY, taken back unless it is
+-- admitted or booked) and adds its bucket's count, three calls in all; old counts are dropped
+-- once per period, or once per TRIM_LAG buckets, not per check.
 -- An operation names its counter keys in descriptors after its other ARGV: their count k, then
 -- per key its 1-based index among the operation's rule keys and "b", bucket_ms, or "c",
 -- window_ms (nominal), nb and nb period starts (ascending; outside them the first or last
@@ -196,6 +199,7 @@ end
 local ctr = {}
 -- How many gone buckets a bucketed key keeps before a trim drops them together.
 local TRIM_LAG = 4
+local ctr_prune -- defined with the other writes below
 
 local function ctr_read(keys, arg)
   local k = tonumber(arg() or '0') or 0
@@ -278,6 +282,10 @@ local function ctr_earliest(d, key, limit, wp, c)
   end
   local total = ctr_total(d, key)
   if total < limit then return c, total end -- every count together leaves room
+  if d.kind == 'b' and d.x then
+    ctr_prune(d, key, d.x) -- gone buckets left for a later trim: drop them before the full read
+    if d.t < limit then return c, d.t end
+  end
   local cnt, top = ctr_load(key)
   if d.kind == 'b' then
     if not top then return c, 0 end
@@ -316,17 +324,112 @@ local function ctr_field(d, t)
   return s
 end
 
+-- opt: 1 while a bucketed key's stored total holds this check's optimistic count (ctr_begin).
+local function opt(d) if d.opt then return 1 end return 0 end
+
+-- ctr_gone: the key counts nothing any more.
+local function ctr_gone(d, key)
+  redis.call('DEL', key)
+  d.t, d.o, d.opt, d.covered = 0, false, false, false
+end
+
+-- ctr_prune: drops a bucketed key's gone buckets (before the bucket ahead of x's, x: the span's
+-- start), once TRIM_LAG of them are: a count no check can see only makes the total an
+-- overestimate, which the fast path treats conservatively and the bucket-by-bucket count
+-- ignores, so a steady rate pays for a trim once per TRIM_LAG buckets. The buckets that can be
+-- gone lie on the grid from o to the cut: just those are read, and the cut is kept as o, a
+-- bound no start held is older than. o: the key's "o" if already read.
+ctr_prune = function(d, key, x, o)
+  if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
+  if not o then return end
+  d.o = o
+  local cut = (math.floor(x / d.w) - 1) * d.w
+  local nb = math.floor((cut - o) / d.w)
+  if nb < TRIM_LAG then return end
+  local old, dropped, newo = {}, 0, cut
+  if o % d.w == 0 and nb <= 64 then
+    local fs = {}
+    for j = 0, nb - 1 do fs[j + 1] = fmt(o + j * d.w) end
+    local vs = redis.call('HMGET', key, unpack(fs))
+    for j = 1, nb do
+      if vs[j] then old[#old + 1] = fs[j] dropped = dropped + tonumber(vs[j]) end
+    end
+  else
+    local h = redis.call('HGETALL', key)
+    newo = nil
+    for j = 1, #h, 2 do
+      local f = tonumber(h[j])
+      if f then
+        if f < cut then
+          old[#old + 1] = h[j]
+          dropped = dropped + tonumber(h[j + 1])
+        elseif not newo or f < newo then
+          newo = f
+        end
+      end
+    end
+    newo = newo or cut
+  end
+  local st = d.t + opt(d) - dropped
+  if st <= 0 then ctr_gone(d, key) return end
+  if #old > 0 then redis.call('HDEL', key, unpack(old)) end
+  redis.call('HSET', key, 't', fmt(st), 'o', fmt(newo))
+  d.t, d.o = st - opt(d), newo
+end
+
+-- ctr_begin: a check's first calls on a bucketed key. The first write is one Redis never
+-- refuses for memory (see the top), and a useful one: the TTL an entry in the current bucket
+-- needs. Then the total is read by counting this check in it (HINCRBY), optimistically: an
+-- admission in the current bucket then costs one more call, and any other outcome takes the
+-- count back (ctr_settle, after the operation).
+local function ctr_begin(d, key, x, wp)
+  local cur = math.floor(now / d.w) * d.w
+  redis.call('PEXPIRE', key, cur + d.w + wp - now + 1, 'GT')
+  local st = redis.call('HINCRBY', key, 't', 1)
+  -- covered: the key existed, so it now lives until the current bucket's end + wp at least.
+  d.t, d.opt, d.cur, d.x, d.covered = st - 1, true, cur, x, st > 1
+end
+
+-- ctr_settle: takes back an optimistic count no entry used.
+local function ctr_settle()
+  for key, d in pairs(ctr) do
+    if d.opt then
+      d.opt = false
+      if redis.call('HINCRBY', key, 't', -1) <= 0 then ctr_gone(d, key) end
+    end
+  end
+end
+
 local function ctr_add(d, key, wp, c, existed)
   local f = ctr_field(d, c)
   local first = redis.call('HINCRBY', key, fmt(f), 1) == 1
-  d.t = redis.call('HINCRBY', key, 't', 1)
+  if d.opt then
+    d.opt, d.t = false, d.t + 1
+  else
+    d.t = redis.call('HINCRBY', key, 't', 1)
+  end
   local o = d.o
+  if d.kind == 'b' then
+    -- A bucket counted before set the key's TTL to cover its end already, and o is no later.
+    if not first then return end
+    if not (d.covered and f == d.cur) then
+      local ttl = math.max(f + d.w + wp - now + 1, 1)
+      if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+    end
+    if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
+    if not o or f < o then
+      redis.call('HSET', key, 'o', fmt(f))
+      d.o = f
+    elseif d.x then
+      ctr_prune(d, key, d.x, o)
+    end
+    return
+  end
   if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
   if not o or f < o then redis.call('HSET', key, 'o', fmt(f)) o = f end
   d.o = o
-  local ends
-  if d.kind == 'b' then ends = f + d.w + wp else local _, e = cal_period(d, c) ends = e end
-  -- A bucket or period counted before set the key's TTL to cover its end already.
+  local _, ends = cal_period(d, c)
+  -- A period counted before set the key's TTL to cover its end already.
   if not first then return end
   local ttl = math.max(ends - now + 1, 1)
   if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
@@ -348,15 +451,15 @@ local function ctr_take(d, key, t)
   local v = tonumber(redis.call('HGET', key, f) or '0')
   if v <= 0 then return 0 end
   if v == 1 then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -1) end
-  d.t = redis.call('HINCRBY', key, 't', -1)
-  if d.t <= 0 then redis.call('DEL', key) d.t, d.o = 0, false end
+  d.t = redis.call('HINCRBY', key, 't', -1) - opt(d)
+  if d.t <= 0 then ctr_gone(d, key) end
   return 1
 end
 
--- ctr_trim: drops the counts no check from x + wp on can see, once the oldest one is such.
+-- ctr_trim: a calendar key's first calls in a check: drops the counts no check from x + wp on
+-- can see, once the oldest one is such (a bucketed key: ctr_begin).
 local function ctr_trim(d, key, x, wp)
   local function gone(f)
-    if d.kind == 'b' then return f < (math.floor(x / d.w) - 1) * d.w end
     local _, e = cal_period(d, f)
     return e <= x + wp - d.win
   end
@@ -367,33 +470,6 @@ local function ctr_trim(d, key, x, wp)
   local o = tonumber(ot[1] or '')
   d.o, d.t = o or false, tonumber(ot[2] or '0')
   if not o or not gone(o) then return end
-  if d.kind == 'b' then
-    -- The buckets that can be gone lie on the grid from o to the cut: read just those, and
-    -- keep the cut as o, a bound no start held is older than. They go TRIM_LAG at a time (a
-    -- count no check can see only makes the total an overestimate: the fast path is
-    -- conservative, and the bucket-by-bucket count below it ignores them), so a steady rate
-    -- pays for a trim once per TRIM_LAG buckets instead of in each new bucket's first check.
-    local cut = (math.floor(x / d.w) - 1) * d.w
-    local nb = math.floor((cut - o) / d.w)
-    if nb < TRIM_LAG and o % d.w == 0 then return end
-    if o % d.w == 0 and nb <= 64 then
-      local fs = {}
-      for j = 0, nb - 1 do fs[j + 1] = fmt(o + j * d.w) end
-      local vs = redis.call('HMGET', key, unpack(fs))
-      local old, dropped = {}, 0
-      for j = 1, nb do
-        if vs[j] then old[#old + 1] = fs[j] dropped = dropped + tonumber(vs[j]) end
-      end
-      if dropped >= d.t then redis.call('DEL', key) d.o, d.t = false, 0 return end
-      if #old > 0 then
-        redis.call('HDEL', key, unpack(old))
-        d.t = redis.call('HINCRBY', key, 't', fmt(-dropped))
-      end
-      redis.call('HSET', key, 'o', fmt(cut))
-      d.o = cut
-      return
-    end
-  end
   local h = redis.call('HGETALL', key)
   local old, dropped, oldest = {}, 0, nil
   for j = 1, #h, 2 do
@@ -407,7 +483,7 @@ local function ctr_trim(d, key, x, wp)
       end
     end
   end
-  if not oldest then redis.call('DEL', key) d.o, d.t = false, 0 return end
+  if not oldest then ctr_gone(d, key) return end
   old[#old + 1] = 'o'
   redis.call('HDEL', key, unpack(old))
   if dropped > 0 then d.t = redis.call('HINCRBY', key, 't', fmt(-dropped)) end
@@ -441,7 +517,10 @@ end
 -- The log's operations, dispatched to the counter's for counter keys.
 local function trim(key, x, wp)
   local d = ctr[key]
-  if d then return ctr_trim(d, key, x, wp) end
+  if d then
+    if d.kind == 'b' then return ctr_begin(d, key, x, wp) end
+    return ctr_trim(d, key, x, wp)
+  end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(x))
 end
 
@@ -635,7 +714,7 @@ local function free(k0, a0, nk)
   return {removed}
 end
 
-local function reserve(k0, a0, nk)
+local function reserve_op(k0, a0, nk)
   local arg = args(a0)
   local member, policy = arg(), arg()
   local slack, horizon = tonumber(arg()), tonumber(arg())
@@ -758,6 +837,14 @@ local function reserve(k0, a0, nk)
   end
   if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
   return {BOOKED, rule, wait, 0, attempt, c}
+end
+
+local function reserve(k0, a0, nk)
+  ctr = {}
+  local ok, res = pcall(reserve_op, k0, a0, nk)
+  ctr_settle()
+  if not ok then error(res, 0) end
+  return res
 end
 
 local function place(k0, a0, nkeys)
