@@ -110,6 +110,19 @@ func TestTenantQueuedCap(t *testing.T) {
 	e.worker("w0", nil)
 	e.waitAllDelivered(ids, 60*time.Second)
 	e.waitDrained(90 * time.Second)
+	// The worker takes sent notifications out of the count in the
+	// background, about a round trip after the send: wait for the count.
+	quota := tasks.NewQueueQuota(e.rdb, tasks.Caps{TTL: time.Hour})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		u, err := quota.Usage(context.Background(), "acme")
+		if err == nil && u.Notifications == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acme's queued count after the drain: %+v, %v; want 0", u, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the count has no change signal
+	}
 
 	// Sent notifications no longer count: acme may enqueue again.
 	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.status != 202 {

@@ -639,8 +639,12 @@ end
 -- holds: a live hold key (see "H") closes [now, its end) to every slot: prepended to closed as
 -- [0, end), which keeps it sorted. The operation's last nh keys are its hold keys.
 local function holds(closed, k0, nk, nh)
+  if nh == 0 then return end
+  local hk = {}
+  for j = 1, nh do hk[j] = KEYS[k0 + nk - nh + j - 1] end
+  local vs = redis.call('MGET', unpack(hk)) -- one call for every hold of the check
   for j = 1, nh do
-    local v = redis.call('GET', KEYS[k0 + nk - nh + j - 1])
+    local v = vs[j]
     local u = v and tonumber(string.match(v, '^(%d+)'))
     if u and u > now then
       table.insert(closed, 1, u)

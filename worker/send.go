@@ -105,7 +105,8 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 // leftQueue takes a notification that leaves the queue with this attempt
 // (sent, dropped, archived) out of its tenant's count of queued work
 // (tasks.QueueQuota). One that waits (throttled, rescheduled as a copy,
-// retried) still counts. A removal lost here lapses after TENANT_QUEUED_TTL.
+// retried) still counts. The removal goes in the background (releaser); one
+// lost lapses after TENANT_QUEUED_TTL.
 func (w *Worker) leftQueue(ctx context.Context, t *asynq.Task, n tasks.Notification, err error, log *slog.Logger) {
 	if err != nil {
 		var te *ThrottledError
@@ -124,11 +125,7 @@ func (w *Worker) leftQueue(ctx context.Context, t *asynq.Task, n tasks.Notificat
 			}
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if _, err := w.deps.Queued.Release(rctx, n.Tenant, n.ID); err != nil {
-		log.Warn("could not take a notification out of its tenant's queued count; it lapses after TENANT_QUEUED_TTL", "err", err)
-	}
+	w.released.add(n.Tenant, n.ID)
 }
 
 // decode opens the task's payload. What can never be sent (bad JSON, a

@@ -88,6 +88,7 @@ type Worker struct {
 	senders       map[tasks.Channel]sender.Sender
 	listener      net.Listener
 	onDecide      func(tasks.Notification, throttle.Decision)
+	released      *releaser // queued-work removals, in the background
 	tracer        trace.Tracer
 	keys          *tasks.Keyring
 	delivery      *delivery.Store
@@ -121,6 +122,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.tracer = tp.Tracer(TracerName)
 	w.metrics = NewMetrics(w.registry)
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
+	w.released = newReleaser(deps.Queued, w.log.With("component", "queued"))
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
 	w.consent = deps.Consent
@@ -363,6 +365,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) close() {
+	w.released.wait() // the removals of what was sent, before the Redis client goes
 	for _, s := range w.senders {
 		if c, ok := s.(io.Closer); ok {
 			_ = c.Close()
