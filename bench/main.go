@@ -185,6 +185,32 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 	return time.Duration((u + s) * 1e9)
 }
 
+// commandCalls sums INFO commandstats: every command (those scripts make
+// included) and the script calls (EVALSHA, EVAL) since the last CONFIG
+// RESETSTAT.
+func commandCalls(ctx context.Context, rdb redis.UniversalClient) (all, scripts int64) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		switch name {
+		case "cmdstat_config|resetstat", "cmdstat_info":
+			continue
+		case "cmdstat_evalsha", "cmdstat_eval":
+			scripts += n
+		}
+		all += n
+	}
+	return all, scripts
+}
+
 // capacity projects sends/s per Redis core from the Redis CPU per task of
 // the saturated worker runs (admit + done + Asynq's own scripts) and of the
 // multi-rule backlogs (book + admit + done + Asynq, the idle workers' polls

@@ -190,6 +190,7 @@ func workerOverhead(ctx context.Context, addr string) {
 	peers := []string{"sluice", "asynq", "asynq+redis_rate"}
 	for _, conc := range []int{10, 50} {
 		rates, cpus := map[string][]float64{}, map[string][]float64{}
+		cmds, calls := map[string][]float64{}, map[string][]float64{}
 		ratios := map[string][]float64{}
 		for r := 0; r < *rounds; r++ {
 			order := peers
@@ -209,6 +210,9 @@ func workerOverhead(ctx context.Context, addr string) {
 				}
 				enqueueAll(ctx, client, q, ns)
 				rec := newRecorder(n)
+				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+					log.Fatal(err)
+				}
 				cpu0 := redisCPU(ctx, rdb)
 				switch p {
 				case "sluice":
@@ -246,6 +250,9 @@ func workerOverhead(ctx context.Context, addr string) {
 					srv.Shutdown()
 				}
 				got[p] = rec.rate()
+				all, scripts := commandCalls(ctx, rdb)
+				cmds[p] = append(cmds[p], float64(all)/float64(n))
+				calls[p] = append(calls[p], float64(scripts)/float64(n))
 				rates[p] = append(rates[p], got[p])
 				cpus[p] = append(cpus[p], (redisCPU(ctx, rdb)-cpu0).Seconds()/float64(n))
 			}
@@ -259,6 +266,11 @@ func workerOverhead(ctx context.Context, addr string) {
 		fmt.Printf("  concurrency %d: sluice %.0f/s, asynq %.0f/s, asynq+redis_rate %.0f/s; Redis CPU per task %v, %v, %v\n", conc, s,
 			median(rates["asynq"]), median(rates["asynq+redis_rate"]), workerCPU["sluice/"+strconv.Itoa(conc)].Round(time.Microsecond),
 			workerCPU["asynq/"+strconv.Itoa(conc)].Round(time.Microsecond), workerCPU["asynq+redis_rate/"+strconv.Itoa(conc)].Round(time.Microsecond))
+		fmt.Printf("  concurrency %d: Redis commands per task (those in scripts included) %.1f, %.1f, %.1f; script calls per task %.2f, %.2f, %.2f\n", conc,
+			median(cmds["sluice"]), median(cmds["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["sluice"]), median(calls["asynq"]), median(calls["asynq+redis_rate"]))
+		add(row{"worker", fmt.Sprintf("Redis commands / script calls per task, concurrency %d: sluice, asynq, asynq+redis_rate", conc),
+			fmt.Sprintf("%.1f / %.2f, %.1f / %.2f, %.1f / %.2f", median(cmds["sluice"]), median(calls["sluice"]), median(cmds["asynq"]), median(calls["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["asynq+redis_rate"])),
+			"", "(report)", ""})
 		a, ar := median(ratios["asynq"]), median(ratios["asynq+redis_rate"])
 		add(row{"worker", fmt.Sprintf("with throttle vs Asynq no-op handler, concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s", s, median(rates["asynq"])), f2(a), "≥ 0.8×", verdict(a >= 0.8)})
 		add(row{"worker", fmt.Sprintf("with throttle vs Asynq + redis_rate middleware, concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s", s, median(rates["asynq+redis_rate"])), f2(ar), "≥ 1.0×", verdict(ar >= 1)})
