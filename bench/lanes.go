@@ -342,7 +342,7 @@ func readStats(ctx context.Context, rdb *redis.Client) redisStats {
 	}
 	var s redisStats
 	s.cmds, _ = strconv.ParseFloat(field(info, "total_commands_processed"), 64)
-	for _, name := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+	for _, name := range []string{"cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval"} {
 		v := field(info, name)
 		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
 		n, _ := strconv.ParseFloat(calls, 64)

@@ -203,7 +203,7 @@ func commandCalls(ctx context.Context, rdb redis.UniversalClient) (all, scripts 
 		switch name {
 		case "cmdstat_config|resetstat", "cmdstat_info":
 			continue
-		case "cmdstat_evalsha", "cmdstat_eval":
+		case "cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval":
 			scripts += n
 		}
 		all += n

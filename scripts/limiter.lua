@@ -14,7 +14,11 @@
 -- that writes begins with a write Redis never refuses (a trim, ZREM, PEXPIRE), so it runs whole
 -- even then: what it admits is recorded in the windows, a done record replaces its admission's.
 -- (Asynq's enqueue, dequeue and scheduling scripts begin with a write Redis refuses: meanwhile no
--- task is added or started.)
+-- task is added or started.) Run as a function (FCALL; scripts.go registers main with the
+-- allow-oom flag) every write goes through at maxmemory, as they do here once the first is made.
+--
+-- The file defines main(keys, argv) and everything it calls; scripts.go appends the line that
+-- registers main as a function or, for EVAL, calls it with KEYS and ARGV.
 --
 -- Opcode "R" — reserve: admit a member now, admit it for a near-future instant, or book a slot.
 --   KEYS  -> one sorted set per rule (score = ms of the send, member = the send's id), then the
@@ -96,7 +100,7 @@ local DENIED, ADMITTED, DUPLICATE, DONE, BOOKED, UNKNOWN, EXPIRED, DROPPED, BLOC
 -- Past the operation's own ARGV it gives nil (opend is set per operation by the loop at the end),
 -- so optional trailing values (counter descriptors, holds) read as absent, never as the next
 -- operation's.
-local opend = #ARGV + 1
+local KEYS, ARGV, opend -- set by main (the end of this file) for each call
 local function args(a0)
   local i = a0 - 1
   return function()
@@ -106,13 +110,7 @@ local function args(a0)
   end
 end
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now -- the call's clock reading, set by main
 
 -- Entries read past the limit when looking for a gap; beyond them the slot goes after the key's end.
 local LOOK = 64
@@ -955,25 +953,40 @@ local function usage(k0, a0)
 end
 
 local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage, H = hold, L = lease, F = free}
-local out = {now}
-local ka, aa = 1, 3
-for j = 1, tonumber(ARGV[2]) do
-  local code, nk, na = ARGV[aa], tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2])
-  local fn = ops[code]
-  opend = aa + 3 + (na or 0)
-  local ok, res
-  if fn then
-    ok, res = pcall(fn, ka, aa + 3, nk)
+
+-- main runs one call: the batch of operations in keys and argv (the layout at the top). Redis
+-- runs it as the function the library registers (FCALL: the definitions above are made once,
+-- when the library loads) or, where there are no functions, as the script's last line (EVAL).
+local function main(keys, argv)
+  KEYS, ARGV, opend = keys, argv, #argv + 1
+  if ARGV[1] == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   else
-    ok, res = false, 'unknown opcode ' .. tostring(code)
+    now = tonumber(ARGV[1])
   end
-  if ok then
-    out[#out + 1] = res
-  else
-    local msg = res
-    if type(res) == 'table' then msg = res.err or 'error' end
-    out[#out + 1] = {-1, tostring(msg)}
+  local out = {now}
+  local ka, aa = 1, 3
+  for j = 1, tonumber(ARGV[2]) do
+    local code, nk, na = ARGV[aa], tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2])
+    local fn = ops[code]
+    opend = aa + 3 + (na or 0)
+    ctr = {} -- an operation's counter descriptors are its own
+    local ok, res
+    if fn then
+      ok, res = pcall(fn, ka, aa + 3, nk)
+    else
+      ok, res = false, 'unknown opcode ' .. tostring(code)
+    end
+    if ok then
+      out[#out + 1] = res
+    else
+      local msg = res
+      if type(res) == 'table' then msg = res.err or 'error' end
+      out[#out + 1] = {-1, tostring(msg)}
+    end
+    ka, aa = ka + nk, aa + 3 + na
   end
-  ka, aa = ka + nk, aa + 3 + na
+  return out
 end
-return out
+-- (scripts.go appends the line that runs or registers main.)

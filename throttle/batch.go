@@ -56,6 +56,10 @@ type batcher struct {
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 	inflight  atomic.Int32 // script calls on the wire
+	// mode is how limiter.lua is called: as a function (FCALL) until the
+	// server shows it has none (Redis 6, miniredis, an ACL without
+	// FUNCTION/FCALL), then as a script (EVALSHA).
+	mode atomic.Int32
 	// waitReplicas > 0: admissions wait for that many replicas (Options.WaitReplicas).
 	waitReplicas int
 	waitTimeout  time.Duration
@@ -280,7 +284,7 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	if len(order) == 1 {
 		cs := groups[order[0]]
 		keys, argv := encode(cs)
-		res, err := scripts.Limiter.Run(ctx, b.client, keys, argv...).Result()
+		res, err := b.call(ctx, b.client, keys, argv)
 		complete(cs, res, err)
 		return
 	}
@@ -288,18 +292,99 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, s := range order {
 			keys, argv := encode(groups[s])
-			cmds[i] = scripts.Limiter.EvalSha(ctx, p, keys, argv...)
+			cmds[i] = b.queue(ctx, p, keys, argv, false)
 		}
 		return nil
 	})
 	for i, s := range order {
 		res, err := cmds[i].Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err != nil && notLoaded(err) {
 			keys, argv := encode(groups[s])
-			res, err = scripts.Limiter.Run(ctx, b.client, keys, argv...).Result()
+			res, err = b.call(ctx, b.client, keys, argv)
 		}
 		complete(groups[s], res, err)
 	}
+}
+
+// The ways limiter.lua is called (batcher.mode).
+const (
+	modeFunction int32 = iota // FCALL, until the server shows it cannot
+	modeScript                // EVALSHA, falling back to EVAL
+)
+
+// call runs one call of limiter.lua on c, loading the function library
+// where it is missing (a new server, a Cluster master added or flushed of
+// functions) and falling back to the script where there are no functions.
+func (b *batcher) call(ctx context.Context, c redis.Cmdable, keys []string, argv []any) (any, error) {
+	for try := 0; ; try++ {
+		if b.mode.Load() == modeScript {
+			return scripts.Limiter.Script.Run(ctx, c, keys, argv...).Result()
+		}
+		res, err := c.FCall(ctx, scripts.Limiter.Name, keys, argv...).Result()
+		switch {
+		case err == nil:
+			return res, nil
+		case noFunctions(err):
+			b.mode.Store(modeScript)
+		case missingFunction(err) && try == 0:
+			if lerr := b.load(ctx, c); lerr != nil {
+				if noFunctions(lerr) {
+					b.mode.Store(modeScript)
+					continue
+				}
+				// Not loaded (at maxmemory Redis refuses FUNCTION LOAD, not a
+				// script): this call runs as the script, the next tries again.
+				return scripts.Limiter.Script.Run(ctx, c, keys, argv...).Result()
+			}
+		default:
+			return res, err
+		}
+	}
+}
+
+// queue adds one call of limiter.lua to a pipeline (eval: the script's
+// whole text, for a server that lacks it). A reply that says the code is
+// missing (notLoaded) goes through call.
+func (b *batcher) queue(ctx context.Context, p redis.Pipeliner, keys []string, argv []any, eval bool) *redis.Cmd {
+	switch {
+	case b.mode.Load() == modeFunction:
+		return p.FCall(ctx, scripts.Limiter.Name, keys, argv...)
+	case eval:
+		return scripts.Limiter.Script.Eval(ctx, p, keys, argv...)
+	default:
+		return scripts.Limiter.Script.EvalSha(ctx, p, keys, argv...)
+	}
+}
+
+// load puts the limiter's function library on c's server, or on every
+// master of a Cluster.
+func (b *batcher) load(ctx context.Context, c redis.Cmdable) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.FunctionLoadReplace(ctx, scripts.Limiter.Code).Err()
+		})
+	}
+	return c.FunctionLoadReplace(ctx, scripts.Limiter.Code).Err()
+}
+
+// missingFunction: the server has functions but not this library.
+func missingFunction(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+// noFunctions: the server has no functions (Redis 6, miniredis), or the
+// connection's ACL user may not use them.
+func noFunctions(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := strings.ToLower(err.Error())
+	return strings.Contains(m, "unknown command") || strings.HasPrefix(m, "noperm")
+}
+
+// notLoaded: a pipelined call found its code missing or unusable.
+func notLoaded(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT") || missingFunction(err) || noFunctions(err)
 }
 
 // group is the calls of a batch that travel as one script call: one Cluster
@@ -346,11 +431,7 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 	var wait *redis.IntCmd
 	send := func(eval bool) {
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if eval {
-				script = scripts.Limiter.Eval(ctx, p, keys, argv...)
-			} else {
-				script = scripts.Limiter.EvalSha(ctx, p, keys, argv...)
-			}
+			script = b.queue(ctx, p, keys, argv, eval)
 			if admits {
 				// Pipeliner has no Wait; the pipeline's reads are bounded by
 				// the client's ReadTimeout, which New checks is longer.
@@ -362,6 +443,19 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 	}
 	send(false)
 	res, err := script.Result()
+	switch {
+	case err != nil && noFunctions(err):
+		b.mode.Store(modeScript)
+		send(false)
+		res, err = script.Result()
+	case err != nil && missingFunction(err):
+		if lerr := b.load(ctx, node); lerr == nil {
+			send(false)
+			res, err = script.Result()
+		} else {
+			err = fmt.Errorf("NOSCRIPT the limiter's functions could not be loaded (%w): run as the script", lerr)
+		}
+	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		send(true)
 		res, err = script.Result()

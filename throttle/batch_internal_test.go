@@ -110,11 +110,11 @@ var idN atomic.Int64
 // NewTestID returns a distinct member.
 func NewTestID() string { return fmt.Sprintf("t%d", idN.Add(1)) }
 
-// scriptCalls sums EVAL and EVALSHA calls from INFO commandstats.
+// scriptCalls sums FCALL, EVAL and EVALSHA calls from INFO commandstats.
 func scriptCalls(info string) int {
 	n := 0
 	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+		if strings.HasPrefix(line, "cmdstat_fcall:") || strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
 			rest := line[strings.Index(line, "calls=")+6:]
 			v := 0
 			for _, ch := range rest {
@@ -178,7 +178,7 @@ func TestDoneRecordRidesWithNextCall(t *testing.T) {
 		t.Fatalf("after the carried record: %v %v, want done", d.Status, err)
 	}
 	stats, _ := c.Info(ctx, "commandstats").Result()
-	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
+	if scriptCalls(stats) != 2 {
 		t.Fatalf("want 2 script calls (the check carrying the record, then the re-check):\n%s", stats)
 	}
 
@@ -249,10 +249,7 @@ func TestDoneRecordsCarriedConcurrently(t *testing.T) {
 		t.Fatal(err)
 	}
 	stats, _ := c.Info(ctx, "commandstats").Result()
-	var calls int
-	if i := strings.Index(stats, "cmdstat_evalsha:calls="); i >= 0 {
-		fmt.Sscanf(stats[i+len("cmdstat_evalsha:calls="):], "%d", &calls)
-	}
+	calls := scriptCalls(stats)
 	for g := 0; g < workers; g++ {
 		for i := 0; i < each; i++ {
 			if d, _ := l.Reserve(ctx, "g", fmt.Sprintf("n%d-%d", g, i), ReserveOptions{}, lim); d.Status != StatusDone {

@@ -116,7 +116,7 @@ func (quiet) Warn(...any)  {}
 func (quiet) Error(...any) {}
 func (quiet) Fatal(...any) {}
 
-// evalshas counts the scripts Redis ran since the last CONFIG RESETSTAT.
+// evalshas counts the scripts and functions Redis ran since the last CONFIG RESETSTAT.
 func evalshas(t *testing.T, rdb *redis.Client) int {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
@@ -125,7 +125,7 @@ func evalshas(t *testing.T, rdb *redis.Client) int {
 	}
 	n := 0
 	for _, line := range strings.Split(info, "\n") {
-		for _, name := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+		for _, name := range []string{"cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"} {
 			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), name); ok {
 				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 				c, _ := strconv.Atoi(calls)
