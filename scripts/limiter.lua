@@ -15,7 +15,8 @@
 -- even then: what it admits is recorded in the windows, a done record replaces its admission's.
 -- (Asynq's enqueue, dequeue and scheduling scripts begin with a write Redis refuses: meanwhile no
 -- task is added or started.) Run as a function (FCALL; scripts.go registers main with the
--- allow-oom flag) every write goes through at maxmemory, as they do here once the first is made.
+-- allow-oom flag) every write goes through at maxmemory, as they do here once the first is made,
+-- and the writes made only to come first are left out (guard).
 --
 -- The file defines main(keys, argv) and everything it calls; scripts.go appends the line that
 -- registers main as a function or, for EVAL, calls it with KEYS and ARGV.
@@ -111,6 +112,10 @@ local function args(a0)
 end
 
 local now -- the call's clock reading, set by main
+-- guard: run as a script (EVAL), where Redis refuses a first write that could grow memory at
+-- maxmemory, so every writing operation begins with a write it never refuses (see the top). As
+-- a function (allow-oom) every write goes through, and those writes are left out.
+local guard
 
 -- Entries read past the limit when looking for a gap; beyond them the slot goes after the key's end.
 local LOOK = 64
@@ -375,17 +380,18 @@ ctr_prune = function(d, key, x, o)
   d.t, d.o = st - opt(d), newo
 end
 
--- ctr_begin: a check's first calls on a bucketed key. The first write is one Redis never
--- refuses for memory (see the top), and a useful one: the TTL an entry in the current bucket
--- needs. Then the total is read by counting this check in it (HINCRBY), optimistically: an
--- admission in the current bucket then costs one more call, and any other outcome takes the
--- count back (ctr_settle, after the operation).
+-- ctr_begin: a check's first calls on a bucketed key. Run as a script, the first write is one
+-- Redis never refuses for memory (see the top), and a useful one: the TTL an entry in the
+-- current bucket needs. Then the total is read by counting this check in it (HINCRBY),
+-- optimistically: an admission in the current bucket then costs one more call (as a function,
+-- that is all: two calls), and any other outcome takes the count back (ctr_settle, after the
+-- operation).
 local function ctr_begin(d, key, x, wp)
   local cur = math.floor(now / d.w) * d.w
-  redis.call('PEXPIRE', key, cur + d.w + wp - now + 1, 'GT')
+  if guard then redis.call('PEXPIRE', key, cur + d.w + wp - now + 1, 'GT') end
   local st = redis.call('HINCRBY', key, 't', 1)
-  -- covered: the key existed, so it now lives until the current bucket's end + wp at least.
-  d.t, d.opt, d.cur, d.x, d.covered = st - 1, true, cur, x, st > 1
+  -- covered: the key existed and its TTL was just made to cover the current bucket's end + wp.
+  d.t, d.opt, d.cur, d.x, d.covered = st - 1, true, cur, x, guard and st > 1
 end
 
 -- ctr_settle: takes back an optimistic count no entry used.
@@ -435,7 +441,7 @@ end
 
 -- ctr_take: takes back the entry counted for t (a booking placed again, a release).
 local function ctr_take(d, key, t)
-  redis.call('HDEL', key, '-') -- a first write Redis never refuses (see ctr_trim)
+  if guard then redis.call('HDEL', key, '-') end -- a first write Redis never refuses (see ctr_trim)
   local f = fmt(ctr_field(d, t))
   if d.kind == 'c' then -- the latest period started by t: independent of the boundaries passed
     local best = nil
@@ -463,7 +469,7 @@ local function ctr_trim(d, key, x, wp)
   end
   -- The operation's first write, which Redis never refuses for memory (see the top): a no-op
   -- HDEL, so that at maxmemory what it admits is still counted.
-  redis.call('HDEL', key, '-')
+  if guard then redis.call('HDEL', key, '-') end
   local ot = redis.call('HMGET', key, 'o', 't')
   local o = tonumber(ot[1] or '')
   d.o, d.t = o or false, tonumber(ot[2] or '0')
@@ -875,7 +881,7 @@ local function done(k0, a0)
   -- record still replaces the admission's, a few bytes, so a re-run does not send again.
   local arg = args(a0)
   local attempt, ttl = arg(), arg()
-  redis.call('PEXPIRE', KEYS[k0], ttl)
+  if guard then redis.call('PEXPIRE', KEYS[k0], ttl) end
   redis.call('SET', KEYS[k0], 'd' .. attempt .. ':' .. fmt(now), 'PX', ttl)
   return {1}
 end
@@ -957,8 +963,8 @@ local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage
 -- main runs one call: the batch of operations in keys and argv (the layout at the top). Redis
 -- runs it as the function the library registers (FCALL: the definitions above are made once,
 -- when the library loads) or, where there are no functions, as the script's last line (EVAL).
-local function main(keys, argv)
-  KEYS, ARGV, opend = keys, argv, #argv + 1
+local function main(keys, argv, script)
+  KEYS, ARGV, opend, guard = keys, argv, #argv + 1, script == true
   if ARGV[1] == '' then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -53,7 +53,7 @@ func newLibrary(prefix, src string) *Library {
 			"\nredis.register_function{function_name='" + name + "', callback=main, flags={'allow-oom'}}\n",
 		// KEYS and ARGV are captured first: the file's own locals of those
 		// names, which main sets, shadow them below.
-		Script: redis.NewScript("local SCRIPT_KEYS, SCRIPT_ARGV = KEYS, ARGV\n" + src + "\nreturn main(SCRIPT_KEYS, SCRIPT_ARGV)\n"),
+		Script: redis.NewScript("local SCRIPT_KEYS, SCRIPT_ARGV = KEYS, ARGV\n" + src + "\nreturn main(SCRIPT_KEYS, SCRIPT_ARGV, true)\n"),
 	}
 }
 

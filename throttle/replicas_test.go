@@ -188,42 +188,64 @@ func TestWaitReplicasCluster(t *testing.T) {
 }
 
 // At maxmemory under noeviction, with Redis refusing other writes, a check
-// still records what it admits and a done record is still written: each op
-// of the script begins with a write Redis never refuses for memory, after
-// which it lets the script's writes through. So no send goes out that the
-// windows do not hold.
+// still records what it admits and a done record is still written, both
+// ways the limiter runs: as a function (allow-oom lets its writes through)
+// and as a script, where each op begins with a write Redis never refuses
+// for memory, after which it lets the script's writes through. So no send
+// goes out that the windows do not hold.
 func TestOutOfMemory(t *testing.T) {
 	t.Parallel()
 	for i, r := range []throttle.Rule{{Limit: 5, Window: time.Hour}, {Limit: 5, Window: time.Hour, Buckets: 6}, throttle.PerCalendar(5, throttle.Day, "America/New_York")} {
-		t.Run(r.String(), func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
-			c := srv.Client(t)
-			lim, err := throttle.New(c, throttle.Options{Secret: testSecret})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lim.Close()
-			rule := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprint("+1415555010", i), Rule: r}
-			free := srv.Overfill(t)
-			d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule)
-			if err != nil || d.Status != throttle.StatusAdmitted {
-				t.Fatalf("at maxmemory: %+v, %v", d, err)
-			}
-			if u, err := lim.Usage(ctx, "acme", 0, rule); err != nil || u[0].Used != 1 {
-				t.Fatalf("the admission is not in its window: %+v, %v", u, err)
-			}
-			if err := lim.MarkDone(ctx, "acme", "n1", 1, time.Hour); err != nil {
-				t.Fatalf("done record at maxmemory: %v", err)
-			}
-			if d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule); err != nil || d.Status != throttle.StatusDone {
-				t.Fatalf("asking again after the done record: %+v, %v", d, err)
-			}
-			if err := c.Set(ctx, "other-app", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-				t.Fatalf("Redis takes other writes (%v): the test did not run at maxmemory", err)
-			}
-			free()
-		})
+		for _, asScript := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/script=%v", r, asScript), func(t *testing.T) {
+				t.Parallel()
+				srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+				c := srv.Client(t)
+				if asScript {
+					// A user whose ACL forbids functions: the limiter runs as the script.
+					if err := c.Do(ctx, "ACL", "SETUSER", "scripts-only", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-fcall_ro", "-function").Err(); err != nil {
+						t.Fatal(err)
+					}
+					c = redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "scripts-only", Password: "pw"})
+					t.Cleanup(func() { c.Close() })
+				}
+				lim, err := throttle.New(c, throttle.Options{Secret: testSecret})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lim.Close()
+				rule := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprint("+1415555010", i), Rule: r}
+				// A first check loads the function library (Redis refuses
+				// FUNCTION LOAD at maxmemory: the limiter would run as the
+				// script meanwhile).
+				if _, err := lim.Reserve(ctx, "warm", "w1", throttle.ReserveOptions{}, rule); err != nil {
+					t.Fatal(err)
+				}
+				free := srv.Overfill(t)
+				admin := srv.Client(t)
+				admin.ConfigResetStat(ctx)
+				d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule)
+				if err != nil || d.Status != throttle.StatusAdmitted {
+					t.Fatalf("at maxmemory: %+v, %v", d, err)
+				}
+				if u, err := lim.Usage(ctx, "acme", 0, rule); err != nil || u[0].Used != 1 {
+					t.Fatalf("the admission is not in its window: %+v, %v", u, err)
+				}
+				if err := lim.MarkDone(ctx, "acme", "n1", 1, time.Hour); err != nil {
+					t.Fatalf("done record at maxmemory: %v", err)
+				}
+				if d, err := lim.Reserve(ctx, "acme", "n1", throttle.ReserveOptions{}, rule); err != nil || d.Status != throttle.StatusDone {
+					t.Fatalf("asking again after the done record: %+v, %v", d, err)
+				}
+				if err := c.Set(ctx, "other-app", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+					t.Fatalf("Redis takes other writes (%v): the test did not run at maxmemory", err)
+				}
+				if f := calls(t, admin, "fcall"); (f > 0) == asScript {
+					t.Fatalf("%d FCALLs at maxmemory; want them exactly when the limiter runs as a function", f)
+				}
+				free()
+			})
+		}
 	}
 }
 
