@@ -32,9 +32,10 @@ type running struct {
 
 // onlyRegistered are the metrics that need an event the exercise does not
 // make (a send whose in-process wait woke late needs a starved CPU; a
-// delivery outcome a signed provider callback): they are checked by their
-// registration, not by a series on /metrics.
-var onlyRegistered = []string{"sluice_late_wakes_total", "sluice_delivery_outcomes_total"}
+// delivery outcome a signed provider callback; a hold a provider's
+// throttling answer; a cap deferral a full in-flight cap): they are checked
+// by their registration, not by a series on /metrics.
+var onlyRegistered = []string{"sluice_late_wakes_total", "sluice_delivery_outcomes_total", "sluice_provider_holds_total", "sluice_cap_deferrals_total"}
 
 const adminToken = "deploy-test-admin-token-0123456789abcdef"
 
