@@ -342,6 +342,25 @@ end
 -- ignores, so a steady rate pays for a trim once per TRIM_LAG buckets. The buckets that can be
 -- gone lie on the grid from o to the cut: just those are read, and the cut is kept as o, a
 -- bound no start held is older than. o: the key's "o" if already read.
+-- ctr_scan: reads every count of key and splits them by gone(start): the gone fields, the sum
+-- of their counts, and the oldest start kept (nil: none).
+local function ctr_scan(key, gone)
+  local h = redis.call('HGETALL', key)
+  local old, dropped, oldest = {}, 0, nil
+  for j = 1, #h, 2 do
+    local f = tonumber(h[j])
+    if f then
+      if gone(f) then
+        old[#old + 1] = h[j]
+        dropped = dropped + tonumber(h[j + 1])
+      elseif not oldest or f < oldest then
+        oldest = f
+      end
+    end
+  end
+  return old, dropped, oldest
+end
+
 ctr_prune = function(d, key, x, o)
   if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
   if not o then return end
@@ -358,19 +377,7 @@ ctr_prune = function(d, key, x, o)
       if vs[j] then old[#old + 1] = fs[j] dropped = dropped + tonumber(vs[j]) end
     end
   else
-    local h = redis.call('HGETALL', key)
-    newo = nil
-    for j = 1, #h, 2 do
-      local f = tonumber(h[j])
-      if f then
-        if f < cut then
-          old[#old + 1] = h[j]
-          dropped = dropped + tonumber(h[j + 1])
-        elseif not newo or f < newo then
-          newo = f
-        end
-      end
-    end
+    old, dropped, newo = ctr_scan(key, function(f) return f < cut end)
     newo = newo or cut
   end
   local st = d.t + opt(d) - dropped
@@ -474,19 +481,7 @@ local function ctr_trim(d, key, x, wp)
   local o = tonumber(ot[1] or '')
   d.o, d.t = o or false, tonumber(ot[2] or '0')
   if not o or not gone(o) then return end
-  local h = redis.call('HGETALL', key)
-  local old, dropped, oldest = {}, 0, nil
-  for j = 1, #h, 2 do
-    local f = tonumber(h[j])
-    if f then
-      if gone(f) then
-        old[#old + 1] = h[j]
-        dropped = dropped + tonumber(h[j + 1])
-      elseif not oldest or f < oldest then
-        oldest = f
-      end
-    end
-  end
+  local old, dropped, oldest = ctr_scan(key, gone)
   if not oldest then ctr_gone(d, key) return end
   old[#old + 1] = 'o'
   redis.call('HDEL', key, unpack(old))
