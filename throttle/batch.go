@@ -292,7 +292,7 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, s := range order {
 			keys, argv := encode(groups[s])
-			cmds[i] = b.queue(ctx, p, keys, argv, false)
+			cmds[i] = queue(ctx, p, keys, argv, b.mode.Load())
 		}
 		return nil
 	})
@@ -306,10 +306,11 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	}
 }
 
-// The ways limiter.lua is called (batcher.mode).
+// The ways limiter.lua is called (batcher.mode holds the first two).
 const (
 	modeFunction int32 = iota // FCALL, until the server shows it cannot
 	modeScript                // EVALSHA, falling back to EVAL
+	modeEval                  // EVAL with the script's text, for a server that lacks it
 )
 
 // call runs one call of limiter.lua on c, loading the function library
@@ -342,14 +343,13 @@ func (b *batcher) call(ctx context.Context, c redis.Cmdable, keys []string, argv
 	}
 }
 
-// queue adds one call of limiter.lua to a pipeline (eval: the script's
-// whole text, for a server that lacks it). A reply that says the code is
-// missing (notLoaded) goes through call.
-func (b *batcher) queue(ctx context.Context, p redis.Pipeliner, keys []string, argv []any, eval bool) *redis.Cmd {
-	switch {
-	case b.mode.Load() == modeFunction:
+// queue adds one call of limiter.lua to a pipeline, the way mode says. A
+// reply that says the code is missing (notLoaded) goes through call.
+func queue(ctx context.Context, p redis.Pipeliner, keys []string, argv []any, mode int32) *redis.Cmd {
+	switch mode {
+	case modeFunction:
 		return p.FCall(ctx, scripts.Limiter.Name, keys, argv...)
-	case eval:
+	case modeEval:
 		return scripts.Limiter.Script.Eval(ctx, p, keys, argv...)
 	default:
 		return scripts.Limiter.Script.EvalSha(ctx, p, keys, argv...)
@@ -429,9 +429,9 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 	keys, argv := encode(cs)
 	var script *redis.Cmd
 	var wait *redis.IntCmd
-	send := func(eval bool) {
+	send := func(mode int32) {
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			script = b.queue(ctx, p, keys, argv, eval)
+			script = queue(ctx, p, keys, argv, mode)
 			if admits {
 				// Pipeliner has no Wait; the pipeline's reads are bounded by
 				// the client's ReadTimeout, which New checks is longer.
@@ -441,23 +441,23 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 			return nil
 		})
 	}
-	send(false)
+	send(b.mode.Load())
 	res, err := script.Result()
 	switch {
-	case err != nil && noFunctions(err):
+	case noFunctions(err):
 		b.mode.Store(modeScript)
-		send(false)
+		send(modeScript)
 		res, err = script.Result()
-	case err != nil && missingFunction(err):
+	case missingFunction(err):
 		if lerr := b.load(ctx, node); lerr == nil {
-			send(false)
-			res, err = script.Result()
-		} else {
-			err = fmt.Errorf("NOSCRIPT the limiter's functions could not be loaded (%w): run as the script", lerr)
+			send(modeFunction)
+		} else { // not loaded (at maxmemory, say): this call runs as the script
+			send(modeEval)
 		}
+		res, err = script.Result()
 	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		send(true)
+		send(modeEval)
 		res, err = script.Result()
 	}
 	if cc, ok := b.client.(*redis.ClusterClient); ok && err != nil {
