@@ -117,6 +117,10 @@ func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.
 	log.Info("recipient marked undeliverable for the tenant", "code", se.Code, "until", until)
 }
 
+// recheckGrace is how far past sendBy a re-read may return and the send
+// still go: the time a timed-out call takes to hand back.
+const recheckGrace = 5 * time.Millisecond
+
 // recheckConsent reads the recipient's consent again after a send waited
 // in process for its slot (up to MaxInlineWait): a STOP or an unsubscribe
 // recorded meanwhile blocks it, as it would have at the check. A blocked
@@ -128,10 +132,6 @@ func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.
 // (at most MaxInlineWait earlier), and the log says so. When the reading
 // returns well past sendBy (the process was starved), the slot is given
 // back: errLate, and the caller asks again.
-// recheckGrace is how far past sendBy a re-read may return and the send
-// still go: the time a timed-out call takes to hand back.
-const recheckGrace = 5 * time.Millisecond
-
 func (w *Worker) recheckConsent(ctx context.Context, n tasks.Notification, cc *throttle.ConsentCheck, d throttle.Decision, c check, sendBy time.Time, log *slog.Logger) error {
 	if w.cfg.SendSlack <= 0 {
 		sendBy = time.Now().Add(50 * time.Millisecond)

@@ -230,6 +230,11 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			}
 			sendBy, err := w.waitForSlot(ctx, *n, d, c.Limits, log)
 			w.releaseWaiter(waiter)
+			if cc := c.opts.Consent; err == nil && cc != nil {
+				// An opt-out recorded during the wait holds from the moment
+				// it is recorded: read it again before the send.
+				err = w.recheckConsent(ctx, *n, cc, d, c, sendBy, log)
+			}
 			switch {
 			case errors.Is(err, errLate) && round < 3:
 				continue
@@ -238,20 +243,6 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
 			case err != nil:
 				return nil, err
-			}
-			if cc := c.opts.Consent; cc != nil {
-				// An opt-out recorded during the wait holds from the moment
-				// it is recorded: read it again before the send.
-				if err := w.recheckConsent(ctx, *n, cc, d, c, sendBy, log); err != nil {
-					if errors.Is(err, errLate) && round < 3 {
-						continue
-					}
-					if errors.Is(err, errLate) {
-						retryAt := time.Now().Add(time.Second)
-						return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
-					}
-					return nil, err
-				}
 			}
 			if _, now := w.currentPlans(); now != version && round < 3 {
 				// The plans changed while this send waited: a change holds
