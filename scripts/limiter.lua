@@ -91,7 +91,12 @@
 --   Returns per rule: used (entries in [now-window, now]), booked (entries after now), oldest in
 --   the window (-1), newest (-1), next free slot (earliest fit at or after now).
 
-local function fmt(x) return string.format('%d', x) end
+-- The globals used per check, bound to locals by main on each call (a global is a table lookup
+-- each time it is named; a library loads where they cannot be read).
+local tonumber, tostring, type, pcall, error, pairs, ipairs, unpack
+local floor, min, max, sformat, smatch, call
+
+local function fmt(x) return sformat('%d', x) end
 
 -- The statuses of "R", as throttle.Status numbers them (TestLuaStatusCodes checks both agree).
 local DENIED, ADMITTED, DUPLICATE, DONE, BOOKED, UNKNOWN, EXPIRED, DROPPED, BLOCKED = 0, 1, 2, 3, 4, 5, 6, 7, 8
@@ -131,9 +136,9 @@ local LOOK = 64
 -- spans are walked by rank, each span's first and last entry read in chunks that double (4, 8,
 -- 16, …; one read of both when the limit is small), up to LOOK spans past the first.
 local function earliest(key, limit, wp, c)
-  local cnt = redis.call('ZCOUNT', key, fmt(c - wp), fmt(c + wp))
+  local cnt = call('ZCOUNT', key, fmt(c - wp), fmt(c + wp))
   if cnt < limit then return c, cnt end
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local top = call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if tonumber(top[2]) <= c then
     -- Every entry from c - wp on lies in [c - wp, c]: each run of limit of them blocks c, the
     -- last run ends at the limit-th newest + wp.
@@ -141,23 +146,23 @@ local function earliest(key, limit, wp, c)
     -- slot's span start are exactly those within wp of the slot (the third value says so, and
     -- the caller need not count again).
     if limit == 1 then return tonumber(top[2]) + wp + 1, 0, true end
-    local kth = redis.call('ZRANGE', key, -limit, -limit + 1, 'WITHSCORES')
+    local kth = call('ZRANGE', key, -limit, -limit + 1, 'WITHSCORES')
     return tonumber(kth[2]) + wp + 1, limit - 1, tonumber(kth[4]) > tonumber(kth[2])
   end
-  local base = redis.call('ZCOUNT', key, '-inf', '(' .. fmt(c - wp)) -- the rank of the first entry >= c - wp
+  local base = call('ZCOUNT', key, '-inf', '(' .. fmt(c - wp)) -- the rank of the first entry >= c - wp
   local i, k = 0, 4
   while i <= LOOK do
-    local m = math.min(k, LOOK + 1 - i)
+    local m = min(k, LOOK + 1 - i)
     local heads, tails, off
     if limit <= m + 1 then -- small limits: heads and tails in one read
-      heads = redis.call('ZRANGE', key, base + i, base + i + limit + m - 2, 'WITHSCORES')
+      heads = call('ZRANGE', key, base + i, base + i + limit + m - 2, 'WITHSCORES')
       tails, off = heads, limit - 1
     else
-      heads = redis.call('ZRANGE', key, base + i, base + i + m - 1, 'WITHSCORES')
-      tails = redis.call('ZRANGE', key, base + i + limit - 1, base + i + limit + m - 2, 'WITHSCORES')
+      heads = call('ZRANGE', key, base + i, base + i + m - 1, 'WITHSCORES')
+      tails = call('ZRANGE', key, base + i + limit - 1, base + i + limit + m - 2, 'WITHSCORES')
       off = 0
     end
-    local nt = math.min(#tails / 2 - off, m)
+    local nt = min(#tails / 2 - off, m)
     for j = 1, nt do
       local first = tonumber(heads[2 * j])
       local last = tonumber(tails[2 * (j + off)])
@@ -175,11 +180,11 @@ end
 -- past: a time >= c after every entry of key and at least wp+1 after its limit-th newest
 -- entry: one more entry fits there and anywhere later.
 local function past(key, limit, wp, c)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #last > 0 then c = math.max(c, tonumber(last[2])) end
-  if redis.call('ZCARD', key) >= limit then
-    local kth = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-    c = math.max(c, tonumber(kth[2]) + wp + 1)
+  local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if #last > 0 then c = max(c, tonumber(last[2])) end
+  if call('ZCARD', key) >= limit then
+    local kth = call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+    c = max(c, tonumber(kth[2]) + wp + 1)
   end
   return c
 end
@@ -226,17 +231,17 @@ local function cal_period(d, x)
   local nb = #b
   if x < b[1] then
     local len = b[2] - b[1]
-    local k = math.floor((b[1] - x - 1) / len) + 1
+    local k = floor((b[1] - x - 1) / len) + 1
     return b[1] - k * len, b[1] - (k - 1) * len
   end
   if x >= b[nb] then
     local len = b[nb] - b[nb - 1]
-    local k = math.floor((x - b[nb]) / len)
+    local k = floor((x - b[nb]) / len)
     return b[nb] + k * len, b[nb] + (k + 1) * len
   end
   local lo, hi = 1, nb
   while hi - lo > 1 do
-    local mid = math.floor((lo + hi) / 2)
+    local mid = floor((lo + hi) / 2)
     if b[mid] <= x then lo = mid else hi = mid end
   end
   return b[lo], b[hi]
@@ -244,7 +249,7 @@ end
 
 -- ctr_load: the key's counts by start, and the latest start (nil: empty).
 local function ctr_load(key)
-  local h = redis.call('HGETALL', key)
+  local h = call('HGETALL', key)
   local cnt, top = {}, nil
   for j = 1, #h, 2 do
     local f = tonumber(h[j])
@@ -259,10 +264,10 @@ end
 -- ctr_total: the total, as this operation's trim read and kept it, else read now.
 local function ctr_total(d, key)
   if d.t then return d.t end
-  return tonumber(redis.call('HGET', key, 't') or '0')
+  return tonumber(call('HGET', key, 't') or '0')
 end
 
-local function ctr_span(d, wp) return math.floor((wp + d.w - 1) / d.w) end
+local function ctr_span(d, wp) return floor((wp + d.w - 1) / d.w) end
 
 -- b_worst: the fullest run of m+1 buckets that holds bucket k.
 local function b_worst(cnt, w, m, k)
@@ -293,10 +298,10 @@ local function ctr_earliest(d, key, limit, wp, c)
   if d.kind == 'b' then
     if not top then return c, 0 end
     local w, m = d.w, ctr_span(d, wp)
-    local k = math.floor(c / w)
+    local k = floor(c / w)
     while true do
       local worst = b_worst(cnt, w, m, k)
-      if worst < limit then return math.max(c, k * w), worst end
+      if worst < limit then return max(c, k * w), worst end
       k = k + 1
     end
   end
@@ -315,14 +320,14 @@ end
 local function ctr_past(d, key, wp, c)
   local _, top = ctr_load(key)
   if not top then return c end
-  if d.kind == 'b' then return math.max(c, top + (ctr_span(d, wp) + 1) * d.w) end
+  if d.kind == 'b' then return max(c, top + (ctr_span(d, wp) + 1) * d.w) end
   local _, e = cal_period(d, top)
-  return math.max(c, e)
+  return max(c, e)
 end
 
 -- ctr_field: the field that counts an entry at t.
 local function ctr_field(d, t)
-  if d.kind == 'b' then return math.floor(t / d.w) * d.w end
+  if d.kind == 'b' then return floor(t / d.w) * d.w end
   local s = cal_period(d, t)
   return s
 end
@@ -332,7 +337,7 @@ local function opt(d) if d.opt then return 1 end return 0 end
 
 -- ctr_gone: the key counts nothing any more.
 local function ctr_gone(d, key)
-  redis.call('DEL', key)
+  call('DEL', key)
   d.t, d.o, d.opt, d.covered = 0, false, false, false
 end
 
@@ -345,7 +350,7 @@ end
 -- ctr_scan: reads every count of key and splits them by gone(start): the gone fields, the sum
 -- of their counts, and the oldest start kept (nil: none).
 local function ctr_scan(key, gone)
-  local h = redis.call('HGETALL', key)
+  local h = call('HGETALL', key)
   local old, dropped, oldest = {}, 0, nil
   for j = 1, #h, 2 do
     local f = tonumber(h[j])
@@ -362,17 +367,17 @@ local function ctr_scan(key, gone)
 end
 
 ctr_prune = function(d, key, x, o)
-  if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
+  if o == nil then o = tonumber(call('HGET', key, 'o') or '') end
   if not o then return end
   d.o = o
-  local cut = (math.floor(x / d.w) - 1) * d.w
-  local nb = math.floor((cut - o) / d.w)
+  local cut = (floor(x / d.w) - 1) * d.w
+  local nb = floor((cut - o) / d.w)
   if nb < TRIM_LAG then return end
   local old, dropped, newo = {}, 0, cut
   if o % d.w == 0 and nb <= 64 then
     local fs = {}
     for j = 0, nb - 1 do fs[j + 1] = fmt(o + j * d.w) end
-    local vs = redis.call('HMGET', key, unpack(fs))
+    local vs = call('HMGET', key, unpack(fs))
     for j = 1, nb do
       if vs[j] then old[#old + 1] = fs[j] dropped = dropped + tonumber(vs[j]) end
     end
@@ -382,8 +387,8 @@ ctr_prune = function(d, key, x, o)
   end
   local st = d.t + opt(d) - dropped
   if st <= 0 then ctr_gone(d, key) return end
-  if #old > 0 then redis.call('HDEL', key, unpack(old)) end
-  redis.call('HSET', key, 't', fmt(st), 'o', fmt(newo))
+  if #old > 0 then call('HDEL', key, unpack(old)) end
+  call('HSET', key, 't', fmt(st), 'o', fmt(newo))
   d.t, d.o = st - opt(d), newo
 end
 
@@ -394,9 +399,9 @@ end
 -- that is all: two calls), and any other outcome takes the count back (ctr_settle, after the
 -- operation).
 local function ctr_begin(d, key, x, wp)
-  local cur = math.floor(now / d.w) * d.w
-  if guard then redis.call('PEXPIRE', key, cur + d.w + wp - now + 1, 'GT') end
-  local st = redis.call('HINCRBY', key, 't', 1)
+  local cur = floor(now / d.w) * d.w
+  if guard then call('PEXPIRE', key, cur + d.w + wp - now + 1, 'GT') end
+  local st = call('HINCRBY', key, 't', 1)
   -- covered: the key existed and its TTL was just made to cover the current bucket's end + wp.
   d.t, d.opt, d.cur, d.x, d.covered = st - 1, true, cur, x, guard and st > 1
 end
@@ -406,63 +411,63 @@ local function ctr_settle()
   for key, d in pairs(ctr) do
     if d.opt then
       d.opt = false
-      if redis.call('HINCRBY', key, 't', -1) <= 0 then ctr_gone(d, key) end
+      if call('HINCRBY', key, 't', -1) <= 0 then ctr_gone(d, key) end
     end
   end
 end
 
 local function ctr_add(d, key, wp, c, existed)
   local f = ctr_field(d, c)
-  local first = redis.call('HINCRBY', key, fmt(f), 1) == 1
+  local first = call('HINCRBY', key, fmt(f), 1) == 1
   if d.opt then
     d.opt, d.t = false, d.t + 1
   else
-    d.t = redis.call('HINCRBY', key, 't', 1)
+    d.t = call('HINCRBY', key, 't', 1)
   end
   local o = d.o
   if d.kind == 'b' then
     -- A bucket counted before set the key's TTL to cover its end already, and o is no later.
     if not first then return end
     if not (d.covered and f == d.cur) then
-      local ttl = math.max(f + d.w + wp - now + 1, 1)
-      if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+      local ttl = max(f + d.w + wp - now + 1, 1)
+      if existed or call('PEXPIRE', key, ttl, 'NX') == 0 then call('PEXPIRE', key, ttl, 'GT') end
     end
-    if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
+    if o == nil then o = tonumber(call('HGET', key, 'o') or '') end
     if not o or f < o then
-      redis.call('HSET', key, 'o', fmt(f))
+      call('HSET', key, 'o', fmt(f))
       d.o = f
     elseif d.x then
       ctr_prune(d, key, d.x, o)
     end
     return
   end
-  if o == nil then o = tonumber(redis.call('HGET', key, 'o') or '') end
-  if not o or f < o then redis.call('HSET', key, 'o', fmt(f)) o = f end
+  if o == nil then o = tonumber(call('HGET', key, 'o') or '') end
+  if not o or f < o then call('HSET', key, 'o', fmt(f)) o = f end
   d.o = o
   local _, ends = cal_period(d, c)
   -- A period counted before set the key's TTL to cover its end already.
   if not first then return end
-  local ttl = math.max(ends - now + 1, 1)
-  if existed or redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+  local ttl = max(ends - now + 1, 1)
+  if existed or call('PEXPIRE', key, ttl, 'NX') == 0 then call('PEXPIRE', key, ttl, 'GT') end
 end
 
 -- ctr_take: takes back the entry counted for t (a booking placed again, a release).
 local function ctr_take(d, key, t)
-  if guard then redis.call('HDEL', key, '-') end -- a first write Redis never refuses (see ctr_trim)
+  if guard then call('HDEL', key, '-') end -- a first write Redis never refuses (see ctr_trim)
   local f = fmt(ctr_field(d, t))
   if d.kind == 'c' then -- the latest period started by t: independent of the boundaries passed
     local best = nil
-    for _, x in ipairs(redis.call('HKEYS', key)) do
+    for _, x in ipairs(call('HKEYS', key)) do
       local v = tonumber(x)
       if v and v <= t and (not best or v > best) then best = v end
     end
     if not best then return 0 end
     f = fmt(best)
   end
-  local v = tonumber(redis.call('HGET', key, f) or '0')
+  local v = tonumber(call('HGET', key, f) or '0')
   if v <= 0 then return 0 end
-  if v == 1 then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -1) end
-  d.t = redis.call('HINCRBY', key, 't', -1) - opt(d)
+  if v == 1 then call('HDEL', key, f) else call('HINCRBY', key, f, -1) end
+  d.t = call('HINCRBY', key, 't', -1) - opt(d)
   if d.t <= 0 then ctr_gone(d, key) end
   return 1
 end
@@ -476,17 +481,17 @@ local function ctr_trim(d, key, x, wp)
   end
   -- The operation's first write, which Redis never refuses for memory (see the top): a no-op
   -- HDEL, so that at maxmemory what it admits is still counted.
-  if guard then redis.call('HDEL', key, '-') end
-  local ot = redis.call('HMGET', key, 'o', 't')
+  if guard then call('HDEL', key, '-') end
+  local ot = call('HMGET', key, 'o', 't')
   local o = tonumber(ot[1] or '')
   d.o, d.t = o or false, tonumber(ot[2] or '0')
   if not o or not gone(o) then return end
   local old, dropped, oldest = ctr_scan(key, gone)
   if not oldest then ctr_gone(d, key) return end
   old[#old + 1] = 'o'
-  redis.call('HDEL', key, unpack(old))
-  if dropped > 0 then d.t = redis.call('HINCRBY', key, 't', fmt(-dropped)) end
-  redis.call('HSET', key, 'o', fmt(oldest))
+  call('HDEL', key, unpack(old))
+  if dropped > 0 then d.t = call('HINCRBY', key, 't', fmt(-dropped)) end
+  call('HSET', key, 'o', fmt(oldest))
   d.o = oldest
 end
 
@@ -497,8 +502,8 @@ local function ctr_usage(d, key, limit, window, slack)
   local used, booked, reset = 0, 0, -1
   local cur, from
   if d.kind == 'b' then
-    cur = math.floor(now / d.w) * d.w
-    from = math.floor((now - window) / d.w) * d.w
+    cur = floor(now / d.w) * d.w
+    from = floor((now - window) / d.w) * d.w
   else
     cur = cal_period(d, now)
     from = cur
@@ -520,7 +525,7 @@ local function trim(key, x, wp)
     if d.kind == 'b' then return ctr_begin(d, key, x, wp) end
     return ctr_trim(d, key, x, wp)
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(x))
+  call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(x))
 end
 
 local function take(key, m, t)
@@ -529,7 +534,7 @@ local function take(key, m, t)
     if t then return ctr_take(d, key, t) end
     return 0
   end
-  return redis.call('ZREM', key, m)
+  return call('ZREM', key, m)
 end
 
 do
@@ -611,10 +616,10 @@ local function add(keys, wps, counts, c, m)
     if ctr[keys[i]] then
       ctr_add(ctr[keys[i]], keys[i], wps[i], c, counts[i] > 0)
     else
-      redis.call('ZADD', keys[i], fmt(c), m)
+      call('ZADD', keys[i], fmt(c), m)
       local ttl = c - now + wps[i] + 1
-      if counts[i] > 0 or redis.call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
-        redis.call('PEXPIRE', keys[i], ttl, 'GT')
+      if counts[i] > 0 or call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
+        call('PEXPIRE', keys[i], ttl, 'GT')
       end
     end
   end
@@ -623,10 +628,10 @@ end
 -- suppressed: whether the suppression hash key blocks a send of category (see "R" above).
 -- Returns the reason (0: not blocked) and the mark that blocks.
 local function suppressed(key, category, exempt)
-  local f = redis.call('HMGET', key, '!', 'c:' .. category, '*', '+:' .. category)
+  local f = call('HMGET', key, '!', 'c:' .. category, '*', '+:' .. category)
   local function live(v)
     if not v then return false end
-    local u = tonumber(string.match(v, '^(%d+):'))
+    local u = tonumber(smatch(v, '^(%d+):'))
     return not u or u == 0 or u > now
   end
   if live(f[1]) then return 1, f[1] end
@@ -641,10 +646,10 @@ local function holds(closed, k0, nk, nh)
   if nh == 0 then return end
   local hk = {}
   for j = 1, nh do hk[j] = KEYS[k0 + nk - nh + j - 1] end
-  local vs = redis.call('MGET', unpack(hk)) -- one call for every hold of the check
+  local vs = call('MGET', unpack(hk)) -- one call for every hold of the check
   for j = 1, nh do
     local v = vs[j]
-    local u = v and tonumber(string.match(v, '^(%d+)'))
+    local u = v and tonumber(smatch(v, '^(%d+)'))
     if u and u > now then
       table.insert(closed, 1, u)
       table.insert(closed, 1, 0)
@@ -663,22 +668,22 @@ local function hold(k0, a0)
   local code = arg()
   local key = KEYS[k0]
   local cu, lvl = 0, -1
-  local cur = redis.call('GET', key)
+  local cur = call('GET', key)
   if cur then
-    local a, b = string.match(cur, '^(%d+):(%d+)')
+    local a, b = smatch(cur, '^(%d+):(%d+)')
     cu, lvl = tonumber(a) or 0, tonumber(b) or -1
   end
   local live = cu > now
   local dur = retry
   if retry <= 0 then
     if not live then lvl = lvl + 1 end
-    lvl = math.max(lvl, 0)
-    dur = math.min(base * 2 ^ math.min(lvl, 30), cap)
+    lvl = max(lvl, 0)
+    dur = min(base * 2 ^ min(lvl, 30), cap)
   else
     lvl = 0
   end
-  local u = math.max(cu, now + dur)
-  redis.call('SET', key, fmt(u) .. ':' .. fmt(lvl) .. ':' .. code, 'PX', fmt(u - now + linger))
+  local u = max(cu, now + dur)
+  call('SET', key, fmt(u) .. ':' .. fmt(lvl) .. ':' .. code, 'PX', fmt(u - now + linger))
   local ext = 0
   if live then ext = 1 end
   return {u, lvl, ext}
@@ -691,20 +696,20 @@ end
 local function lease(k0, a0, nk)
   local arg = args(a0)
   local holder, ttl = arg(), tonumber(arg())
-  for i = 0, nk - 1 do redis.call('ZREMRANGEBYSCORE', KEYS[k0 + i], '-inf', fmt(now)) end
+  for i = 0, nk - 1 do call('ZREMRANGEBYSCORE', KEYS[k0 + i], '-inf', fmt(now)) end
   for i = 0, nk - 1 do
     local key, max = KEYS[k0 + i], tonumber(arg())
-    local n = redis.call('ZCARD', key)
-    if redis.call('ZSCORE', key, holder) then n = n - 1 end
+    local n = call('ZCARD', key)
+    if call('ZSCORE', key, holder) then n = n - 1 end
     if n >= max then
-      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
       return {0, i + 1, tonumber(first[2])}
     end
   end
   for i = 0, nk - 1 do
-    redis.call('ZADD', KEYS[k0 + i], fmt(now + ttl), holder)
-    redis.call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000), 'GT')
-    if redis.call('PTTL', KEYS[k0 + i]) < 0 then redis.call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000)) end
+    call('ZADD', KEYS[k0 + i], fmt(now + ttl), holder)
+    call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000), 'GT')
+    if call('PTTL', KEYS[k0 + i]) < 0 then call('PEXPIRE', KEYS[k0 + i], fmt(ttl + 1000)) end
   end
   return {1, 0, 0}
 end
@@ -713,53 +718,55 @@ end
 local function free(k0, a0, nk)
   local holder = ARGV[a0]
   local removed = 0
-  for i = 0, nk - 1 do removed = removed + redis.call('ZREM', KEYS[k0 + i], holder) end
+  for i = 0, nk - 1 do removed = removed + call('ZREM', KEYS[k0 + i], holder) end
   return {removed}
 end
 
 local function reserve_op(k0, a0, nk)
-  local arg = args(a0)
-  local member, policy = arg(), arg()
-  local slack, horizon = tonumber(arg()), tonumber(arg())
-  local book = arg() == '1'
-  local tmin, late = arg(), tonumber(arg())
-  local deadline = arg()
+  -- The fixed arguments are read by position, not through a reader call each (this runs once per
+  -- check); an operation too short for them fails.
+  local A = ARGV
+  local member, policy, slack, horizon = A[a0], A[a0 + 1], tonumber(A[a0 + 2]), tonumber(A[a0 + 3])
+  local book, tmin, late, deadline = A[a0 + 4] == '1', A[a0 + 5], tonumber(A[a0 + 6]), A[a0 + 7]
   if deadline == '' then deadline = nil else deadline = tonumber(deadline) end
-  local sttl = tonumber(arg())
-  local nonce = arg()
-  local block = arg() == '1'
-  local n = tonumber(arg())
+  local sttl, nonce, block, n = tonumber(A[a0 + 8]), A[a0 + 9], A[a0 + 10] == '1', tonumber(A[a0 + 11])
+  local i0 = a0 + 12
+  if not n or i0 + 3 * n >= opend then error('reserve: too few arguments') end
   local keys, limits, wps, drops = {}, {}, {}, {}
   for i = 1, n do
     keys[i] = KEYS[k0 + i - 1]
-    limits[i] = tonumber(arg())
-    wps[i] = tonumber(arg()) + slack
-    drops[i] = arg() == '1'
+    limits[i] = tonumber(A[i0])
+    wps[i] = tonumber(A[i0 + 1]) + slack
+    drops[i] = A[i0 + 2] == '1'
+    i0 = i0 + 3
   end
+  local nc = tonumber(A[i0])
+  if not nc or i0 + 2 * nc + 6 >= opend then error('reserve: too few arguments') end
   local closed = {}
-  for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
-  local consent, category, exempt = arg() == '1', arg(), arg() == '1'
-  local lastttl = tonumber(arg())
-  local notettl, notev = tonumber(arg()), arg()
+  for j = 1, 2 * nc do closed[j] = tonumber(A[i0 + j]) end
+  i0 = i0 + 2 * nc + 1
+  local consent, category, exempt = A[i0] == '1', A[i0 + 1], A[i0 + 2] == '1'
+  local lastttl, notettl, notev = tonumber(A[i0 + 3]), tonumber(A[i0 + 4]), A[i0 + 5]
+  local arg = args(i0 + 6)
   ctr_read(keys, arg)
   holds(closed, k0, nk, tonumber(arg() or '0') or 0)
   local c = start(tmin, late)
 
-  for i = 1, n do trim(keys[i], math.min(now, c) - wps[i], wps[i]) end
+  for i = 1, n do trim(keys[i], min(now, c) - wps[i], wps[i]) end
 
   local skey = nil
   if policy ~= '' then skey = KEYS[k0 + n] end
   local attempt, m, held, heldat = 1, member, false, nil
   local lastkey, notekey = nil, nil
   if skey then
-    local st = redis.call('GET', skey)
+    local st = call('GET', skey)
     if st then
-      local kind, k, t, who = string.match(st, '^(%a)(%d+):(%-?%d+):?(.*)$')
+      local kind, k, t, who = smatch(st, '^(%a)(%d+):(%-?%d+):?(.*)$')
       if not kind then error('state key holds ' .. st) end
       k, t = tonumber(k), tonumber(t)
       if kind == 'd' then return {DONE, 0, -1, 0, k, t} end
       if kind == 'a' and nonce ~= '' and who == nonce then
-        return {ADMITTED, 0, math.max(t - now, 0), 0, k, t}
+        return {ADMITTED, 0, max(t - now, 0), 0, k, t}
       end
       if kind == 'a' then
         if policy == 'o' then return {UNKNOWN, 0, -1, 0, k, t} end
@@ -775,9 +782,9 @@ local function reserve_op(k0, a0, nk)
     end
     local kx = k0 + n + 1 -- the keys after the state key
     if block then
-      local v = redis.call('GET', KEYS[kx])
+      local v = call('GET', KEYS[kx])
       if v then
-        if held then redis.call('DEL', skey) end
+        if held then call('DEL', skey) end
         return {BLOCKED, 0, -1, 0, attempt, now, tonumber(v) or 0, 0, 0}
       end
       kx = kx + 1
@@ -785,11 +792,11 @@ local function reserve_op(k0, a0, nk)
     if consent then
       local reason, mark = suppressed(KEYS[kx], category, exempt)
       if reason > 0 then
-        if held then redis.call('DEL', skey) end
+        if held then call('DEL', skey) end
         local code, at = 0, 0
         if mark then
-          at = tonumber(string.match(mark, '^%d+:(%d+):')) or 0
-          code = tonumber(string.match(mark, ':(%d+)$')) or 0
+          at = tonumber(smatch(mark, '^%d+:(%d+):')) or 0
+          code = tonumber(smatch(mark, ':(%d+)$')) or 0
         end
         return {BLOCKED, 0, -1, 0, attempt, now, code, reason, at}
       end
@@ -799,7 +806,7 @@ local function reserve_op(k0, a0, nk)
     if notettl > 0 then notekey = KEYS[kx] end
   else
     for i = 1, n do
-      if not ctr[keys[i]] and redis.call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
+      if not ctr[keys[i]] and call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
     end
   end
 
@@ -815,9 +822,9 @@ local function reserve_op(k0, a0, nk)
 
   local rule, counts
   c, rule, counts = search(keys, limits, wps, c, closed)
-  local wait = math.max(c - now, 0)
+  local wait = max(c - now, 0)
   if deadline and c > deadline then
-    if held then redis.call('DEL', skey) end
+    if held then call('DEL', skey) end
     return {EXPIRED, rule, wait, 0, attempt, c}
   end
   local remaining = -1
@@ -825,20 +832,20 @@ local function reserve_op(k0, a0, nk)
     local left = limits[i] - counts[i] - 1
     if remaining < 0 or left < remaining then remaining = left end
   end
-  remaining = math.max(remaining, 0)
+  remaining = max(remaining, 0)
   local admit = wait <= horizon
   if not admit and not book then
-    if held then redis.call('DEL', skey) end
+    if held then call('DEL', skey) end
     return {DENIED, rule, wait, 0, attempt, c}
   end
   add(keys, wps, counts, c, m)
   if admit then
-    if skey then redis.call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
-    if lastkey then redis.call('SET', lastkey, category, 'PX', lastttl) end
-    if notekey then redis.call('SET', notekey, notev, 'PX', notettl + wait) end
+    if skey then call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
+    if lastkey then call('SET', lastkey, category, 'PX', lastttl) end
+    if notekey then call('SET', notekey, notev, 'PX', notettl + wait) end
     return {ADMITTED, rule, wait, remaining, attempt, c}
   end
-  if skey then redis.call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
+  if skey then call('SET', skey, 'b' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
   return {BOOKED, rule, wait, 0, attempt, c}
 end
 
@@ -860,8 +867,8 @@ local function place(k0, a0, nkeys)
     keys[i] = KEYS[k0 + i - 1]
     limits[i] = tonumber(arg())
     wps[i] = tonumber(arg()) + slack
-    redis.call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(math.min(now, c) - wps[i]))
-    redis.call('ZREM', keys[i], m)
+    call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(min(now, c) - wps[i]))
+    call('ZREM', keys[i], m)
   end
   local closed = {}
   for j = 1, 2 * tonumber(arg()) do closed[j] = tonumber(arg()) end
@@ -876,8 +883,8 @@ local function done(k0, a0)
   -- record still replaces the admission's, a few bytes, so a re-run does not send again.
   local arg = args(a0)
   local attempt, ttl = arg(), arg()
-  if guard then redis.call('PEXPIRE', KEYS[k0], ttl) end
-  redis.call('SET', KEYS[k0], 'd' .. attempt .. ':' .. fmt(now), 'PX', ttl)
+  if guard then call('PEXPIRE', KEYS[k0], ttl) end
+  call('SET', KEYS[k0], 'd' .. attempt .. ':' .. fmt(now), 'PX', ttl)
   return {1}
 end
 
@@ -889,21 +896,21 @@ local function release(k0, a0, nkeys)
   for i = 0, nkeys - 2 do rkeys[i + 1] = KEYS[k0 + i] end
   ctr_read(rkeys, arg)
   local skey = KEYS[k0 + nkeys - 1]
-  local st = redis.call('GET', skey)
+  local st = call('GET', skey)
   local at = nil -- the attempt's slot, which a counter key counts it at
   if st then
-    local kind, k, t = string.match(st, '^(%a)(%d+):(%-?%d+)')
+    local kind, k, t = smatch(st, '^(%a)(%d+):(%-?%d+)')
     if (kind == 'a' or kind == 'b') and tonumber(k) == attempt then at = tonumber(t) end
   end
   local removed = 0
   for i = 1, #rkeys do removed = removed + take(rkeys[i], m, at) end
   if st then
-    local kind, k = string.match(st, '^(%a)(%d+):')
+    local kind, k = smatch(st, '^(%a)(%d+):')
     if (kind == 'a' or kind == 'b') and tonumber(k) == attempt then
       if attempt == 1 then
-        redis.call('DEL', skey)
+        call('DEL', skey)
       else
-        redis.call('SET', skey, 'a' .. (attempt - 1) .. ':0', 'KEEPTTL')
+        call('SET', skey, 'a' .. (attempt - 1) .. ':0', 'KEEPTTL')
       end
     end
   end
@@ -911,9 +918,9 @@ local function release(k0, a0, nkeys)
 end
 
 local function state(k0)
-  local st = redis.call('GET', KEYS[k0])
+  local st = call('GET', KEYS[k0])
   if not st then return {0, 0, 0} end
-  local kind, k, t = string.match(st, '^(%a)(%d+):(%-?%d+)')
+  local kind, k, t = smatch(st, '^(%a)(%d+):(%-?%d+)')
   if not kind then error('state key holds ' .. st) end
   return {string.byte(kind), tonumber(k), tonumber(t)}
 end
@@ -934,12 +941,12 @@ local function usage(k0, a0)
       for _, v in ipairs(ctr_usage(ctr[key], key, limit, window, slack)) do out[#out + 1] = v end
     else
       local from, nowf = fmt(now - window), fmt(now)
-      local used = redis.call('ZCOUNT', key, from, nowf)
-      local booked = redis.call('ZCOUNT', key, '(' .. nowf, '+inf')
+      local used = call('ZCOUNT', key, from, nowf)
+      local booked = call('ZCOUNT', key, '(' .. nowf, '+inf')
       local oldest, newest = -1, -1
-      local o = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local o = call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
       if #o > 0 and tonumber(o[2]) <= now then oldest = tonumber(o[2]) end
-      local nw = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      local nw = call('ZRANGE', key, -1, -1, 'WITHSCORES')
       if #nw > 0 then newest = tonumber(nw[2]) end
       local nextfree = earliest(key, limit, window + slack, now)
       if nextfree == nil then nextfree = past(key, limit, window + slack, now) end
@@ -960,9 +967,11 @@ local ops = {R = reserve, P = place, D = done, X = release, S = state, U = usage
 -- when the library loads) or, where there are no functions, as the script's last line (EVAL).
 local function main(keys, argv, script)
   KEYS, ARGV, opend, guard = keys, argv, #argv + 1, script == true
+  tonumber, tostring, type, pcall, error, pairs, ipairs, unpack = _G.tonumber, _G.tostring, _G.type, _G.pcall, _G.error, _G.pairs, _G.ipairs, _G.unpack
+  floor, min, max, sformat, smatch, call = math.floor, math.min, math.max, string.format, string.match, redis.call
   if ARGV[1] == '' then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local t = call('TIME')
+    now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
   else
     now = tonumber(ARGV[1])
   end
