@@ -30,6 +30,7 @@ var (
 	docs      = flag.String("docs", "../docs", "where figures are written")
 	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
+	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
 	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,counters,replicas,figures")
 )
 
@@ -248,4 +249,34 @@ func loadAverage() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "unknown"
+}
+
+// printCommandStats prints each command's calls and Redis time per task
+// since the last CONFIG RESETSTAT (those run inside scripts included).
+func printCommandStats(ctx context.Context, rdb redis.UniversalClient, what string, tasks int) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("  commands per task, %s:\n", what)
+	for _, l := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var calls, usec float64
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls = f
+			case "usec":
+				usec = f
+			}
+		}
+		if calls/float64(tasks) >= 0.005 {
+			fmt.Printf("    %-32s %6.2f calls  %7.2f µs\n", strings.TrimPrefix(name, "cmdstat_"), calls/float64(tasks), usec/float64(tasks))
+		}
+	}
 }

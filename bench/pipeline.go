@@ -250,6 +250,9 @@ func workerOverhead(ctx context.Context, addr string) {
 					srv.Shutdown()
 				}
 				got[p] = rec.rate()
+				if *cmdStats {
+					printCommandStats(ctx, rdb, fmt.Sprintf("%s, concurrency %d", p, conc), n)
+				}
 				all, scripts := commandCalls(ctx, rdb)
 				cmds[p] = append(cmds[p], float64(all)/float64(n))
 				calls[p] = append(calls[p], float64(scripts)/float64(n))
