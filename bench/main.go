@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
@@ -279,4 +280,56 @@ func printCommandStats(ctx context.Context, rdb redis.UniversalClient, what stri
 			fmt.Printf("    %-32s %6.2f calls  %7.2f µs\n", strings.TrimPrefix(name, "cmdstat_"), calls/float64(tasks), usec/float64(tasks))
 		}
 	}
+}
+
+// monitor counts the commands clients send (MONITOR, through redis-cli),
+// those run by scripts left out: the round trips behind a run.
+type monitor struct {
+	cmd *exec.Cmd
+	out *os.File
+}
+
+func startMonitor(addr string) *monitor {
+	host, port, _ := strings.Cut(addr, ":")
+	f, err := os.CreateTemp("", "monitor-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := exec.Command("redis-cli", "-h", host, "-p", port, "monitor")
+	c.Stdout = f
+	if err := c.Start(); err != nil {
+		log.Fatal(err)
+	}
+	return &monitor{c, f}
+}
+
+func (m *monitor) print(tasks int) {
+	m.cmd.Process.Kill()
+	m.cmd.Wait()
+	defer os.Remove(m.out.Name())
+	raw, err := os.ReadFile(m.out.Name())
+	if err != nil {
+		log.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, l := range strings.Split(string(raw), "\n") {
+		_, rest, ok := strings.Cut(l, "] \"")
+		if !ok || strings.Contains(l, " lua] ") {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, "\"")
+		counts[strings.ToLower(name)]++
+	}
+	names := make([]string, 0, len(counts))
+	for k := range counts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Printf("  commands clients sent per task (MONITOR):")
+	for _, k := range names {
+		if v := float64(counts[k]) / float64(tasks); v >= 0.005 {
+			fmt.Printf(" %s %.2f", k, v)
+		}
+	}
+	fmt.Println()
 }

@@ -214,6 +214,10 @@ func workerOverhead(ctx context.Context, addr string) {
 					log.Fatal(err)
 				}
 				cpu0 := redisCPU(ctx, rdb)
+				var mon *monitor
+				if *cmdStats {
+					mon = startMonitor(addr)
+				}
 				switch p {
 				case "sluice":
 					_, stop := startWorker(addr, cfg, rec)
@@ -252,6 +256,7 @@ func workerOverhead(ctx context.Context, addr string) {
 				got[p] = rec.rate()
 				if *cmdStats {
 					printCommandStats(ctx, rdb, fmt.Sprintf("%s, concurrency %d", p, conc), n)
+					mon.print(n)
 				}
 				all, scripts := commandCalls(ctx, rdb)
 				cmds[p] = append(cmds[p], float64(all)/float64(n))
