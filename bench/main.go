@@ -32,6 +32,7 @@ var (
 	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
 	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
+	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
 	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,counters,replicas,figures")
 )
 
@@ -187,25 +188,48 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 	return time.Duration((u + s) * 1e9)
 }
 
-// commandCalls sums INFO commandstats: every command (those scripts make
-// included) and the script calls (EVALSHA, EVAL) since the last CONFIG
-// RESETSTAT.
-func commandCalls(ctx context.Context, rdb redis.UniversalClient) (all, scripts int64) {
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct{ calls, usec float64 }
+
+// commandStats reads INFO commandstats since the last CONFIG RESETSTAT, by
+// command name (cmdstat_ left out); those scripts make are included.
+func commandStats(ctx context.Context, rdb redis.UniversalClient) map[string]cmdStat {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		log.Fatal(err)
 	}
+	stats := map[string]cmdStat{}
 	for _, l := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				st.calls = f
+			case "usec":
+				st.usec = f
+			}
+		}
+		stats[strings.TrimPrefix(name, "cmdstat_")] = st
+	}
+	return stats
+}
+
+// commandCalls sums INFO commandstats: every command (those scripts make
+// included) and the script calls (FCALL, EVALSHA, EVAL) since the last
+// CONFIG RESETSTAT.
+func commandCalls(ctx context.Context, rdb redis.UniversalClient) (all, scripts int64) {
+	for name, st := range commandStats(ctx, rdb) {
+		n := int64(st.calls)
 		switch name {
-		case "cmdstat_config|resetstat", "cmdstat_info":
+		case "config|resetstat", "info":
 			continue
-		case "cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval":
+		case "fcall", "evalsha", "eval":
 			scripts += n
 		}
 		all += n
@@ -255,29 +279,17 @@ func loadAverage() string {
 // printCommandStats prints each command's calls and Redis time per task
 // since the last CONFIG RESETSTAT (those run inside scripts included).
 func printCommandStats(ctx context.Context, rdb redis.UniversalClient, what string, tasks int) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		log.Fatal(err)
+	stats := commandStats(ctx, rdb)
+	names := make([]string, 0, len(stats))
+	for name := range stats {
+		names = append(names, name)
 	}
+	sort.Strings(names)
 	fmt.Printf("  commands per task, %s:\n", what)
-	for _, l := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		var calls, usec float64
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			f, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				calls = f
-			case "usec":
-				usec = f
-			}
-		}
-		if calls/float64(tasks) >= 0.005 {
-			fmt.Printf("    %-32s %6.2f calls  %7.2f µs\n", strings.TrimPrefix(name, "cmdstat_"), calls/float64(tasks), usec/float64(tasks))
+	for _, name := range names {
+		st := stats[name]
+		if st.calls/float64(tasks) >= 0.005 {
+			fmt.Printf("    %-32s %6.2f calls  %7.2f µs\n", name, st.calls/float64(tasks), st.usec/float64(tasks))
 		}
 	}
 }
@@ -299,6 +311,15 @@ func startMonitor(addr string) *monitor {
 	c.Stdout = f
 	if err := c.Start(); err != nil {
 		log.Fatal(err)
+	}
+	// redis-cli prints OK once the server streams to it: only then does the run start.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(f.Name()); strings.HasPrefix(string(b), "OK") {
+			break
+		}
+		if time.Now().After(deadline) {
+			log.Fatal("monitor: redis-cli did not attach within 5 s")
+		}
 	}
 	return &monitor{c, f}
 }

@@ -215,7 +215,7 @@ func workerOverhead(ctx context.Context, addr string) {
 				}
 				cpu0 := redisCPU(ctx, rdb)
 				var mon *monitor
-				if *cmdStats {
+				if *monitorOn {
 					mon = startMonitor(addr)
 				}
 				switch p {
@@ -256,6 +256,8 @@ func workerOverhead(ctx context.Context, addr string) {
 				got[p] = rec.rate()
 				if *cmdStats {
 					printCommandStats(ctx, rdb, fmt.Sprintf("%s, concurrency %d", p, conc), n)
+				}
+				if mon != nil {
 					mon.print(n)
 				}
 				all, scripts := commandCalls(ctx, rdb)
