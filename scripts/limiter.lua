@@ -341,12 +341,6 @@ local function ctr_gone(d, key)
   d.t, d.o, d.opt, d.covered = 0, false, false, false
 end
 
--- ctr_prune: drops a bucketed key's gone buckets (before the bucket ahead of x's, x: the span's
--- start), once TRIM_LAG of them are: a count no check can see only makes the total an
--- overestimate, which the fast path treats conservatively and the bucket-by-bucket count
--- ignores, so a steady rate pays for a trim once per TRIM_LAG buckets. The buckets that can be
--- gone lie on the grid from o to the cut: just those are read, and the cut is kept as o, a
--- bound no start held is older than. o: the key's "o" if already read.
 -- ctr_scan: reads every count of key and splits them by gone(start): the gone fields, the sum
 -- of their counts, and the oldest start kept (nil: none).
 local function ctr_scan(key, gone)
@@ -366,6 +360,12 @@ local function ctr_scan(key, gone)
   return old, dropped, oldest
 end
 
+-- ctr_prune: drops a bucketed key's gone buckets (before the bucket ahead of x's, x: the span's
+-- start), once TRIM_LAG of them are: a count no check can see only makes the total an
+-- overestimate, which the fast path treats conservatively and the bucket-by-bucket count
+-- ignores, so a steady rate pays for a trim once per TRIM_LAG buckets. The buckets that can be
+-- gone lie on the grid from o to the cut: just those are read, and the cut is kept as o, a
+-- bound no start held is older than. o: the key's "o" if already read.
 ctr_prune = function(d, key, x, o)
   if o == nil then o = tonumber(call('HGET', key, 'o') or '') end
   if not o then return end
