@@ -49,6 +49,37 @@ func TestBatchIsolatesOps(t *testing.T) {
 	}
 }
 
+// A reserve operation too short for its fixed arguments fails alone, with
+// its own error: it never reads the next operation's arguments as its own.
+func TestShortReserveFailsAlone(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.New(t)
+	l, err := New(c, Options{Secret: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lim := Limit{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 1, Window: time.Minute}}
+	key, _ := l.Key("g", lim)
+	full := func(id string) []any {
+		return []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0, 0, ""}
+	}
+	mk := func(id string, args []any) *call {
+		return &call{done: make(chan struct{}), op: &op{code: "R", keys: []string{key, l.StateKey("g", id)}, args: args}}
+	}
+	// Cut in the rules (no count of closed intervals) and after them (no note).
+	calls := []*call{mk("short1", full("short1")[:14]), mk("short2", full("short2")[:20]), mk("a", full("a"))}
+	l.batch.exec(context.Background(), calls)
+	for _, sc := range calls[:2] {
+		if sc.err == nil || !strings.Contains(sc.err.Error(), "reserve: too few arguments") {
+			t.Fatalf("%s: %v %v; want the too-few-arguments error", sc.op.args[0], sc.reply, sc.err)
+		}
+	}
+	if calls[2].err != nil || calls[2].reply[0] != int64(StatusAdmitted) {
+		t.Fatalf("a after the short ones: %v %v; want admitted (nothing counted for them)", calls[2].reply, calls[2].err)
+	}
+}
+
 // Concurrent calls travel together: far fewer script calls than checks.
 func TestBatchCoalesces(t *testing.T) {
 	t.Parallel()
