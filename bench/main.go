@@ -33,7 +33,7 @@ var (
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
 	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
 	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
-	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,worker,backlog,multi,coincide,issue15,lanes,memory,counters,replicas,figures")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,calls,worker,backlog,multi,coincide,issue15,lanes,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -103,6 +103,10 @@ func main() {
 	if want("tune") {
 		fmt.Println("\n== coalescing settings (single-rule check, calls/s)")
 		tune(ctx, rdb)
+	}
+	if want("calls") {
+		fmt.Println("\n== what one redis.call costs inside a Redis function, by kind; the worker's check made alone (Redis time)")
+		calls(ctx, rdb)
 	}
 	if want("worker") {
 		fmt.Println("\n== worker throughput (tasks/s, in-process Asynq servers, no-op sender, every task admitted)")

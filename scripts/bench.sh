@@ -12,6 +12,7 @@
 #   ./scripts/bench.sh --only throttled,coincide   denials, bookings, wake-and-admit; drains whose slots coincide
 #   ./scripts/bench.sh --only replicas   what SLUICE_REDIS_WAIT_REPLICAS=1 costs (about a minute)
 #   ./scripts/bench.sh --only worker -commandstats -monitor   a task's Redis commands by kind, and the calls clients send (MONITOR slows the runs)
+#   ./scripts/bench.sh --only calls     what one redis.call costs inside a function, by kind; the worker's check made alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v redis-server >/dev/null || { echo "bench.sh: redis-server not found (sudo apt-get install redis-server)" >&2; exit 1; }
