@@ -126,14 +126,21 @@ func counters(ctx context.Context, rdb *redis.Client) {
 			return err
 		}
 	}
-	var lg, bk []float64
-	logRun := func() {
+	var lg, bk, lgCPU, bkCPU []float64
+	// measure is one run's checks/s and Redis CPU per check (INFO cpu, µs).
+	measure := func(rule throttle.Rule) (float64, float64) {
 		rdb.FlushAll(ctx)
-		lg = append(lg, throughput(ctx, 32, steady(throttle.Rule{Limit: 1000, Window: time.Second})))
+		cpu0 := redisCPU(ctx, rdb)
+		rate, n := run(ctx, 32, steady(rule))
+		return rate, us(redisCPU(ctx, rdb)-cpu0) / float64(n)
+	}
+	logRun := func() {
+		r, c := measure(throttle.Rule{Limit: 1000, Window: time.Second})
+		lg, lgCPU = append(lg, r), append(lgCPU, c)
 	}
 	bucketRun := func() {
-		rdb.FlushAll(ctx)
-		bk = append(bk, throughput(ctx, 32, steady(throttle.Rule{Limit: 1000, Window: time.Second, Buckets: 60})))
+		r, c := measure(throttle.Rule{Limit: 1000, Window: time.Second, Buckets: 60})
+		bk, bkCPU = append(bk, r), append(bkCPU, c)
 	}
 	for r := range *rounds {
 		// A B, then B A: a drift in the machine's load falls on both alike.
@@ -147,5 +154,6 @@ func counters(ctx context.Context, rdb *redis.Client) {
 	}
 	ratio := median(bk) / median(lg)
 	add(row{"counters", "checks/s at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.0f vs %.0f", median(bk), median(lg)), fmt.Sprintf("%.2f", ratio), "≥ 1.0×", verdict(ratio >= 1.0)})
+	add(row{"counters", "Redis CPU per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkCPU), median(lgCPU)), f2(median(bkCPU) / median(lgCPU)), "(report: INFO cpu delta / checks)", ""})
 	rdb.FlushAll(ctx)
 }
