@@ -610,19 +610,47 @@ local function search(keys, limits, wps, c, closed)
   return c, rule, counts
 end
 
--- add puts member at c in every key, with TTLs that cover it (never shortened).
-local function add(keys, wps, counts, c, m)
-  for i = 1, #keys do
+-- add puts member at c in every key, with TTLs that cover it (never shortened). With nx, a
+-- member already in a log key is a duplicate: add takes back what it added and returns false,
+-- having changed nothing (its ZADD NX is the duplicate check, so an admission makes none apart).
+local function add(keys, wps, counts, c, m, nx)
+  local n, cs = #keys, fmt(c)
+  if nx then
+    for i = 1, n do
+      if not ctr[keys[i]] and call('ZADD', keys[i], 'NX', cs, m) == 0 then
+        local own = false -- two rules of one key: the member is there from this add
+        for j = 1, i - 1 do
+          if keys[j] == keys[i] then own = true break end
+        end
+        if not own then
+          for j = 1, i - 1 do
+            if not ctr[keys[j]] then call('ZREM', keys[j], m) end
+          end
+          return false
+        end
+      end
+    end
+  end
+  for i = 1, n do
     if ctr[keys[i]] then
       ctr_add(ctr[keys[i]], keys[i], wps[i], c, counts[i] > 0)
     else
-      call('ZADD', keys[i], fmt(c), m)
+      if not nx then call('ZADD', keys[i], cs, m) end
       local ttl = c - now + wps[i] + 1
       if counts[i] > 0 or call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
         call('PEXPIRE', keys[i], ttl, 'GT')
       end
     end
   end
+  return true
+end
+
+-- inside: whether member m is in one of the log keys (a counter key keeps no members).
+local function inside(keys, m)
+  for i = 1, #keys do
+    if not ctr[keys[i]] and call('ZSCORE', keys[i], m) then return true end
+  end
+  return false
 end
 
 -- suppressed: whether the suppression hash key blocks a send of category (see "R" above).
@@ -804,18 +832,20 @@ local function reserve_op(k0, a0, nk)
     end
     if lastttl > 0 then lastkey = KEYS[kx]; kx = kx + 1 end
     if notettl > 0 then notekey = KEYS[kx] end
-  else
-    for i = 1, n do
-      if not ctr[keys[i]] and call('ZSCORE', keys[i], m) then return {DUPLICATE, 0, -1, 0, 1, now} end
-    end
   end
+  -- No state key: a member already inside a window is a duplicate. An admission or booking
+  -- learns that from its adds (add with nx); every other answer asks first (inside).
+  local nostate = not skey
 
   c = unclosed(c, closed)
   if not held then
     for i = 1, n do
       if drops[i] then
         local x = earliest(keys[i], limits[i], wps[i], c)
-        if x ~= c then return {DROPPED, i, -1, 0, attempt, c} end
+        if x ~= c then
+          if nostate and inside(keys, m) then return {DUPLICATE, 0, -1, 0, 1, now} end
+          return {DROPPED, i, -1, 0, attempt, c}
+        end
       end
     end
   end
@@ -824,6 +854,7 @@ local function reserve_op(k0, a0, nk)
   c, rule, counts = search(keys, limits, wps, c, closed)
   local wait = max(c - now, 0)
   if deadline and c > deadline then
+    if nostate and inside(keys, m) then return {DUPLICATE, 0, -1, 0, 1, now} end
     if held then call('DEL', skey) end
     return {EXPIRED, rule, wait, 0, attempt, c}
   end
@@ -835,10 +866,11 @@ local function reserve_op(k0, a0, nk)
   remaining = max(remaining, 0)
   local admit = wait <= horizon
   if not admit and not book then
+    if nostate and inside(keys, m) then return {DUPLICATE, 0, -1, 0, 1, now} end
     if held then call('DEL', skey) end
     return {DENIED, rule, wait, 0, attempt, c}
   end
-  add(keys, wps, counts, c, m)
+  if not add(keys, wps, counts, c, m, nostate) then return {DUPLICATE, 0, -1, 0, 1, now} end
   if admit then
     if skey then call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     if lastkey then call('SET', lastkey, category, 'PX', lastttl) end

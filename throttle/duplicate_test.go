@@ -10,8 +10,8 @@ import (
 // Allow answers a member already in any of its windows as a duplicate —
 // whether the windows have room or not — also when the check's limits
 // changed since (a plan change between a call and its retry), and counts it
-// nowhere twice. (Kept from trying to answer duplicates from ZADD NX, which
-// must then take back what it added: it did not lower Redis CPU, round 3.)
+// nowhere twice. An admission learns of a duplicate from its ZADD NX and
+// takes back what it added; every other answer asks first.
 func TestAllowDuplicateAcrossChangedLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
@@ -56,5 +56,64 @@ func TestAllowDuplicateAcrossChangedLimits(t *testing.T) {
 	}
 	if n := len(snapshot(t, b.client, b.key(t, a))); n != 1 {
 		t.Fatalf("window a holds %d entries, want 1 (m1)", n)
+	}
+}
+
+// A duplicate answered by an admission's adds changes nothing: the windows it
+// was added to before finding the member are as they were, TTLs included.
+func TestAllowDuplicateChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	a := recipient(throttle.Rule{Limit: 5, Window: time.Minute})
+	long := throttle.Limit{Scope: "sms:tenant", Rule: throttle.Rule{Limit: 5, Window: time.Hour}}
+	if d, err := b.lim.Allow(ctx, b.group, "other", a); err != nil || d.Status != throttle.StatusAdmitted {
+		t.Fatalf("%v %v", d.Status, err)
+	}
+	if d, err := b.lim.Allow(ctx, b.group, "m", long); err != nil || d.Status != throttle.StatusAdmitted {
+		t.Fatalf("%v %v", d.Status, err)
+	}
+	ka := b.key(t, a)
+	before := snapshot(t, b.client, ka)
+	// A TTL shorter than an admission sets: an add's PEXPIRE … GT would lengthen it.
+	const short = 5 * time.Second
+	if err := b.client.PExpire(ctx, ka, short).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.lim.Allow(ctx, b.group, "m", a, long)
+	if err != nil || d.Status != throttle.StatusDuplicate {
+		t.Fatalf("%v %v, want duplicate", d.Status, err)
+	}
+	after := snapshot(t, b.client, ka)
+	if len(after) != len(before) || after["other"] != before["other"] {
+		t.Fatalf("window a changed: %v, was %v", after, before)
+	}
+	if got := b.client.PTTL(ctx, ka).Val(); got > short {
+		t.Fatalf("a duplicate moved a's TTL on: %v, was %v", got, short)
+	}
+	// A member in neither window, in a check whose only log key is new: nothing left behind.
+	fresh := throttle.Limit{Scope: "sms:fresh", Rule: throttle.Rule{Limit: 5, Window: time.Minute}}
+	if d, err := b.lim.Allow(ctx, b.group, "m", fresh, long); err != nil || d.Status != throttle.StatusDuplicate {
+		t.Fatalf("%v %v, want duplicate", d.Status, err)
+	}
+	if n := b.client.Exists(ctx, b.key(t, fresh)).Val(); n != 0 {
+		t.Fatal("a duplicate left a new window key behind")
+	}
+}
+
+// Two limits of one key in a check are the same window: the second add finds
+// the member the first put there, and the check is admitted, not a duplicate.
+func TestAllowSameKeyTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	a := recipient(throttle.Rule{Limit: 5, Window: time.Minute})
+	d, err := b.lim.Allow(ctx, b.group, "m", a, a)
+	if err != nil || d.Status != throttle.StatusAdmitted {
+		t.Fatalf("%v %v, want admitted", d.Status, err)
+	}
+	if got := snapshot(t, b.client, b.key(t, a)); len(got) != 1 {
+		t.Fatalf("window holds %v, want the one entry", got)
+	}
+	if d, err := b.lim.Allow(ctx, b.group, "m", a, a); err != nil || d.Status != throttle.StatusDuplicate {
+		t.Fatalf("asked again: %v %v, want duplicate", d.Status, err)
 	}
 }
