@@ -645,6 +645,9 @@ local function add(keys, wps, counts, c, m, nx)
   return true
 end
 
+-- duplicate: the reply to a member already inside a window: nothing changed.
+local function duplicate() return {DUPLICATE, 0, -1, 0, 1, now} end
+
 -- inside: whether member m is in one of the log keys (a counter key keeps no members).
 local function inside(keys, m)
   for i = 1, #keys do
@@ -843,7 +846,7 @@ local function reserve_op(k0, a0, nk)
       if drops[i] then
         local x = earliest(keys[i], limits[i], wps[i], c)
         if x ~= c then
-          if nostate and inside(keys, m) then return {DUPLICATE, 0, -1, 0, 1, now} end
+          if nostate and inside(keys, m) then return duplicate() end
           return {DROPPED, i, -1, 0, attempt, c}
         end
       end
@@ -854,7 +857,7 @@ local function reserve_op(k0, a0, nk)
   c, rule, counts = search(keys, limits, wps, c, closed)
   local wait = max(c - now, 0)
   if deadline and c > deadline then
-    if nostate and inside(keys, m) then return {DUPLICATE, 0, -1, 0, 1, now} end
+    if nostate and inside(keys, m) then return duplicate() end
     if held then call('DEL', skey) end
     return {EXPIRED, rule, wait, 0, attempt, c}
   end
@@ -866,11 +869,11 @@ local function reserve_op(k0, a0, nk)
   remaining = max(remaining, 0)
   local admit = wait <= horizon
   if not admit and not book then
-    if nostate and inside(keys, m) then return {DUPLICATE, 0, -1, 0, 1, now} end
+    if nostate and inside(keys, m) then return duplicate() end
     if held then call('DEL', skey) end
     return {DENIED, rule, wait, 0, attempt, c}
   end
-  if not add(keys, wps, counts, c, m, nostate) then return {DUPLICATE, 0, -1, 0, 1, now} end
+  if not add(keys, wps, counts, c, m, nostate) then return duplicate() end
   if admit then
     if skey then call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     if lastkey then call('SET', lastkey, category, 'PX', lastttl) end
