@@ -10,27 +10,44 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// One batch carries several independent ops: each answers for itself, a
-// failing op fails alone, and they all share one clock reading.
-func TestBatchIsolatesOps(t *testing.T) {
-	t.Parallel()
+// reserveCalls gives a limiter on a private redis-server and a maker of raw
+// reserve calls for id in group "g", one rule of 1/min, with the given ARGV
+// (nil: the full ARGV of reserveArgs).
+func reserveCalls(t *testing.T) (*Limiter, *redis.Client, func(id string, args []any) *call) {
+	t.Helper()
 	_, c := redistest.New(t)
 	l, err := New(c, Options{Secret: []byte("0123456789abcdef0123")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	lim := Limit{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 1, Window: time.Minute}}
-	key, _ := l.Key("g", lim)
-	c.Set(context.Background(), l.StateKey("g", "bad"), "garbage", time.Minute)
-	mk := func(id string) *call {
-		return &call{done: make(chan struct{}), op: &op{code: "R", keys: []string{key, l.StateKey("g", id)},
-			args: []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0, 0, ""}}}
+	t.Cleanup(func() { l.Close() })
+	key, _ := l.Key("g", Limit{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 1, Window: time.Minute}})
+	return l, c, func(id string, args []any) *call {
+		if args == nil {
+			args = reserveArgs(id)
+		}
+		return &call{done: make(chan struct{}), op: &op{code: "R", keys: []string{key, l.StateKey("g", id)}, args: args}}
 	}
-	calls := []*call{mk("a"), mk("bad"), mk("b"), {done: make(chan struct{}), op: &op{code: "Q"}}}
+}
+
+// reserveArgs is a reserve operation's whole ARGV for id: policy at-least-once, one rule of
+// 1/60 s, no closed intervals, consent, note, counters or holds.
+func reserveArgs(id string) []any {
+	return []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0, 0, ""}
+}
+
+// One batch carries several independent ops: each answers for itself, a
+// failing op fails alone, and they all share one clock reading.
+func TestBatchIsolatesOps(t *testing.T) {
+	t.Parallel()
+	l, c, mk := reserveCalls(t)
+	c.Set(context.Background(), l.StateKey("g", "bad"), "garbage", time.Minute)
+	calls := []*call{mk("a", nil), mk("bad", nil), mk("b", nil), {done: make(chan struct{}), op: &op{code: "Q"}}}
 	l.batch.exec(context.Background(), calls)
 	if calls[0].err != nil || calls[0].reply[0] != int64(StatusAdmitted) {
 		t.Fatalf("a: %v %v", calls[0].reply, calls[0].err)
@@ -53,22 +70,9 @@ func TestBatchIsolatesOps(t *testing.T) {
 // its own error: it never reads the next operation's arguments as its own.
 func TestShortReserveFailsAlone(t *testing.T) {
 	t.Parallel()
-	_, c := redistest.New(t)
-	l, err := New(c, Options{Secret: []byte("0123456789abcdef0123")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lim := Limit{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 1, Window: time.Minute}}
-	key, _ := l.Key("g", lim)
-	full := func(id string) []any {
-		return []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0, 0, ""}
-	}
-	mk := func(id string, args []any) *call {
-		return &call{done: make(chan struct{}), op: &op{code: "R", keys: []string{key, l.StateKey("g", id)}, args: args}}
-	}
+	l, _, mk := reserveCalls(t)
 	// Cut in the rules (no count of closed intervals) and after them (no note).
-	calls := []*call{mk("short1", full("short1")[:14]), mk("short2", full("short2")[:20]), mk("a", full("a"))}
+	calls := []*call{mk("short1", reserveArgs("short1")[:14]), mk("short2", reserveArgs("short2")[:20]), mk("a", nil)}
 	l.batch.exec(context.Background(), calls)
 	for _, sc := range calls[:2] {
 		if sc.err == nil || !strings.Contains(sc.err.Error(), "reserve: too few arguments") {
