@@ -102,6 +102,23 @@ func boundaries(r Rule, from time.Time) []int64 {
 	return out
 }
 
+// counterArgsLen is how many values counterArgs appends for limits, so that
+// an operation's arguments are allocated once, at their size.
+func counterArgsLen(limits []Limit) int {
+	n := 1
+	for _, lim := range limits {
+		switch r := lim.Rule; {
+		case r.Calendar == Minute || r.Calendar == Hour:
+			n += 4 + calendarTableShort
+		case r.Calendar != "":
+			n += 4 + calendarTable
+		case r.Buckets > 0:
+			n += 3
+		}
+	}
+	return n
+}
+
 // counterArgs appends the descriptors of limits' counter rules: their count,
 // then per rule its 1-based index, "b" and the bucket length in ms, or "c",
 // the nominal window in ms, the number of boundaries and the boundaries.

@@ -278,7 +278,9 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 		longest = max(longest, lim.Rule.Window)
 	}
 	sttl := max(opts.StateTTL, longest+opts.Slack, time.Second) // a check with no limits still keeps its record a while
-	args := make([]any, 0, 10+3*len(limits)+2*len(opts.Closed))
+	// The fixed values, the limits', the closed intervals', consent's, the
+	// note's, the counter descriptors and the holds' count: one allocation.
+	args := make([]any, 0, 12+3*len(limits)+1+2*len(opts.Closed)+4+2+counterArgsLen(limits)+1)
 	if len(opts.Nonce) > 32 || strings.ContainsAny(opts.Nonce, ":# ") {
 		return Decision{}, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
 	}
@@ -408,7 +410,8 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 		}
 		// The id's record lives in its own group; elsewhere the key named is never written.
 		keys = append(keys, l.StateKey(part.group, id))
-		args := counterArgs([]any{l.stored(id), attempt}, part.limits, l.tableFrom)
+		args := append(make([]any, 0, 2+counterArgsLen(part.limits)), l.stored(id), attempt)
+		args = counterArgs(args, part.limits, l.tableFrom)
 		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, &op{code: "X", keys: keys, args: args})
 		if err != nil {
 			return removed, fmt.Errorf("throttle: release: %w", err)
@@ -517,7 +520,7 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	args := make([]any, 0, 2+2*len(limits))
+	args := make([]any, 0, 2+2*len(limits)+counterArgsLen(limits))
 	args = append(args, slack.Milliseconds(), len(limits))
 	for _, lim := range limits {
 		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
