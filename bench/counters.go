@@ -126,21 +126,29 @@ func counters(ctx context.Context, rdb *redis.Client) {
 			return err
 		}
 	}
-	var lg, bk, lgCPU, bkCPU []float64
-	// measure is one run's checks/s and Redis CPU per check (INFO cpu, µs).
-	measure := func(rule throttle.Rule) (float64, float64) {
+	var lg, bk, lgCPU, bkCPU, lgOwn, bkOwn, lgBatch, bkBatch, lgFn, bkFn []float64
+	// measure is one run's checks/s, Redis CPU per check (INFO cpu, µs) and
+	// this process's CPU per check (getrusage: the client side, µs).
+	// It also gives checks per script call (the batches' size) and the
+	// function's own time per check (INFO commandstats).
+	measure := func(rule throttle.Rule) (rate, cpu, own, batch, fn float64) {
 		rdb.FlushAll(ctx)
-		cpu0 := redisCPU(ctx, rdb)
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			log.Fatal(err)
+		}
+		cpu0, own0 := redisCPU(ctx, rdb), ownCPU()
 		rate, n := run(ctx, 32, steady(rule))
-		return rate, us(redisCPU(ctx, rdb)-cpu0) / float64(n)
+		cpu, own = us(redisCPU(ctx, rdb)-cpu0)/float64(n), us(ownCPU()-own0)/float64(n)
+		f := commandStats(ctx, rdb)["fcall"]
+		return rate, cpu, own, float64(n) / f.calls, f.usec / float64(n)
 	}
 	logRun := func() {
-		r, c := measure(throttle.Rule{Limit: 1000, Window: time.Second})
-		lg, lgCPU = append(lg, r), append(lgCPU, c)
+		r, c, o, b, f := measure(throttle.Rule{Limit: 1000, Window: time.Second})
+		lg, lgCPU, lgOwn, lgBatch, lgFn = append(lg, r), append(lgCPU, c), append(lgOwn, o), append(lgBatch, b), append(lgFn, f)
 	}
 	bucketRun := func() {
-		r, c := measure(throttle.Rule{Limit: 1000, Window: time.Second, Buckets: 60})
-		bk, bkCPU = append(bk, r), append(bkCPU, c)
+		r, c, o, b, f := measure(throttle.Rule{Limit: 1000, Window: time.Second, Buckets: 60})
+		bk, bkCPU, bkOwn, bkBatch, bkFn = append(bk, r), append(bkCPU, c), append(bkOwn, o), append(bkBatch, b), append(bkFn, f)
 	}
 	for r := range *rounds {
 		// A B, then B A: a drift in the machine's load falls on both alike.
@@ -155,5 +163,8 @@ func counters(ctx context.Context, rdb *redis.Client) {
 	ratio := median(bk) / median(lg)
 	add(row{"counters", "checks/s at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.0f vs %.0f", median(bk), median(lg)), fmt.Sprintf("%.2f", ratio), "≥ 1.0×", verdict(ratio >= 1.0)})
 	add(row{"counters", "Redis CPU per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkCPU), median(lgCPU)), f2(median(bkCPU) / median(lgCPU)), "(report: INFO cpu delta / checks)", ""})
+	add(row{"counters", "client CPU per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkOwn), median(lgOwn)), f2(median(bkOwn) / median(lgOwn)), "(report: getrusage delta / checks)", ""})
+	add(row{"counters", "checks per FCALL at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f", median(bkBatch), median(lgBatch)), f2(median(bkBatch) / median(lgBatch)), "(report: INFO commandstats)", ""})
+	add(row{"counters", "FCALL time per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkFn), median(lgFn)), f2(median(bkFn) / median(lgFn)), "(report: INFO commandstats)", ""})
 	rdb.FlushAll(ctx)
 }
