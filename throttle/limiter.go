@@ -269,7 +269,7 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	var keys []string
 	if len(limits) > 0 || policy == "" {
 		var err error
-		if keys, err = l.keys(group, limits); err != nil {
+		if keys, err = l.keys(group, limits, stateKeys(policy, opts)); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -495,7 +495,7 @@ type Usage struct {
 // Usage reads the state of each limit of the group, with the slack Reserve
 // uses (0 for Allow). It writes nothing.
 func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, limits ...Limit) ([]Usage, error) {
-	if _, err := l.keys(group, limits); err != nil {
+	if _, err := l.keys(group, limits, 0); err != nil {
 		return nil, err
 	}
 	out := make([]Usage, len(limits))
@@ -516,7 +516,7 @@ func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, 
 }
 
 func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, limits []Limit) ([]Usage, error) {
-	keys, err := l.keys(group, limits)
+	keys, err := l.keys(group, limits, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -556,7 +556,7 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 
 // Reset deletes the windows of the given limits: every admission in them is forgotten.
 func (l *Limiter) Reset(ctx context.Context, group string, limits ...Limit) error {
-	keys, err := l.keys(group, limits)
+	keys, err := l.keys(group, limits, 0)
 	if err != nil {
 		return err
 	}
@@ -662,14 +662,37 @@ func (l *Limiter) HashedSubjectKey(group, kind, hashed string) string {
 	return b.String()
 }
 
-func (l *Limiter) keys(group string, limits []Limit) ([]string, error) {
+// stateKeys is how many keys a check names after its rules' (see reserve):
+// the id's state, a block key, consent's one or two, the note's and the holds.
+func stateKeys(policy RerunPolicy, opts ReserveOptions) int {
+	if policy == "" {
+		return 0
+	}
+	n := 1 + len(opts.Holds)
+	if opts.Block != "" {
+		n++
+	}
+	if cc := opts.Consent; cc != nil {
+		n++
+		if cc.LastKey != "" {
+			n++
+		}
+	}
+	if opts.Note != nil {
+		n++
+	}
+	return n
+}
+
+// keys names the rules' keys, with room for extra keys after them.
+func (l *Limiter) keys(group string, limits []Limit, extra int) ([]string, error) {
 	if len(limits) == 0 || len(limits) > MaxRules {
 		return nil, fmt.Errorf("%w: a check takes 1 to %d limits, got %d", ErrTooManyRules, MaxRules, len(limits))
 	}
 	if err := checkGroup(group); err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(limits))
+	keys := make([]string, len(limits), len(limits)+extra)
 	for i, lim := range limits {
 		k, err := l.Key(group, lim)
 		if err != nil {
