@@ -599,7 +599,7 @@ func (l *Limiter) Key(group string, lim Limit) (string, error) {
 	b.WriteString("}:")
 	b.WriteString(lim.Scope)
 	b.WriteByte(':')
-	b.WriteString(lim.Rule.keyPart())
+	lim.Rule.writeKeyPart(&b)
 	if lim.Subject != "" {
 		if len(lim.Subject) > 1024 {
 			return "", fmt.Errorf("%w: subject longer than 1024 bytes", ErrInvalidKey)
