@@ -89,10 +89,7 @@ func boundaries(r Rule, from time.Time) []int64 {
 	if err != nil {
 		loc = time.UTC // Validate ran first; never reached
 	}
-	n := calendarTable
-	if r.Calendar == Minute || r.Calendar == Hour {
-		n = calendarTableShort
-	}
+	n := tableLen(r.Calendar)
 	out := make([]int64, 0, n)
 	t := PeriodStart(from, r.Calendar, loc)
 	for range n {
@@ -102,16 +99,22 @@ func boundaries(r Rule, from time.Time) []int64 {
 	return out
 }
 
+// tableLen is how many period boundaries a check passes for a calendar period.
+func tableLen(p Period) int {
+	if p == Minute || p == Hour {
+		return calendarTableShort
+	}
+	return calendarTable
+}
+
 // counterArgsLen is how many values counterArgs appends for limits, so that
 // an operation's arguments are allocated once, at their size.
 func counterArgsLen(limits []Limit) int {
 	n := 1
 	for _, lim := range limits {
 		switch r := lim.Rule; {
-		case r.Calendar == Minute || r.Calendar == Hour:
-			n += 4 + calendarTableShort
 		case r.Calendar != "":
-			n += 4 + calendarTable
+			n += 4 + tableLen(r.Calendar)
 		case r.Buckets > 0:
 			n += 3
 		}
