@@ -79,8 +79,6 @@ func fillOne(ctx context.Context, rdb *redis.Client, rule throttle.Rule) int64 {
 	return with - dataMemory(ctx, rdb)
 }
 
-// counters: the memory of one full key of a bucketed rule against a log,
-// and checks/s of a bucketed rule against a log at limit 1,000.
 // settle waits until used_memory reads the same three times 200 ms apart (at most 20 s).
 func settle(ctx context.Context, rdb *redis.Client) {
 	last, same := int64(-1), 0
@@ -95,6 +93,15 @@ func settle(ctx context.Context, rdb *redis.Client) {
 	}
 }
 
+// ctrSample is one run of the steady check: checks/s, Redis CPU per check
+// (INFO cpu, µs), this process's CPU per check (getrusage: the client side,
+// µs), checks per FCALL (the batches' size) and the function's own time per
+// check (INFO commandstats, µs).
+type ctrSample struct{ rate, cpu, own, batch, fn float64 }
+
+// counters: the memory of one full key of a bucketed rule against a log,
+// and checks/s of a bucketed rule against a log at limit 1,000, with what
+// Redis and the client spend per check.
 func counters(ctx context.Context, rdb *redis.Client) {
 	for _, c := range []struct {
 		rule   throttle.Rule
@@ -126,45 +133,51 @@ func counters(ctx context.Context, rdb *redis.Client) {
 			return err
 		}
 	}
-	var lg, bk, lgCPU, bkCPU, lgOwn, bkOwn, lgBatch, bkBatch, lgFn, bkFn []float64
-	// measure is one run's checks/s, Redis CPU per check (INFO cpu, µs) and
-	// this process's CPU per check (getrusage: the client side, µs).
-	// It also gives checks per script call (the batches' size) and the
-	// function's own time per check (INFO commandstats).
-	measure := func(rule throttle.Rule) (rate, cpu, own, batch, fn float64) {
+	// measure is one run's figures.
+	measure := func(rule throttle.Rule) ctrSample {
 		rdb.FlushAll(ctx)
 		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 			log.Fatal(err)
 		}
 		cpu0, own0 := redisCPU(ctx, rdb), ownCPU()
 		rate, n := run(ctx, 32, steady(rule))
-		cpu, own = us(redisCPU(ctx, rdb)-cpu0)/float64(n), us(ownCPU()-own0)/float64(n)
+		cpu, own := us(redisCPU(ctx, rdb)-cpu0), us(ownCPU()-own0)
 		f := commandStats(ctx, rdb)["fcall"]
-		return rate, cpu, own, float64(n) / f.calls, f.usec / float64(n)
+		return ctrSample{rate: rate, cpu: cpu / float64(n), own: own / float64(n), batch: float64(n) / f.calls, fn: f.usec / float64(n)}
 	}
-	logRun := func() {
-		r, c, o, b, f := measure(throttle.Rule{Limit: 1000, Window: time.Second})
-		lg, lgCPU, lgOwn, lgBatch, lgFn = append(lg, r), append(lgCPU, c), append(lgOwn, o), append(lgBatch, b), append(lgFn, f)
-	}
-	bucketRun := func() {
-		r, c, o, b, f := measure(throttle.Rule{Limit: 1000, Window: time.Second, Buckets: 60})
-		bk, bkCPU, bkOwn, bkBatch, bkFn = append(bk, r), append(bkCPU, c), append(bkOwn, o), append(bkBatch, b), append(bkFn, f)
-	}
+	logRule, bucketRule := throttle.Rule{Limit: 1000, Window: time.Second}, throttle.Rule{Limit: 1000, Window: time.Second, Buckets: 60}
+	var lg, bk []ctrSample
 	for r := range *rounds {
 		// A B, then B A: a drift in the machine's load falls on both alike.
 		if r%2 == 0 {
-			logRun()
-			bucketRun()
+			lg = append(lg, measure(logRule))
+			bk = append(bk, measure(bucketRule))
 		} else {
-			bucketRun()
-			logRun()
+			bk = append(bk, measure(bucketRule))
+			lg = append(lg, measure(logRule))
 		}
 	}
-	ratio := median(bk) / median(lg)
-	add(row{"counters", "checks/s at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.0f vs %.0f", median(bk), median(lg)), fmt.Sprintf("%.2f", ratio), "≥ 1.0×", verdict(ratio >= 1.0)})
-	add(row{"counters", "Redis CPU per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkCPU), median(lgCPU)), f2(median(bkCPU) / median(lgCPU)), "(report: INFO cpu delta / checks)", ""})
-	add(row{"counters", "client CPU per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkOwn), median(lgOwn)), f2(median(bkOwn) / median(lgOwn)), "(report: getrusage delta / checks)", ""})
-	add(row{"counters", "checks per FCALL at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f", median(bkBatch), median(lgBatch)), f2(median(bkBatch) / median(lgBatch)), "(report: INFO commandstats)", ""})
-	add(row{"counters", "FCALL time per check at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.1f vs %.1f µs", median(bkFn), median(lgFn)), f2(median(bkFn) / median(lgFn)), "(report: INFO commandstats)", ""})
+	med := func(ss []ctrSample, f func(ctrSample) float64) float64 {
+		v := make([]float64, len(ss))
+		for i, s := range ss {
+			v[i] = f(s)
+		}
+		return median(v)
+	}
+	rate := func(s ctrSample) float64 { return s.rate }
+	ratio := med(bk, rate) / med(lg, rate)
+	add(row{"counters", "checks/s at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.0f vs %.0f", med(bk, rate), med(lg, rate)), fmt.Sprintf("%.2f", ratio), "≥ 1.0×", verdict(ratio >= 1.0)})
+	for _, f := range []struct {
+		what, format, source string
+		of                   func(ctrSample) float64
+	}{
+		{"Redis CPU per check", "%.1f vs %.1f µs", "INFO cpu delta / checks", func(s ctrSample) float64 { return s.cpu }},
+		{"client CPU per check", "%.1f vs %.1f µs", "getrusage delta / checks", func(s ctrSample) float64 { return s.own }},
+		{"checks per FCALL", "%.1f vs %.1f", "INFO commandstats", func(s ctrSample) float64 { return s.batch }},
+		{"FCALL time per check", "%.1f vs %.1f µs", "INFO commandstats", func(s ctrSample) float64 { return s.fn }},
+	} {
+		b, l := med(bk, f.of), med(lg, f.of)
+		add(row{"counters", f.what + " at limit 1000: bucketed ~60 vs log", fmt.Sprintf(f.format, b, l), f2(b / l), "(report: " + f.source + ")", ""})
+	}
 	rdb.FlushAll(ctx)
 }
