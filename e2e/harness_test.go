@@ -245,7 +245,13 @@ func audit(ds []fakes.Delivery, limit int, window time.Duration, subject func(fa
 		for i := 0; i+limit < len(times); i++ {
 			if span := times[i+limit].Sub(times[i]); span <= window {
 				r.violations++
-				r.worst = fmt.Sprintf("%s: %d receipts within %v (window %v)", k, limit+1, span, window)
+				// The gaps tell a lost window entry (receipts bunched) from send
+				// latency outrunning the slack (receipts a window + slack apart, less a little).
+				gaps := make([]string, limit)
+				for j := range gaps {
+					gaps[j] = times[i+j+1].Sub(times[i+j]).String()
+				}
+				r.worst = fmt.Sprintf("%s: %d receipts within %v (window %v; gaps %s)", k, limit+1, span, window, strings.Join(gaps, ", "))
 			}
 		}
 	}
