@@ -85,6 +85,8 @@ var Titles = map[string]string{
 	"invalid-request":       "The request is malformed",
 	"invalid-notification":  "The request holds invalid notifications",
 	"invalid-event":         "The request holds consent events that cannot be recorded",
+	"duplicate-member":      "A member name appears twice in one JSON object",
+	"connection-limit":      "This address holds its share of connections",
 	"unreadable":            "A stored record this version cannot read",
 	"unsupported-media":     "Unsupported Content-Type",
 	"too-large":             "Request body too large",
