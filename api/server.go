@@ -19,10 +19,10 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/connlimit"
 	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
@@ -233,16 +233,29 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, config.EnvPrefix, err)
 		}
 	}
-	ln = netutil.LimitListener(ln, s.cfg.MaxConns) // SLUICE_API_MAX_CONNS
+	limited := connlimit.New(ln, connlimit.Options{Max: s.cfg.MaxConns, PerClient: s.cfg.MaxConnsPerClient,
+		Logger: s.log.With("component", "connections")})
 	srv := &http.Server{
 		Handler:           s.Handler(),
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes - headerSlack,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.ReadTimeout + time.Minute,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ConnState:         limited.ConnState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	ln = limited
+	s.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_api_connections_open",
+			Help: "Client connections the API holds open (at most SLUICE_API_MAX_CONNS)."},
+			func() float64 { return float64(limited.Stats().Open) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_api_connections_closed_for_room_total",
+			Help: "Idle keep-alive connections, or connections without a request head for over 1s, closed to make room for a new one."},
+			func() float64 { return float64(limited.Stats().Evicted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_api_connections_refused_total",
+			Help: "Connections answered 503 connection-limit: their address held SLUICE_API_MAX_CONNS_PER_CLIENT already."},
+			func() float64 { return float64(limited.Stats().Refused) }))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("serving the API", "addr", ln.Addr().String(), "rate_per_token", s.rate.String(), "admin_token", s.cfg.AdminToken != "")
@@ -374,7 +387,13 @@ func (s *Server) tokenRate(ctx context.Context, tokenID string) (time.Duration, 
 
 // unavailable answers a request that Redis could not serve.
 func (s *Server) unavailable(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.Error("redis trouble; request refused", "route", r.Pattern, "err", err)
+	if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+		// The client went away while Redis was asked: its own doing, not
+		// trouble (and a client must not be able to fill the error log).
+		s.log.Debug("client went away; request dropped", "route", r.Pattern, "err", err)
+	} else {
+		s.log.Error("redis trouble; request refused", "route", r.Pattern, "err", err)
+	}
 	w.Header().Set("Retry-After", "1")
 	writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Redis could not be asked; nothing was done, try again")
 }
@@ -420,11 +439,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		}
 		s.metrics.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
 		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-		lvl := slog.LevelInfo
-		if rec.status >= 500 {
-			lvl = slog.LevelError
-		}
-		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "route", route, "status", rec.status,
+		s.log.Log(r.Context(), accessLevel(r, rec.status), "request", "method", r.Method, "route", route, "status", rec.status,
 			"duration", time.Since(start).Round(time.Microsecond), "tenant", rec.id.Tenant, "token_id", rec.id.TokenID)
 	}), "sluice-api", otelhttp.WithTracerProvider(s.tracing), otelhttp.WithPropagators(tasks.Propagator()),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
@@ -433,6 +448,19 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			}
 			return r.Method + " other"
 		}))
+}
+
+// accessLevel is the level of a request's access-log line: info, but
+// error for a server fault (5xx) the client did not cause. A 503 is a
+// refusal the server chose (Redis out of reach, streams all taken: each
+// logged where it happened, sampled where a client could repeat it), and
+// a client that went away ends its own request: neither is an error line
+// a client could fill the log with.
+func accessLevel(r *http.Request, status int) slog.Level {
+	if status < 500 || status == http.StatusServiceUnavailable || r.Context().Err() != nil {
+		return slog.LevelInfo
+	}
+	return slog.LevelError
 }
 
 type metrics struct {
