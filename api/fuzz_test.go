@@ -1,11 +1,17 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/go-openapi/jsonpointer"
 )
 
 // The Idempotency-Key parser never panics, takes what it accepts to a key
@@ -67,3 +73,40 @@ func FuzzDecodeNotification(f *testing.F) {
 // A status callback's form either is refused, field by field, or yields a
 // status Sluice records, an error code and SID it can store, and a
 // recipient that is an E.164 number or nothing.
+
+// duplicateMember finds a repeated member name exactly when an
+// independent decoder (go-json-experiment's jsontext, which refuses
+// duplicate names) does, and its pointer resolves in the body and ends
+// with the name.
+func FuzzDuplicateMember(f *testing.F) {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`, `[{"a":1},{"a":1}]`, `{"a":[{"x":1,"x":1}]}`, `{`, `"x"`,
+		`{"a~/":1,"a~/":1}`, `{"a":1,"\u0061":2}`, `{"notifications":[{"to":"x"},{"to":"y","to":"z"}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		name, ptr, found := duplicateMember(body)
+		var v any
+		if json.Unmarshal(body, &v) != nil || !utf8.Valid(body) {
+			return // not JSON (the decoder says why), or names the two decoders read differently
+		}
+		err := jsontext.NewDecoder(bytes.NewReader(body)).SkipValue()
+		var se *jsontext.SyntacticError
+		dup := errors.As(err, &se) && strings.Contains(se.Error(), "duplicate")
+		if found != dup {
+			t.Fatalf("%s: found %v (%q at %q), jsontext: %v", body, found, name, ptr, err)
+		}
+		if !found {
+			return
+		}
+		p, err := jsonpointer.New(ptr)
+		if err != nil {
+			t.Fatalf("pointer %q: %v", ptr, err)
+		}
+		if _, _, err := p.Get(v); err != nil {
+			t.Fatalf("pointer %q does not resolve in %s: %v", ptr, body, err)
+		}
+		if !strings.HasSuffix(ptr, "/"+pointerToken(name)) {
+			t.Fatalf("pointer %q does not end with the name %q", ptr, name)
+		}
+	})
+}

@@ -106,6 +106,9 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if refuseDuplicate(w, body) {
+		return
+	}
 	items, batch, problem := splitBatch(body)
 	if problem != nil {
 		writeProblem(w, problem.Status, "invalid-request", problem.Detail, problem.InvalidParams...)

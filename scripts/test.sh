@@ -56,7 +56,7 @@ if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
                 plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates \
-                api:FuzzParseIdempotencyKey throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
+                api:FuzzParseIdempotencyKey api:FuzzDuplicateMember throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
                 sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent \
                 sender/twilio:FuzzParseInbound unsubscribe:FuzzParseToken config:FuzzParseFromDomains; do
     pkg=${target%%:*} fn=${target##*:}
