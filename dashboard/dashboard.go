@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/plans"
@@ -77,6 +78,9 @@ type Dashboard struct {
 	key     []byte        // signs sessions and CSRF tokens
 	cop     *http.CrossOriginProtection
 	streams *streamSlots
+	// refusedWarn is when the last "streams all taken" warning was
+	// logged (Unix ns): one every 10 s at most.
+	refusedWarn atomic.Int64
 }
 
 // New builds the dashboard on b; Mount puts its routes on a server.
@@ -453,6 +457,7 @@ func (u *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusServiceUnavailable, "Redis could not be asked; you are still signed in. Try again.")
 		return
 	}
+	u.streams.endSession(s.Nonce) // its live streams here end now; elsewhere at their next tick
 	u.setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }

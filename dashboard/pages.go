@@ -495,10 +495,17 @@ type uiEvent struct {
 
 // stream sends the events next produces every uiLiveInterval until the
 // browser leaves, the server stops, the session ends, or uiStreamMax passes
-// (EventSource then reconnects by itself).
+// (EventSource then reconnects by itself). The session is checked before
+// every write after the first: a sign-out or a token revoked anywhere ends
+// the stream before its next write (uiLiveInterval), a sign-out on this
+// server at once.
 func (u *Dashboard) stream(w http.ResponseWriter, r *http.Request, next func(context.Context, int) ([]uiEvent, error)) {
-	release, status, why := u.streams.take(sessionOf(r))
+	s := sessionOf(r)
+	ctx, end := context.WithCancel(r.Context())
+	defer end()
+	release, status, why := u.streams.take(s, end)
 	if release == nil {
+		u.streamRefused(status, why)
 		w.Header().Set("Retry-After", "10")
 		http.Error(w, why+"; the page still works, reload it for fresh figures", status)
 		return
@@ -508,14 +515,15 @@ func (u *Dashboard) stream(w http.ResponseWriter, r *http.Request, next func(con
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := sessionOf(r)
-	ctx := r.Context()
-	end := time.Now().Add(uiStreamMax)
+	until := time.Now().Add(uiStreamMax)
 	tick := time.NewTicker(uiLiveInterval)
 	defer tick.Stop()
 	var buf bytes.Buffer
 	buf.WriteString("retry: 2000\n\n")
 	for i := 0; ; i++ {
+		if i > 0 && !u.streamGoesOn(ctx, tick.C, s, until) {
+			return
+		}
 		evs, err := next(ctx, i)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -544,18 +552,38 @@ func (u *Dashboard) stream(w http.ResponseWriter, r *http.Request, next func(con
 			return
 		}
 		buf.Reset()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if u.b.Stopping() || time.Now().After(end) || time.Now().Unix() >= s.Expires {
-			return
-		}
-		if i%10 == 9 {
-			if ok, err := u.stillValid(ctx, s); err == nil && !ok {
-				return // the token was revoked
-			}
-		}
+	}
+}
+
+// streamGoesOn waits for the next tick and reports whether the stream may
+// write again: the browser is there, the server is not stopping, the
+// stream and the session have time left, and the session was not signed
+// out nor its token revoked (asked of Redis each time; while Redis cannot
+// answer the stream goes on, its figures marked stale).
+func (u *Dashboard) streamGoesOn(ctx context.Context, tick <-chan time.Time, s uiSession, until time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tick:
+	}
+	if u.b.Stopping() || time.Now().After(until) || time.Now().Unix() >= s.Expires {
+		return false
+	}
+	ok, err := u.stillValid(ctx, s)
+	return err != nil || ok
+}
+
+// streamRefused logs a refused live stream: a warning when the server's
+// streams are all taken, at most one every 10 s (a client must not be
+// able to fill the log); the shares of a session or a tenant are theirs
+// to use up, logged at debug.
+func (u *Dashboard) streamRefused(status int, why string) {
+	if status != http.StatusServiceUnavailable {
+		u.b.Log.Debug("live stream refused", "why", why)
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := u.refusedWarn.Load(); now-last >= int64(10*time.Second) && u.refusedWarn.CompareAndSwap(last, now) {
+		u.b.Log.Warn("live stream refused: the server's live streams are all taken", "max", uiMaxStreams)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,57 @@ func TestUITenantPageShowsQueuedCaps(t *testing.T) {
 	if p.status != 200 || !strings.Contains(p.body, "Queued now: 3 notifications of 1000") || !strings.Contains(p.body, "of 2.0 MiB") {
 		i := strings.Index(p.body, "Queued now")
 		t.Fatalf("tenant page: %d, queued line %q", p.status, p.body[max(0, i):min(len(p.body), max(0, i)+160)])
+	}
+}
+
+// A live stream open when its session signs out, or its token is revoked,
+// receives nothing more than a second later and ends.
+func TestUILiveStreamEndsWithItsSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	for _, how := range []string{"logout", "revoke"} {
+		t.Run(how, func(t *testing.T) {
+			tok := b.tokens["acme"]
+			if how == "revoke" {
+				var err error
+				if tok, _, err = b.srv.Tokens().Create(context.Background(), "acme", "stream-"+how, "test"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			br := newBrowser(t, b.http.URL)
+			br.login(tok, "/ui/tenants/acme")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/ui/tenants/acme/live", nil)
+			c := *br.c
+			c.Timeout = 0
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			events := readEvents(resp.Body)
+			for range 2 { // the stream is live: two events, a tick apart
+				if _, ok := <-events; !ok {
+					t.Fatal("the stream ended before the session did")
+				}
+			}
+			if how == "logout" {
+				if p := br.do("POST", "/ui/logout", url.Values{"csrf": {br.csrf("/ui/tenants/acme")}}); p.status != http.StatusSeeOther {
+					t.Fatalf("logout: %d", p.status)
+				}
+			} else if err := b.srv.Tokens().Revoke(context.Background(), "acme", tok); err != nil {
+				t.Fatal(err)
+			}
+			ended := time.Now()
+			for ev := range events {
+				if late := time.Since(ended); late > time.Second {
+					t.Fatalf("event %q received %v after the %s", ev[0], late, how)
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the stream did not end after the %s", how)
+			}
+		})
 	}
 }
