@@ -275,7 +275,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				return fmt.Errorf("listen %s (SLUICE_HTTP_ADDR): %w", w.cfg.HTTPAddr, err)
 			}
 		}
-		httpSrv = &http.Server{Handler: w.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// Deadlines on every connection: a scraper or probe that stops
+		// reading, or leaves a keep-alive connection open, holds nothing.
+		httpSrv = &http.Server{Handler: w.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 		go func() {
 			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				w.log.Error("http server", "err", err)
