@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // failNthEnqueue fails Asynq's n-th enqueue script (of a task, to pending
@@ -57,7 +56,7 @@ func (h *failNthEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m", map[string]string{"SLUICE_POLL_INTERVAL": "20ms"})
-	w, err := worker.New(b.wcfg, worker.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +72,7 @@ func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 	hook := &failNthEnqueue{sent: b.sms.Attempts}
 	hook.n.Store(3)
 	faulty.AddHook(hook)
-	faultyAPI := b.another(t, ctx, api.Options{Redis: faulty})
+	faultyAPI := b.another(t, ctx, app.APIOptions{Redis: faulty})
 
 	var items []map[string]any
 	for i := range 5 {

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/worker"
 )
 
 const service = "MG0123456789abcdef0123456789abcdef"
@@ -23,7 +24,7 @@ const service = "MG0123456789abcdef0123456789abcdef"
 // runWorker runs a worker on the bundle's configuration until the test ends.
 func runWorker(t *testing.T, b *bundle) {
 	t.Helper()
-	w, err := worker.New(b.wcfg, worker.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

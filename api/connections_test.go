@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/api"
@@ -27,7 +29,7 @@ func serve(t *testing.T, b *bundle, cfg api.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(cfg, api.Options{Redis: b.rdb, Listener: ln, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	srv, err := app.NewAPI(cfg, nil, app.APIOptions{Redis: b.rdb, Listener: ln, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

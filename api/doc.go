@@ -12,7 +12,7 @@
 //	POST /v1/callbacks/sms/{tenant}/{id}  the SMS provider's status callbacks, signed (X-Twilio-Signature) → 204
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
 //	GET  /metrics, /healthz, /readyz
-//	     /ui…                      the dashboard (package dashboard), mounted beside the API by internal/apiserver
+//	     /ui…                      the dashboard (package dashboard), mounted beside the API by internal/app
 //
 // Routing is the standard library's method-and-path patterns; handlers are
 // methods of Server; middleware is func(http.Handler) http.Handler
@@ -29,8 +29,8 @@
 //
 // # Routes mounted beside the API
 //
-// The API knows no other product: internal/apiserver, the process `sluice
-// api` runs, mounts the SMS provider's callbacks (sender/twilio) and the
+// The API knows no other product: internal/app, which builds the process
+// `sluice api` runs, mounts the SMS provider's callbacks (sender/twilio) and the
 // dashboard (package dashboard) on the Server with Mount — behind the
 // access log and the metrics, not behind the token check or rate — or
 // MountBare (static files). A mounted handler names who a request acted

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/apiserver"
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
@@ -47,6 +47,7 @@ type bundle struct {
 	tokens map[string]string // tenant → token
 	// callbackURL is SLUICE_SMS_STATUS_CALLBACK_URL: the API's own address.
 	callbackURL string
+	vars        map[string]string // the environment the servers read
 }
 
 // setup starts a redis-server, a fake SMS API, the API with tokens for
@@ -80,6 +81,7 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 	for k, v := range env {
 		vars[k] = v
 	}
+	b.vars = vars
 	var err error
 	if b.wcfg, err = worker.ParseConfig(vars); err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 	b.keys, _ = tasks.ParseKeyring(testKeys)
 	// As sluice api assembles it: the status callbacks, inbound SMS and the
 	// one-click unsubscribe links mounted beside the API.
-	b.srv, err = apiserver.New(b.cfg, vars, api.Options{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
+	b.srv, err = app.NewAPI(b.cfg, vars, app.APIOptions{Redis: rdb, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +242,7 @@ func markSent(t *testing.T, b *bundle, tenant, id string) {
 // another starts a second API server on the bundle's configuration (and
 // its Redis unless opts names another), serving on its own loopback
 // address, for tests that need other Options; its tokens are the bundle's.
-func (b *bundle) another(t *testing.T, ctx context.Context, opts api.Options) *bundle {
+func (b *bundle) another(t *testing.T, ctx context.Context, opts app.APIOptions) *bundle {
 	t.Helper()
 	if opts.Redis == nil {
 		opts.Redis = b.rdb
@@ -251,10 +253,11 @@ func (b *bundle) another(t *testing.T, ctx context.Context, opts api.Options) *b
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	srv, err := api.New(b.cfg, opts)
+	srv, err := app.NewAPI(b.cfg, b.vars, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	if err := srv.WatchPlans(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/sluicehq/sluice/api"
 )
 
@@ -71,7 +73,7 @@ func TestAuthSessionKeyFollowsTheSecrets(t *testing.T) {
 	b := setup(t, rules, nil)
 	key := func(cfg api.Config) []byte {
 		t.Helper()
-		srv, err := api.New(cfg, api.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
+		srv, err := app.NewAPI(cfg, nil, app.APIOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +99,7 @@ func TestAuthSessionKeyFollowsTheSecrets(t *testing.T) {
 			t.Errorf("changing the %s keeps the session key", name)
 		}
 	}
-	srv, err := api.New(noAdmin, api.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := app.NewAPI(noAdmin, nil, app.APIOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestMountedRoutes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
 	var logs syncBuffer
-	srv, err := api.New(b.cfg, api.Options{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	srv, err := app.NewAPI(b.cfg, nil, app.APIOptions{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

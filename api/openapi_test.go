@@ -57,7 +57,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := b.srv.Deps().Consent.Subject("acme", tasks.Email, "eve@example.com")
+	subject, err := b.srv.Services().Consent.Subject("acme", tasks.Email, "eve@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}

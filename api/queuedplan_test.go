@@ -20,7 +20,7 @@ func TestQueuedCapFromThePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "acme's plan in force", func() bool {
-		n, _, set, _ := b.srv.Deps().Plans.Policy().QueuedCaps("acme")
+		n, _, set, _ := b.srv.Services().Plans.Policy().QueuedCaps("acme")
 		return set && n == 3
 	})
 	for i := range 3 {

@@ -23,20 +23,17 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/connlimit"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/redisguard"
+	"github.com/sluicehq/sluice/internal/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// Options are what a Server takes besides its configuration. All optional.
+// Options are what a Server takes besides its configuration and the
+// shared services. All optional.
 type Options struct {
-	// Logger; default: built from the worker config's LOG_LEVEL and LOG_FORMAT on stderr.
-	Logger *slog.Logger
-	// Redis replaces the client built from SLUICE_REDIS_URL; the caller closes it.
-	Redis redis.UniversalClient
-	// Registry for the metrics; default a new one with Go and process collectors.
-	Registry *prometheus.Registry
 	// Listener serves the API instead of listening on Config.Addr.
 	Listener net.Listener
 	// TracerProvider makes each request's server span, continuing the
@@ -61,7 +58,7 @@ type Route struct {
 // Server is the HTTP ingest API: handlers are its methods.
 type Server struct {
 	cfg         Config
-	deps        *config.Deps
+	deps        *services.Set
 	log         *slog.Logger
 	rdb         redis.UniversalClient
 	client      *asynq.Client
@@ -85,9 +82,10 @@ type Server struct {
 	tracing     trace.TracerProvider
 }
 
-// New builds the API server from its configuration (validated). It does
-// not connect until Run (or WatchPlans).
-func New(cfg Config, opts Options) (*Server, error) {
+// New builds the API server from its configuration (validated) on svc
+// (internal/app opens it). It does not connect until Run (or WatchPlans);
+// Run closes svc when it returns, Close when it will not run.
+func New(cfg Config, svc *services.Set, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -95,19 +93,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %sAPI_RATE: %w", ErrConfig, config.EnvPrefix, err)
 	}
-	deps, err := config.Open(cfg.Base, config.Options{Redis: opts.Redis, Logger: opts.Logger, Registry: opts.Registry})
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, deps: deps, log: deps.Log, rdb: deps.Redis, keys: deps.Keys, lim: deps.Limiter, plans: deps.Plans,
-		registry: deps.Registry, listener: opts.Listener, rate: rate, routes: opts.Routes, tracing: opts.TracerProvider}
+	s := &Server{cfg: cfg, deps: svc, log: svc.Log, rdb: svc.Redis, keys: svc.Keys, lim: svc.Limiter, plans: svc.Plans,
+		registry: svc.Registry, listener: opts.Listener, rate: rate, routes: opts.Routes, tracing: opts.TracerProvider}
 	if s.tracing == nil {
 		s.tracing = otel.GetTracerProvider()
 	}
 	s.metrics = newMetrics(s.registry)
 	s.delivery = delivery.NewStore(s.rdb, s.lim)
 	if s.tokens, err = NewTokens(s.rdb, cfg.TokenKey); err != nil {
-		deps.Close()
 		return nil, err
 	}
 	s.fail = cfg.failures(s.lim)
@@ -125,9 +118,9 @@ func (s *Server) Mount(pattern string, h http.Handler) {
 	s.routes = append(s.routes, Route{Pattern: pattern, Handler: h})
 }
 
-// Deps are what the server runs on (Redis, the limiter, the key ring, the
-// logger, the registry, the rules in force): for routes mounted beside it.
-func (s *Server) Deps() *config.Deps { return s.deps }
+// Services are what the server runs on (Redis, the limiter, the key ring,
+// the logger, the registry, the rules in force): for routes mounted beside it.
+func (s *Server) Services() *services.Set { return s.deps }
 
 // Tokens returns the server's token store.
 func (s *Server) Tokens() *Tokens { return s.tokens }
@@ -208,29 +201,39 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // Run serves until ctx ends, then shuts down gracefully: /readyz turns
 // 503, new connections are refused, requests in flight get
-// Config.ShutdownTimeout to finish.
+// Config.ShutdownTimeout to finish. Its parts start in the order of this
+// list and stop in reverse.
 func (s *Server) Run(ctx context.Context) error {
-	defer s.close()
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := s.rdb.Ping(pctx).Err()
-	cancel()
+	parts := s.deps.Parts(s.cfg.Base, services.RunOptions{What: "api", PlanInterval: s.cfg.PlanCheckInterval,
+		// The API admits no sends: it waits for no replica.
+		OnGuard: func(g *redisguard.Guard, _ redisguard.Report) { s.redisGuard.Store(g) }})
+	http, ln, err := s.httpPart()
 	if err != nil {
-		return fmt.Errorf("start api: redis (%sREDIS_URL): %w", config.EnvPrefix, err)
-	}
-	stopGuard, err := s.startRedisGuard(ctx)
-	if err != nil {
+		s.Close()
 		return err
 	}
-	defer stopGuard()
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWatch()
-	if err := s.WatchPlans(watchCtx); err != nil {
-		return err
+	defer ln.Close() // if a part before the server failed to start
+	err = lifecycle.Run(ctx, s.log, append(parts,
+		lifecycle.Func("stopping", nil, func(context.Context) error { // before the server: /readyz turns 503 first
+			s.stopping.Store(true)
+			s.log.Info("shutting down: finishing requests in flight", "timeout", s.cfg.ShutdownTimeout)
+			return nil
+		}),
+		http)...)
+	if err == nil {
+		s.log.Info("api stopped")
 	}
+	return err
+}
+
+// httpPart serves the API on Options.Listener or API_ADDR, behind the
+// connection limits (internal/connlimit) and every deadline.
+func (s *Server) httpPart() (lifecycle.Part, net.Listener, error) {
 	ln := s.listener
 	if ln == nil {
+		var err error
 		if ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
-			return fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, config.EnvPrefix, err)
+			return nil, nil, fmt.Errorf("listen %s (%sAPI_ADDR): %w", s.cfg.Addr, config.EnvPrefix, err)
 		}
 	}
 	limited := connlimit.New(ln, connlimit.Options{Max: s.cfg.MaxConns, PerClient: s.cfg.MaxConnsPerClient,
@@ -245,7 +248,6 @@ func (s *Server) Run(ctx context.Context) error {
 		ConnState:         limited.ConnState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	ln = limited
 	s.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_api_connections_open",
 			Help: "Client connections the API holds open (at most SLUICE_API_MAX_CONNS)."},
@@ -256,31 +258,13 @@ func (s *Server) Run(ctx context.Context) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_api_connections_refused_total",
 			Help: "Connections answered 503 connection-limit: their address held SLUICE_API_MAX_CONNS_PER_CLIENT already."},
 			func() float64 { return float64(limited.Stats().Refused) }))
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("serving the API", "addr", ln.Addr().String(), "rate_per_token", s.rate.String(), "admin_token", s.cfg.AdminToken != "")
-	select {
-	case err := <-errc:
-		return fmt.Errorf("api: serve: %w", err)
-	case <-ctx.Done():
-	}
-	s.stopping.Store(true)
-	s.log.Info("shutting down: finishing requests in flight", "timeout", s.cfg.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("api: shutdown: requests still in flight after %v: %w", s.cfg.ShutdownTimeout, err)
-	}
-	s.log.Info("api stopped")
-	return nil
+	return lifecycle.Serve("http", srv, limited, s.cfg.ShutdownTimeout), limited, nil
 }
 
-func (s *Server) close() { s.deps.Close() }
-
-// Close releases what New opened (Redis, the limiter) for a Server that
-// will not Run; Run closes them itself when it returns.
-func (s *Server) Close() { s.close() }
+// Close releases the services (Redis, the limiter) of a Server that will
+// not Run; Run closes them itself when it returns.
+func (s *Server) Close() { s.deps.Close() }
 
 // identity is who a request acts as.
 type identity struct {

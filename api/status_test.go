@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // A throttled notification reads as waiting, with the rule that holds it
@@ -15,7 +16,7 @@ import (
 func TestStatusWaitingThenSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/3s", map[string]string{"SLUICE_DELAYED_CHECK_INTERVAL": "100ms", "SLUICE_POLL_INTERVAL": "50ms"})
-	w, err := worker.New(b.wcfg, worker.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
+	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

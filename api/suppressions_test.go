@@ -32,7 +32,7 @@ func TestSuppressionsAPIRecordsWhatTheCheckReads(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m", nil)
 	ctx := context.Background()
-	store := b.srv.Deps().Consent
+	store := b.srv.Services().Consent
 	acme := b.tokens["acme"]
 	const num = "+14155550180"
 
@@ -86,7 +86,7 @@ func TestEventsAPIAllChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "email:recipient=10/1m", nil)
 	ctx := context.Background()
-	store := b.srv.Deps().Consent
+	store := b.srv.Services().Consent
 	acme := b.tokens["acme"]
 
 	var events []string

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // A producer that is not Go sends a W3C traceparent with its request: the
@@ -27,7 +28,7 @@ func TestAPIContinuesTheClientsTrace(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	traced := b.another(t, ctx, api.Options{TracerProvider: tp})
+	traced := b.another(t, ctx, app.APIOptions{TracerProvider: tp})
 
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	var a api.Accepted
@@ -56,7 +57,7 @@ func TestAPIContinuesTheClientsTrace(t *testing.T) {
 		t.Fatalf("the task's traceparent is %q, want %q (the API span's context)", got, want)
 	}
 	// The worker continues it.
-	w, err := worker.New(b.wcfg, worker.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), TracerProvider: tp})
+	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}

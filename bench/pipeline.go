@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
@@ -110,7 +111,7 @@ func startWorker(addr string, cfg worker.Config, s sender.Sender) (reg *promethe
 func startWorkerWith(addr string, cfg worker.Config, s sender.Sender, onDecision func(tasks.Notification, throttle.Decision)) (reg *prometheus.Registry, stop func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	reg = prometheus.NewRegistry()
-	w, err := worker.New(cfg, worker.Options{Redis: rdb, Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	w, err := app.NewWorker(cfg, app.WorkerOptions{Redis: rdb, Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Senders: map[tasks.Channel]sender.Sender{tasks.SMS: s, tasks.Email: s}, OnDecision: onDecision})
 	if err != nil {
 		log.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/internal/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -113,10 +114,10 @@ type Mounter interface {
 	MountBare(pattern string, h http.Handler)
 }
 
-// NewBackend fills a Backend from the shared bootstrap (config.Open) of
-// the server the dashboard is mounted on, with that server's token checks
-// and shutdown state.
-func NewBackend(base config.Base, deps *config.Deps, auth Auth, stopping func() bool) Backend {
+// NewBackend fills a Backend from the services of the process the
+// dashboard is mounted in (internal/services), with its server's token
+// checks and shutdown state.
+func NewBackend(base config.Base, deps *services.Set, auth Auth, stopping func() bool) Backend {
 	return Backend{Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
 		PlanStore: plans.NewStore(deps.Redis, deps.Plans.Defaults()), Keys: deps.Keys,
 		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent, Queued: deps.Queued}

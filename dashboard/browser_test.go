@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
@@ -21,7 +23,6 @@ import (
 
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // chromiumHint tells a developer how to get the browser the dashboard test needs.
@@ -167,7 +168,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1m,sms:tenant=20/1h,email:tenant=2/1h drop", map[string]string{
 		"SLUICE_DELAYED_CHECK_INTERVAL": "100ms", "SLUICE_POLL_INTERVAL": "50ms"})
-	w, err := worker.New(b.wcfg, worker.Options{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
+	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

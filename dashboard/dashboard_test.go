@@ -797,7 +797,7 @@ func TestUIDeadlineIsTheWorkers(t *testing.T) {
 	for i, expires := range []time.Duration{30 * time.Second, time.Hour + 30*time.Second, 3 * time.Hour} {
 		n := tasks.Notification{Tenant: "acme", Channel: tasks.SMS, To: "+1415555010" + strconv.Itoa(i), Body: "hi",
 			ExpiresAt: now.Add(expires), EnqueuedAt: now}
-		q := b.srv.Deps().Plans.Policy().Queue(b.cfg.Layout(), n)
+		q := b.srv.Services().Plans.Policy().Queue(b.cfg.Layout(), n)
 		if _, err := tasks.Enqueue(context.Background(), client, b.keys, n, asynq.Queue(q), asynq.ProcessIn(2*time.Hour)); err != nil {
 			t.Fatal(err)
 		}

@@ -23,10 +23,10 @@
 // holds no Redis client, builds no key and parses no stored value: the
 // packages that own them do. The deadline a waiting message shows is the
 // one the worker holds it to (plans.Planner, less SLUICE_SEND_SLACK).
-// The package does not import api; internal/apiserver, the API process
-// `sluice api` runs, wires the two:
+// The package does not import api; internal/app, which builds the API
+// process `sluice api` runs, wires the two:
 //
-//	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, srv.Deps(), srv.Auth(), srv.Stopping))
+//	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, srv.Services(), srv.Auth(), srv.Stopping))
 //	d.Mount(srv) // behind the API's access log and metrics; the static files bare
 //
 // # Sessions and safety

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/apiserver"
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
@@ -103,7 +103,7 @@ func setup(t *testing.T, rules string, env map[string]string) *bundle {
 // does (internal/apiserver), logging to log.
 func (b *bundle) newServer(t *testing.T, log *slog.Logger) *api.Server {
 	t.Helper()
-	srv, err := apiserver.New(b.cfg, b.vars, api.Options{Redis: b.rdb, Logger: log})
+	srv, err := app.NewAPI(b.cfg, b.vars, app.APIOptions{Redis: b.rdb, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

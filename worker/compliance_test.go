@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // An OTP is a priority lane: a marketing backlog to the same number, capped
@@ -135,7 +136,7 @@ func TestQuietHoursBookTheOpening(t *testing.T) {
 	b := setup(t, rules)
 	var mu sync.Mutex
 	var got []throttle.Decision
-	reg := b.startWith(t, b.cfg, worker.Options{OnDecision: func(_ tasks.Notification, d throttle.Decision) {
+	reg := b.startWith(t, b.cfg, app.WorkerOptions{OnDecision: func(_ tasks.Notification, d throttle.Decision) {
 		mu.Lock()
 		got = append(got, d)
 		mu.Unlock()

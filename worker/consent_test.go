@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/consent"
@@ -15,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/unsubscribe"
-	"github.com/sluicehq/sluice/worker"
 )
 
 func (b *bundle) consentStore(t *testing.T) *consent.Store {
@@ -224,7 +225,7 @@ func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
 	const to = "+14155550179"
 	var once sync.Once
 	optedOut := make(chan error, 1)
-	b.startWith(t, b.cfg, worker.Options{OnDecision: func(n tasks.Notification, d throttle.Decision) {
+	b.startWith(t, b.cfg, app.WorkerOptions{OnDecision: func(n tasks.Notification, d throttle.Decision) {
 		if n.To == to && d.Status == throttle.StatusAdmitted && d.Wait > 0 {
 			once.Do(func() {
 				_, err := store.Record(ctx, "acme", tasks.SMS, to, consent.Event{Action: consent.OptOut, Source: consent.SourceAPI, Scope: consent.AllCategories()})

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"testing"
 	"time"
 
@@ -106,20 +108,20 @@ type running struct {
 // start runs a worker with its own Redis client until the test ends.
 func (b *bundle) start(t *testing.T, cfg worker.Config) *running {
 	t.Helper()
-	return b.startOpts(t, cfg, worker.Options{})
+	return b.startOpts(t, cfg, app.WorkerOptions{})
 }
 
 // startWith runs a worker with extra options and returns its metrics.
-func (b *bundle) startWith(t *testing.T, cfg worker.Config, opts worker.Options) *prometheus.Registry {
+func (b *bundle) startWith(t *testing.T, cfg worker.Config, opts app.WorkerOptions) *prometheus.Registry {
 	t.Helper()
 	return b.startOpts(t, cfg, opts).reg
 }
 
-func (b *bundle) startOpts(t *testing.T, cfg worker.Config, opts worker.Options) *running {
+func (b *bundle) startOpts(t *testing.T, cfg worker.Config, opts app.WorkerOptions) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts.Registry, opts.Logger = reg, testLogger(t)
-	w, err := worker.New(cfg, opts)
+	w, err := app.NewWorker(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

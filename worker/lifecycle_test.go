@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/worker"
+	"github.com/sluicehq/sluice/internal/app"
 )
 
 // redisClients counts the connections the test's redis-server holds.
@@ -34,7 +34,7 @@ func TestListenFailureClosesEverything(t *testing.T) {
 	before := b.redisClients(t)
 	cfg := b.cfg
 	cfg.HTTPAddr = busy.Addr().String()
-	w, err := worker.New(cfg, worker.Options{Logger: testLogger(t)})
+	w, err := app.NewWorker(cfg, app.WorkerOptions{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

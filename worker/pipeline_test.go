@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // A burst of 50 to one recipient under 1 per 2 s (plus a tenant rule), two
@@ -377,7 +378,7 @@ func TestWarnsAboutSkiplistLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m,sms:tenant=1000/1h")
 	var logs syncLog
-	w, err := worker.New(b.cfg, worker.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+	w, err := app.NewWorker(b.cfg, app.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // A tenant's plan changes while two workers send under load: both apply it
@@ -22,7 +23,7 @@ func TestPlanChangeUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	applied := map[int]time.Time{}
 	for i := 0; i < 2; i++ {
-		b.startOpts(t, b.cfg, worker.Options{OnPlanChange: func(v int64) {
+		b.startOpts(t, b.cfg, app.WorkerOptions{OnPlanChange: func(v int64) {
 			mu.Lock()
 			if _, ok := applied[i]; !ok && v >= 1 {
 				applied[i] = time.Now()

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // What leaves the queue leaves its tenant's count of queued work, and
@@ -35,7 +36,7 @@ func TestQueuedCountFollowsWhatLeft(t *testing.T) {
 	for i := range 60 {
 		enqueue(tasks.NewSMS(tenants[i%2], fmt.Sprintf("+1415555%04d", 2000+i), "sent"))
 	}
-	w, err := worker.New(cfg, worker.Options{Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
+	w, err := app.NewWorker(cfg, app.WorkerOptions{Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/tasks"
-	"github.com/sluicehq/sluice/worker"
 )
 
 // gauges returns a gauge family's values keyed by the listed labels' values
@@ -52,7 +53,7 @@ func gauges(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 func TestQueueMetricsMatchAsynq(t *testing.T) {
 	b := setup(t, "sms:recipient=10/1m,sms.otp:exempt")
 	reg := prometheus.NewRegistry()
-	if _, err := worker.New(b.cfg, worker.Options{Registry: reg, Logger: testLogger(t)}); err != nil {
+	if _, err := app.NewWorker(b.cfg, app.WorkerOptions{Registry: reg, Logger: testLogger(t)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {

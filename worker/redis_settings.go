@@ -1,26 +1,15 @@
 package worker
 
 import (
-	"context"
-
+	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/plans"
 )
 
-// startRedisGuard checks every Redis node's settings (docs/redis.md, "Redis
-// requirements"): it refuses an eviction policy unless REDIS_ALLOW_EVICTION,
-// logs durability, warns about rule limits above zset-max-listpack-entries,
-// and keeps watching for evictions until stop.
-func (w *Worker) startRedisGuard(ctx context.Context) (stop func(), err error) {
-	if w.noRedisChecks {
-		return func() {}, nil
-	}
-	g, r, err := w.deps.StartGuard(ctx, w.cfg.Base, w.cfg.RedisWaitReplicas, "start worker")
-	if err != nil {
-		return nil, err
-	}
+// watchRedis keeps the guard that watches Redis's settings (for /readyz)
+// and warns about rule limits above zset-max-listpack-entries.
+func (w *Worker) watchRedis(g *redisguard.Guard, r redisguard.Report) {
 	w.redisGuard.Store(g)
 	w.checkListpack(r.ListpackEntries())
-	return g.Stop, nil
 }
 
 // checkListpack warns about rules whose limit is above Redis's

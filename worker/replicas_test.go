@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -105,7 +107,7 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := worker.New(cfg, worker.Options{Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		w, err := app.NewWorker(cfg, app.WorkerOptions{Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

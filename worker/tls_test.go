@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,7 +54,7 @@ func tlsEnv(redisURL string, smtp *fakes.SMTPServer, over map[string]string) map
 // before the wait for its delivery times out).
 func runWorker(t *testing.T, cfg worker.Config) {
 	t.Helper()
-	w, err := worker.New(cfg, worker.Options{Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
+	w, err := app.NewWorker(cfg, app.WorkerOptions{Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func TestTLSWorkerRefusesUntrustedRedis(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := parseConfig(t, tlsEnv("", smtp, c.env))
-			w, err := worker.New(cfg, worker.Options{Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
+			w, err := app.NewWorker(cfg, app.WorkerOptions{Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

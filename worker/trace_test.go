@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -165,7 +167,7 @@ func TestTraceFollowsTheNotification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.startOpts(t, b.cfg, worker.Options{TracerProvider: tr.tp,
+	b.startOpts(t, b.cfg, app.WorkerOptions{TracerProvider: tr.tp,
 		Senders: map[tasks.Channel]sender.Sender{tasks.SMS: sms, tasks.Email: leakySender{}}})
 
 	const number, code = "+14155550187", "Your code is 842613"
@@ -275,7 +277,7 @@ func TestTraceOfABookedNotification(t *testing.T) {
 	const window = 4 * time.Second
 	b := setup(t, "sms:recipient=1/4s")
 	tr := newTraces(t)
-	b.startOpts(t, b.cfg, worker.Options{TracerProvider: tr.tp})
+	b.startOpts(t, b.cfg, app.WorkerOptions{TracerProvider: tr.tp})
 	producer := tr.tp.Tracer("producer")
 
 	first := tasks.NewSMS("acme", "+14155550142", "first")

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -26,28 +25,23 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redisguard"
+	"github.com/sluicehq/sluice/internal/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
-	"github.com/sluicehq/sluice/sender/providers"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/unsubscribe"
 )
 
-// Options are what a Worker takes besides Config. All optional.
+// Options are what a Worker takes besides Config and the shared services.
 type Options struct {
-	// Logger; default: built from Config.LogLevel and LogFormat on stderr.
-	Logger *slog.Logger
-	// Redis replaces the client built from Config.RedisURL (dev mode, tests).
-	// The caller closes it.
-	Redis redis.UniversalClient
-	// Senders replaces the senders built from Config, by channel.
+	// Senders deliver each channel's notifications (internal/app opens the
+	// providers Config names). Required.
 	Senders map[tasks.Channel]sender.Sender
-	// Registry for the metrics; default a new registry with Go and process collectors.
-	Registry *prometheus.Registry
 	// Listener serves the HTTP endpoints instead of listening on Config.HTTPAddr.
 	Listener net.Listener
 	// OnDecision, if set, is called with every limiter decision (dev mode
@@ -70,7 +64,7 @@ type Options struct {
 // queue, checks every quota that applies, and sends.
 type Worker struct {
 	cfg           Config
-	deps          *config.Deps // Redis, limiter, key ring, logger, registry, rules
+	svc           *services.Set // Redis, limiter, key ring, logger, registry, rules
 	log           *slog.Logger
 	rdb           redis.UniversalClient
 	limiter       *throttle.Limiter
@@ -102,19 +96,18 @@ type Worker struct {
 	fromDomains   config.FromDomains               // SLUICE_EMAIL_FROM_DOMAINS
 }
 
-// New builds a worker; it does not connect until Run.
-func New(cfg Config, opts Options) (*Worker, error) {
+// New builds a worker on svc (internal/app opens it); it does not connect
+// until Run, which closes svc when it returns.
+func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	deps, err := config.Open(cfg.Base, config.Options{Redis: opts.Redis, Logger: opts.Logger, Registry: opts.Registry,
-		Limiter: throttle.Options{WaitReplicas: cfg.RedisWaitReplicas, WaitTimeout: cfg.RedisWaitTimeout, DoneLinger: cfg.DoneLinger}})
-	if err != nil {
-		return nil, err
+	if len(opts.Senders) == 0 {
+		return nil, fmt.Errorf("%w: worker: no senders", config.ErrConfig)
 	}
-	w := &Worker{cfg: cfg, deps: deps, log: deps.Log, rdb: deps.Redis, limiter: deps.Limiter, plans: deps.Plans, planner: cfg.Planner(),
-		keys: deps.Keys, registry: deps.Registry, listener: opts.Listener, onDecide: opts.OnDecision, onPlan: opts.OnPlanChange,
-		noRedisChecks: opts.NoRedisChecks}
+	w := &Worker{cfg: cfg, svc: svc, log: svc.Log, rdb: svc.Redis, limiter: svc.Limiter, plans: svc.Plans, planner: cfg.Planner(),
+		keys: svc.Keys, registry: svc.Registry, listener: opts.Listener, onDecide: opts.OnDecision, onPlan: opts.OnPlanChange,
+		noRedisChecks: opts.NoRedisChecks, senders: opts.Senders}
 	tp := opts.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -122,27 +115,19 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.tracer = tp.Tracer(TracerName)
 	w.metrics = NewMetrics(w.registry)
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
-	w.released = newReleaser(deps.Queued, w.log.With("component", "queued"))
+	w.released = newReleaser(svc.Queued, w.log.With("component", "queued"))
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
-	w.consent = deps.Consent
+	w.consent = svc.Consent
 	w.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains) // validated
+	var err error
 	if cfg.UnsubscribeURL != "" {
 		if w.unsubscribe, err = unsubscribe.NewSigner(cfg.SubjectSecret); err != nil {
-			deps.Close()
 			return nil, err
 		}
 	}
 	if w.suppressCodes, err = cfg.SuppressCodes(); err != nil {
-		deps.Close()
 		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
-	}
-	w.senders = opts.Senders
-	if w.senders == nil {
-		if w.senders, err = openSenders(cfg, w.log); err != nil {
-			deps.Close()
-			return nil, err
-		}
 	}
 	w.client = asynq.NewClientFromRedisClient(w.rdb)
 	w.layout = cfg.Layout()
@@ -151,7 +136,6 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Prefixes: []string{w.layout.KeyPrefix()},
 			Logger: w.log.With("component", "queue-gate")})
 		if w.asynqRDB, err = w.gate.Client(); err != nil {
-			w.close()
 			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", config.ErrConfig, config.EnvPrefix, err)
 		}
 		registerGateMetrics(w.registry, w.gate)
@@ -235,140 +219,138 @@ func (w *Worker) categoryLabel(n tasks.Notification) string {
 
 // Run serves until ctx is cancelled, then shuts down gracefully: in-flight
 // sends get Config.ShutdownTimeout to finish; unfinished tasks go back to
-// the queue. It returns an error if the worker cannot start.
+// the queue. It returns an error if the worker cannot start. Its parts
+// start in the order of this list and stop in reverse.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("starting worker", "queues", w.layout.Legacy()+".{priority,standard,bulk}.0-"+strconv.Itoa(w.layout.Shards-1)+" and "+w.layout.Legacy(),
 		"concurrency", w.cfg.Concurrency, "priority_concurrency", w.cfg.PriorityConcurrency, "queue_recheck", w.cfg.QueueRecheck)
-	// Fail at start, clearly, on a Redis that cannot be used (wrong
-	// password, nothing listening); once running, outages are ridden out.
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := w.rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		w.close()
-		var certErr *tls.CertificateVerificationError
-		if errors.As(err, &certErr) {
-			trusted := config.EnvPrefix + "REDIS_CA_FILE is empty: the system roots"
-			if w.cfg.RedisCAFile != "" {
-				trusted = "the CAs in " + config.EnvPrefix + "REDIS_CA_FILE=" + w.cfg.RedisCAFile
-			}
-			return fmt.Errorf("start worker: redis (%sREDIS_URL): its TLS certificate is not trusted by %s: %w", config.EnvPrefix, trusted, err)
-		}
-		return fmt.Errorf("start worker: redis (%sREDIS_URL): %w", config.EnvPrefix, err)
-	}
 	for _, e := range w.currentPolicy().Entries() {
 		w.log.Info("rule", "rule", e.String())
 	}
-	stopGuard, err := w.startRedisGuard(ctx)
+	parts := w.svc.Parts(w.cfg.Base, services.RunOptions{What: "worker", PlanInterval: w.cfg.PlanCheckInterval, OnPlanChange: w.onPlan,
+		NoRedisChecks: w.noRedisChecks, WaitReplicas: w.cfg.RedisWaitReplicas, OnGuard: w.watchRedis})
+	parts = append(parts,
+		lifecycle.Func("worker", nil, w.closeOwn), // the senders' pools, the gate's client, the removals of what was sent
+	)
+	http, ln, err := w.httpPart()
 	if err != nil {
-		w.close()
+		w.closeAll()
 		return err
 	}
-	defer stopGuard()
-	var httpSrv *http.Server
-	if w.listener != nil || (w.cfg.HTTPAddr != "" && w.cfg.HTTPAddr != "off") {
-		ln := w.listener
-		if ln == nil {
-			var err error
-			if ln, err = net.Listen("tcp", w.cfg.HTTPAddr); err != nil {
-				w.close() // the limiter, the senders' pools and the Redis clients
-				return fmt.Errorf("listen %s (SLUICE_HTTP_ADDR): %w", w.cfg.HTTPAddr, err)
-			}
-		}
-		// Deadlines on every connection: a scraper or probe that stops
-		// reading, or leaves a keep-alive connection open, holds nothing.
-		httpSrv = &http.Server{Handler: w.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
-		go func() {
-			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				w.log.Error("http server", "err", err)
-			}
-		}()
-		w.log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
-	}
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWatch()
-	if err := w.deps.Follow(watchCtx, w.cfg.PlanCheckInterval, w.onPlan); err != nil {
-		if httpSrv != nil {
-			httpSrv.Close()
-		}
-		w.close()
-		return err
+	if http != nil {
+		defer ln.Close() // if a part before the server failed to start
+		parts = append(parts, http)
 	}
 	if w.gate != nil {
-		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(ctx))
-		gateDone := make(chan struct{})
-		go func() { defer close(gateDone); w.gate.Run(gateCtx) }()
-		defer func() { stopGate(); <-gateDone }()
+		parts = append(parts, lifecycle.Go("queue-gate", w.gate.Run))
 	}
-	var sweeper *orphans.Sweeper
 	if w.cfg.OrphanAfter > 0 {
+		parts = append(parts, w.sweeperPart())
+	}
+	parts = append(parts,
+		lifecycle.Func("asynq", w.startServers, w.stopServers),
+		// The suppression lists of Sluice before consent move into the
+		// consent store once (the limiter reads both meanwhile).
+		lifecycle.Go("consent-migration", w.migrateConsent),
+	)
+	err = lifecycle.Run(ctx, w.log, parts...)
+	if err == nil {
+		w.log.Info("worker stopped")
+	}
+	return err
+}
+
+// closeAll closes what New opened and the services, for a Run that could
+// not list its parts.
+func (w *Worker) closeAll() {
+	_ = w.closeOwn(context.Background())
+	w.svc.Close()
+}
+
+// httpPart serves /metrics, /healthz and /readyz on Options.Listener or
+// HTTP_ADDR (nil: HTTP_ADDR is off). Every connection has deadlines: a
+// scraper or probe that stops reading, or leaves a keep-alive connection
+// open, holds nothing.
+func (w *Worker) httpPart() (lifecycle.Part, net.Listener, error) {
+	ln := w.listener
+	if ln == nil {
+		if w.cfg.HTTPAddr == "" || w.cfg.HTTPAddr == "off" {
+			return nil, nil, nil
+		}
 		var err error
-		sweeper, err = orphans.New(w.rdb, orphans.Options{Queues: w.layout.Queues(), After: w.cfg.OrphanAfter, Gate: w.gate,
-			Logger: w.log.With("component", "orphans"), OnRequeued: func(string, string) { w.metrics.Orphans.Inc() }})
-		if err != nil {
-			if httpSrv != nil {
-				httpSrv.Close()
-			}
-			w.close()
-			return fmt.Errorf("start worker: %w", err)
+		if ln, err = net.Listen("tcp", w.cfg.HTTPAddr); err != nil {
+			return nil, nil, fmt.Errorf("listen %s (SLUICE_HTTP_ADDR): %w", w.cfg.HTTPAddr, err)
 		}
 	}
+	w.log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	srv := &http.Server{Handler: w.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	return lifecycle.Serve("http", srv, ln, 5*time.Second), ln, nil
+}
+
+// sweeperPart puts back tasks Asynq holds as active that no worker runs
+// (internal/orphans).
+func (w *Worker) sweeperPart() lifecycle.Part {
+	var sweeper *orphans.Sweeper
+	return lifecycle.Func("orphan-sweep",
+		func(ctx context.Context) error {
+			var err error
+			sweeper, err = orphans.New(w.rdb, orphans.Options{Queues: w.layout.Queues(), After: w.cfg.OrphanAfter, Gate: w.gate,
+				Logger: w.log.With("component", "orphans"), OnRequeued: func(string, string) { w.metrics.Orphans.Inc() }})
+			if err != nil {
+				return err
+			}
+			if err := sweeper.Start(context.WithoutCancel(ctx)); err != nil {
+				w.log.Error("orphan sweep not started", "err", err)
+			}
+			return nil
+		},
+		func(context.Context) error { sweeper.Stop(); return nil })
+}
+
+// startServers starts the Asynq servers; if one fails, those started stop.
+func (w *Worker) startServers(context.Context) error {
 	for i, srv := range w.servers {
 		if err := srv.Start(w.mux); err != nil {
 			for _, started := range w.servers[:i] {
 				started.Shutdown()
 			}
-			if httpSrv != nil {
-				httpSrv.Close()
-			}
-			w.close()
-			return fmt.Errorf("start worker: %w", err)
+			return err
 		}
 	}
-	// The suppression lists of Sluice before consent move into the consent
-	// store once (the limiter reads both meanwhile, so nothing waits on it).
-	migrated := make(chan struct{})
-	go func() {
-		defer close(migrated)
-		n, ran, err := w.consent.MigrateDeliveryOnce(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			w.log.Error("suppression lists not moved into the consent store; the next start tries again", "moved", n, "err", err)
-		case ran:
-			w.log.Info("suppression lists moved into the consent store", "entries", n)
-		}
-	}()
-	defer func() { <-migrated }()
-	if sweeper != nil {
-		if err := sweeper.Start(ctx); err != nil {
-			w.log.Error("orphan sweep not started", "err", err)
-		}
-		defer sweeper.Stop()
-	}
-	<-ctx.Done()
+	return nil
+}
+
+// stopServers stops taking tasks and gives the sends in flight
+// ShutdownTimeout to finish; unfinished tasks go back to the queue.
+func (w *Worker) stopServers(context.Context) error {
 	w.log.Info("shutting down: finishing in-flight sends", "timeout", w.cfg.ShutdownTimeout)
 	close(w.stopping)
 	var wg sync.WaitGroup
 	for _, srv := range w.servers {
-		wg.Add(1)
-		go func() { defer wg.Done(); srv.Shutdown() }()
+		wg.Go(srv.Shutdown)
 	}
 	wg.Wait()
-	if httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = httpSrv.Shutdown(sctx)
-		cancel()
-	}
-	stopWatch()
-	<-w.plans.Done()
-	w.close()
-	w.log.Info("worker stopped")
 	return nil
 }
 
-func (w *Worker) close() {
-	w.released.wait() // the removals of what was sent, before the Redis client goes
+// migrateConsent moves the suppression lists of Sluice before consent
+// into the consent store, once.
+func (w *Worker) migrateConsent(ctx context.Context) {
+	n, ran, err := w.consent.MigrateDeliveryOnce(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		w.log.Error("suppression lists not moved into the consent store; the next start tries again", "moved", n, "err", err)
+	case ran:
+		w.log.Info("suppression lists moved into the consent store", "entries", n)
+	}
+}
+
+// closeOwn closes what New opened: the removals of what was sent are
+// written first (before the Redis client goes), then the senders' pools
+// and the gate's client.
+func (w *Worker) closeOwn(context.Context) error {
+	w.released.wait()
 	for _, s := range w.senders {
 		if c, ok := s.(io.Closer); ok {
 			_ = c.Close()
@@ -377,7 +359,7 @@ func (w *Worker) close() {
 	if w.asynqRDB != nil && w.asynqRDB != w.rdb {
 		_ = w.asynqRDB.Close()
 	}
-	w.deps.Close() // the limiter, and the Redis client if the worker made it
+	return nil
 }
 
 // HTTPHandler serves /metrics, /healthz (the process is up) and /readyz
@@ -421,28 +403,6 @@ func (w *Worker) handleError(ctx context.Context, t *asynq.Task, err error) {
 	}
 	id, _ := asynq.GetTaskID(ctx)
 	w.log.Debug("task attempt failed", "task_id", id, "type", t.Type(), "err", err)
-}
-
-// openSenders opens the provider each channel's SLUICE_*_SENDER names,
-// with its settings read from cfg.Environ.
-func openSenders(cfg Config, log *slog.Logger) (map[tasks.Channel]sender.Sender, error) {
-	out := map[tasks.Channel]sender.Sender{}
-	for ch, name := range map[tasks.Channel]string{tasks.Email: cfg.EmailSender, tasks.SMS: cfg.SMSSender} {
-		prov, ok := sender.Lookup(providers.All, ch, name)
-		if !ok {
-			return nil, fmt.Errorf("%w: no %s sender %q", config.ErrConfig, ch, name)
-		}
-		st, err := prov.NewSettings(cfg.Environ)
-		if err != nil {
-			return nil, err
-		}
-		s, err := st.Open(sender.Env{Log: log, Base: cfg.Base})
-		if err != nil {
-			return nil, err
-		}
-		out[ch] = s
-	}
-	return out, nil
 }
 
 type asynqLogger struct{ l *slog.Logger }

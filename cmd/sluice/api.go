@@ -1,14 +1,11 @@
 package main
 
 import (
-	"strings"
-
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/apiserver"
-	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/app"
 )
 
 func newAPICmd() *cobra.Command {
@@ -34,22 +31,9 @@ console; a request's W3C traceparent is continued into the tasks it enqueues.`,
 				return err
 			}
 			log := cfg.NewLogger(cmd.ErrOrStderr())
-			args := []any{}
-			for _, kv := range cfg.Redacted() {
-				k, v, _ := strings.Cut(kv, "=")
-				args = append(args, k, v)
-			}
-			log.Info("effective configuration", args...)
-			shutdown, err := telemetry.Setup(cmd.Context(), telemetry.Options{ServiceName: "sluice-api", Logger: log})
-			if err != nil {
-				return err
-			}
-			defer flushTraces(shutdown, log)
-			s, err := apiserver.New(cfg, nil, api.Options{Logger: log})
-			if err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
+			return runProcess(cmd.Context(), log, "sluice-api", cfg.Redacted(), func() (process, error) {
+				return app.NewAPI(cfg, nil, app.APIOptions{Logger: log})
+			})
 		},
 	}
 }

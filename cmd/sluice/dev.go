@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -100,7 +101,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		}
 	}
 	p := &devPrinter{out: out, start: time.Now(), num: map[string]string{}, sent: make(chan string, f.sends+8)}
-	w, err := worker.New(cfg, worker.Options{
+	w, err := app.NewWorker(cfg, app.WorkerOptions{
 		Redis:      rdb,
 		Listener:   ln,
 		Logger:     cfg.NewLogger(out),

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/services"
+
 	"github.com/hibiken/asynq"
 	"github.com/mattn/go-isatty"
 	"github.com/redis/go-redis/v9"
@@ -94,7 +96,7 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 
 // prod is what enqueueing needs from the environment.
 type prod struct {
-	deps   *config.Deps
+	deps   *services.Set
 	client *asynq.Client
 	rdb    redis.UniversalClient
 	layout tasks.Layout

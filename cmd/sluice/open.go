@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/services"
 )
 
 // readBase reads the shared settings from the environment, checking only
@@ -15,7 +16,7 @@ func readBase() (config.Base, error) {
 // openTool reads the shared settings and opens what a tool works with:
 // Redis, the limiter, the rules, and the payload keys when keys is true.
 // The caller closes it.
-func openTool(keys bool) (*config.Deps, config.Base, error) {
+func openTool(keys bool) (*services.Set, config.Base, error) {
 	b, err := readBase()
 	if err != nil {
 		return nil, b, err
@@ -23,6 +24,6 @@ func openTool(keys bool) (*config.Deps, config.Base, error) {
 	if err := b.Layout().Validate(); err != nil {
 		return nil, b, err
 	}
-	d, err := config.Open(b, config.Options{NoKeys: !keys})
+	d, err := services.Open(b, services.Options{NoKeys: !keys})
 	return d, b, err
 }

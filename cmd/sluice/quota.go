@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/services"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/config"
@@ -110,7 +112,7 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 
 // quotaEnv is what the quota commands need from the environment.
 type quotaEnv struct {
-	deps   *config.Deps
+	deps   *services.Set
 	lim    *throttle.Limiter
 	policy plans.Policy
 	cfg    config.Base

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/services"
+
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -29,7 +30,7 @@ Recipients are looked up by SLUICE_SUBJECT_SECRET, which must match the workers'
 they are printed masked.`,
 	}
 	type target struct {
-		deps  *config.Deps
+		deps  *services.Set
 		store *consent.Store
 		ch    tasks.Channel
 		to    string

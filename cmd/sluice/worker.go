@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -36,33 +32,10 @@ console; the standard OTEL_* variables configure it (docs/operations.md, "Tracin
 				return err
 			}
 			log := cfg.NewLogger(cmd.ErrOrStderr())
-			args := []any{}
-			for _, kv := range cfg.Redacted() {
-				k, v, _ := strings.Cut(kv, "=")
-				args = append(args, k, v)
-			}
-			log.Info("effective configuration", args...)
-			shutdown, err := telemetry.Setup(cmd.Context(), telemetry.Options{ServiceName: "sluice-worker", Logger: log})
-			if err != nil {
-				return err
-			}
-			defer flushTraces(shutdown, log)
-			w, err := worker.New(cfg, worker.Options{Logger: log})
-			if err != nil {
-				return err
-			}
-			return w.Run(cmd.Context())
+			return runProcess(cmd.Context(), log, "sluice-worker", cfg.Redacted(), func() (process, error) {
+				return app.NewWorker(cfg, app.WorkerOptions{Logger: log})
+			})
 		},
-	}
-}
-
-// flushTraces sends the spans still buffered and stops the exporters, for
-// at most 5 seconds (the run's context is already cancelled by then).
-func flushTraces(shutdown func(context.Context) error, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := shutdown(ctx); err != nil {
-		log.Warn("tracing: spans may be lost", "err", err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,7 +73,7 @@ func TestAThirdProviderIsOnePackageAndOneLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(cfg, worker.Options{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	w, err := app.NewWorker(cfg, app.WorkerOptions{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package twilio
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/subtle"
@@ -17,12 +16,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/consent/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
@@ -286,44 +283,18 @@ func portVariants(fullURL string) []string {
 	return []string{fullURL, u.Scheme + "://" + host + fullURL[len(prefix):]}
 }
 
-// Mounter is where Mount puts the route: `sluice api`'s server.
-type Mounter interface {
-	Mount(pattern string, h http.Handler)
-}
-
-// Mount reads the provider's settings from environ (nil: the process
-// environment) and mounts the incoming-message webhook (InboundRoute) and,
-// when status callbacks are configured
-// (SLUICE_SMS_STATUS_CALLBACK_URL and SLUICE_SMS_AUTH_TOKEN), validates them
-// and mounts Callbacks at CallbackRoute on m, over deps' Redis and limiter.
-// Without them the route answers 404 saying so.
-func Mount(m Mounter, environ map[string]string, base config.Base, deps *config.Deps) error {
+// CallbackSettings reads the provider's settings from environ (nil: the
+// process environment) and checks those the callback routes need
+// (SLUICE_SMS_AUTH_TOKEN, SLUICE_SMS_STATUS_CALLBACK_URL), for the API
+// process, which mounts NewCallbacks at CallbackRoute and NewInbound at
+// InboundRoute (internal/app).
+func CallbackSettings(environ map[string]string) (Settings, error) {
 	st, err := Provider.NewSettings(environ)
 	if err != nil {
-		return err
+		return Settings{}, err
 	}
 	s := *st.(*Settings)
 	var p config.Problems
 	s.ValidateShared(&p)
-	if err := p.Err(); err != nil {
-		return err
-	}
-	cb, err := NewCallbacks(s, base, delivery.NewStore(deps.Redis, deps.Limiter), deps.Consent, deps.Limiter, deps.Log, deps.Registry)
-	if err != nil {
-		return err
-	}
-	m.Mount(CallbackRoute, cb)
-	client := asynq.NewClientFromRedisClient(deps.Redis)
-	layout := base.Layout()
-	enqueue := func(ctx context.Context, n tasks.Notification) error {
-		_, err := tasks.Enqueue(ctx, client, deps.Keys, n, asynq.Queue(deps.Plans.Policy().Queue(layout, n)))
-		return err
-	}
-	h := inbound.New(deps.Consent, deps.Plans.Policy, enqueue, deps.Log.With("component", "inbound"))
-	in, err := NewInbound(s, h, deps.Log, deps.Registry)
-	if err != nil {
-		return err
-	}
-	m.Mount(InboundRoute, in)
-	return nil
+	return s, p.Err()
 }

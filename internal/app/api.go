@@ -1,0 +1,106 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"net"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/consent/inbound"
+	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/sender/twilio"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/unsubscribe"
+)
+
+// APIOptions are what NewAPI takes besides the configuration. All optional.
+type APIOptions struct {
+	// Redis replaces the client built from SLUICE_REDIS_URL (tests); the
+	// caller closes it.
+	Redis redis.UniversalClient
+	// Logger; default: the configuration's LOG_LEVEL and LOG_FORMAT on stderr.
+	Logger *slog.Logger
+	// Registry for the metrics; default a new one with Go and process collectors.
+	Registry *prometheus.Registry
+	// Listener serves the API instead of API_ADDR.
+	Listener net.Listener
+	// TracerProvider: as api.Options.
+	TracerProvider trace.TracerProvider
+}
+
+// NewAPI builds the API process: the shared services, the ingest API, and
+// the routes other packages own mounted beside it — the SMS provider's
+// status callbacks and incoming messages (sender/twilio, consent/inbound),
+// the one-click unsubscribe links (/u/) and the dashboard (/ui). environ
+// is where the mounted packages read their own settings (nil: the process
+// environment), as api.ParseConfig read cfg. Run runs it and closes
+// everything when it returns; Close, when it will not run.
+func NewAPI(cfg api.Config, environ map[string]string, o APIOptions) (*api.Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	svc, err := services.Open(cfg.Base, services.Options{Redis: o.Redis, Logger: o.Logger, Registry: o.Registry})
+	if err != nil {
+		return nil, err
+	}
+	s, err := api.New(cfg, svc, api.Options{Listener: o.Listener, TracerProvider: o.TracerProvider})
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	if err := mountAPIRoutes(s, cfg, environ, svc); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// mountAPIRoutes mounts the routes other packages own on s.
+func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, svc *services.Set) error {
+	// The SMS provider's status callbacks and incoming messages (STOP, START, HELP).
+	tw, err := twilio.CallbackSettings(environ)
+	if err != nil {
+		return err
+	}
+	cb, err := twilio.NewCallbacks(tw, cfg.Base, delivery.NewStore(svc.Redis, svc.Limiter), svc.Consent, svc.Limiter, svc.Log, svc.Registry)
+	if err != nil {
+		return err
+	}
+	s.Mount(twilio.CallbackRoute, cb)
+	replies := inbound.New(svc.Consent, svc.Plans.Policy, enqueuer(svc, cfg.Base.Layout()), svc.Log.With("component", "inbound"))
+	in, err := twilio.NewInbound(tw, replies, svc.Log, svc.Registry)
+	if err != nil {
+		return err
+	}
+	s.Mount(twilio.InboundRoute, in)
+	// The one-click unsubscribe links of the emails the workers send.
+	signer, err := unsubscribe.NewSigner(cfg.SubjectSecret)
+	if err != nil {
+		return err
+	}
+	unsubscribe.New(signer, svc.Consent, svc.Plans.Policy, svc.Log.With("component", "unsubscribe"), svc.Registry).Mount(s)
+	// The dashboard.
+	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, svc, s.Auth(), s.Stopping))
+	if err != nil {
+		return err
+	}
+	d.Mount(s)
+	return nil
+}
+
+// enqueuer enqueues a notification into the lane and shard the rules in
+// force route it to (the replies of consent/inbound: a HELP answer).
+func enqueuer(svc *services.Set, layout tasks.Layout) func(context.Context, tasks.Notification) error {
+	client := asynq.NewClientFromRedisClient(svc.Redis)
+	return func(ctx context.Context, n tasks.Notification) error {
+		_, err := tasks.Enqueue(ctx, client, svc.Keys, n, asynq.Queue(svc.Plans.Policy().Queue(layout, n)))
+		return err
+	}
+}
