@@ -642,52 +642,9 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 	applies := func(e Entry) bool {
 		return e.Channel == ch && (e.Category == category || e.Category == "" && !m.Exempt)
 	}
-	for _, e := range p.entries {
-		if e.Kind != KindConcurrency || !applies(e) || e.Tenant != "" && e.Tenant != tenant {
-			continue
-		}
-		if e.Tenant == "" && tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
-			return o.Tenant == tenant && o.Kind == KindConcurrency && o.Channel == e.Channel && o.Category == e.Category && o.Scope == e.Scope
-		}) {
-			continue
-		}
-		m.Caps = append(m.Caps, e)
-	}
-	for _, e := range p.entries {
-		if e.Kind != KindRate || !applies(e) {
-			continue
-		}
-		if e.Tenant == "" {
-			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
-				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
-					o.Scope == e.Scope && o.Rule.Same(e.Rule)
-			})
-			if !replaced {
-				m.Rates = append(m.Rates, e)
-			}
-		} else if e.Tenant == tenant {
-			m.Rates = append(m.Rates, e)
-		}
-	}
-	best := func(kind Kind) (Entry, bool) {
-		rank, found := -1, Entry{}
-		for _, e := range p.entries {
-			if e.Kind != kind || !applies(e) || (e.Tenant != "" && e.Tenant != tenant) {
-				continue
-			}
-			r := 0
-			if e.Category != "" {
-				r += 2
-			}
-			if e.Tenant != "" {
-				r++
-			}
-			if r > rank {
-				rank, found = r, e
-			}
-		}
-		return found, rank >= 0
-	}
+	m.Caps = p.caps(tenant, applies)
+	m.Rates = p.rates(tenant, applies)
+	best := func(kind Kind) (Entry, bool) { return p.best(kind, tenant, applies) }
 	if e, ok := best(KindQuiet); ok {
 		q := e.Quiet
 		m.Quiet = &q
@@ -705,6 +662,70 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		m.Unsubscribe = e.Target
 	}
 	return m
+}
+
+// caps are the concurrency entries that apply to tenant, a tenant's
+// replacing the default of the same channel, category and scope.
+func (p Policy) caps(tenant string, applies func(Entry) bool) []Entry {
+	var caps []Entry
+	for _, e := range p.entries {
+		if e.Kind != KindConcurrency || !applies(e) || e.Tenant != "" && e.Tenant != tenant {
+			continue
+		}
+		if e.Tenant == "" && tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
+			return o.Tenant == tenant && o.Kind == KindConcurrency && o.Channel == e.Channel && o.Category == e.Category && o.Scope == e.Scope
+		}) {
+			continue
+		}
+		caps = append(caps, e)
+	}
+	return caps
+}
+
+// rates are the rate entries that apply to tenant, a tenant's replacing
+// the default of the same channel, category, scope and window.
+func (p Policy) rates(tenant string, applies func(Entry) bool) []Entry {
+	var rates []Entry
+	for _, e := range p.entries {
+		if e.Kind != KindRate || !applies(e) {
+			continue
+		}
+		if e.Tenant == "" {
+			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
+				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
+					o.Scope == e.Scope && o.Rule.Same(e.Rule)
+			})
+			if !replaced {
+				rates = append(rates, e)
+			}
+		} else if e.Tenant == tenant {
+			rates = append(rates, e)
+		}
+	}
+	return rates
+}
+
+// best is the most specific entry of kind that applies to tenant: tenant
+// and category, then category, then tenant, then the channel; the first
+// of equals. ok is false when none applies.
+func (p Policy) best(kind Kind, tenant string, applies func(Entry) bool) (found Entry, ok bool) {
+	rank := -1
+	for _, e := range p.entries {
+		if e.Kind != kind || !applies(e) || (e.Tenant != "" && e.Tenant != tenant) {
+			continue
+		}
+		r := 0
+		if e.Category != "" {
+			r += 2
+		}
+		if e.Tenant != "" {
+			r++
+		}
+		if r > rank {
+			rank, found = r, e
+		}
+	}
+	return found, rank >= 0
 }
 
 // Cap returns a concurrency entry as the limiter's in-flight cap for a
