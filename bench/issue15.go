@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -58,6 +59,8 @@ type issue15Run struct {
 	violations           int
 }
 
+// runIssue15 runs the real worker with rules on a fresh redis-server,
+// enqueues ns with `sluice enqueue --file` and times their sends.
 func runIssue15(ctx context.Context, bin, dir, rules string, ns []tasks.Notification) issue15Run {
 	rdir, err := os.MkdirTemp(dir, "redis-")
 	if err != nil {
@@ -68,63 +71,9 @@ func runIssue15(ctx context.Context, bin, dir, rules string, ns []tasks.Notifica
 		log.Fatal(err)
 	}
 	defer srv.Stop()
-	env := map[string]string{
-		"SLUICE_REDIS_URL":      "redis://" + srv.Addr,
-		"SLUICE_RULES":          rules,
-		"SLUICE_SUBJECT_SECRET": secret,
-		"SLUICE_PAYLOAD_KEYS":   keySpec,
-		"SLUICE_HTTP_ADDR":      "off",
-		"SLUICE_LOG_FORMAT":     "json",
-	}
-	w := exec.Command(bin, "worker")
-	w.Env = cleanEnv(env)
-	stderr, err := w.StderrPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		log.Fatal(err)
-	}
-	byID := map[string]tasks.Notification{}
-	f, err := os.Create(filepath.Join(dir, "issue15.jsonl"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	enc := json.NewEncoder(f)
-	for _, n := range ns {
-		n.ID = tasks.NewID()
-		byID[n.ID] = n
-		if err := enc.Encode(map[string]string{"id": n.ID, "tenant": n.Tenant, "channel": string(n.Channel), "to": n.To, "body": n.Body}); err != nil {
-			log.Fatal(err)
-		}
-	}
-	f.Close()
-
-	// Read the worker's log: wait for it to start, then collect sends.
-	started := make(chan struct{})
-	sends := make(chan sent, len(ns))
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		once := false
-		for sc.Scan() {
-			var line struct {
-				Time time.Time `json:"time"`
-				Msg  string    `json:"msg"`
-				ID   string    `json:"id"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			switch {
-			case !once && line.Msg == "tenant plans in force": // logged last before the Asynq server starts
-				once = true
-				close(started)
-			case line.Msg == "sent (log sender)":
-				sends <- sent{line.Time, byID[line.ID]}
-			}
-		}
-	}()
+	w, stderr := startIssue15Worker(bin, srv.Addr, rules)
+	file, byID := writeIssue15File(dir, ns)
+	started, sends := readIssue15Log(stderr, byID, len(ns))
 	select {
 	case <-started:
 	case <-time.After(20 * time.Second):
@@ -132,7 +81,7 @@ func runIssue15(ctx context.Context, bin, dir, rules string, ns []tasks.Notifica
 	}
 	time.Sleep(300 * time.Millisecond) // the Asynq server is polling
 	start := time.Now()
-	enq := exec.Command(bin, "enqueue", "--file", f.Name())
+	enq := exec.Command(bin, "enqueue", "--file", file)
 	enq.Env = cleanEnv(map[string]string{"SLUICE_REDIS_URL": "redis://" + srv.Addr, "SLUICE_PAYLOAD_KEYS": keySpec})
 	if out, err := enq.CombinedOutput(); err != nil {
 		log.Fatalf("sluice enqueue: %v: %s", err, out)
@@ -163,6 +112,79 @@ func runIssue15(ctx context.Context, bin, dir, rules string, ns []tasks.Notifica
 	}
 	return issue15Run{total: last.Sub(start), ideal: idealDrain(rules, arr, start, 0), idealS: idealDrain(rules, arr, start, 100*time.Millisecond),
 		violations: violations(rules, sortSends(got))}
+}
+
+// startIssue15Worker starts bin as a worker of the Redis at addr under
+// rules, logging JSON to the pipe it returns.
+func startIssue15Worker(bin, addr, rules string) (*exec.Cmd, io.Reader) {
+	env := map[string]string{
+		"SLUICE_REDIS_URL":      "redis://" + addr,
+		"SLUICE_RULES":          rules,
+		"SLUICE_SUBJECT_SECRET": secret,
+		"SLUICE_PAYLOAD_KEYS":   keySpec,
+		"SLUICE_HTTP_ADDR":      "off",
+		"SLUICE_LOG_FORMAT":     "json",
+	}
+	w := exec.Command(bin, "worker")
+	w.Env = cleanEnv(env)
+	stderr, err := w.StderrPipe()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		log.Fatal(err)
+	}
+	return w, stderr
+}
+
+// writeIssue15File writes ns, each with a new id, as the JSON Lines file
+// enqueue reads, and returns its path and the notifications by id.
+func writeIssue15File(dir string, ns []tasks.Notification) (string, map[string]tasks.Notification) {
+	byID := map[string]tasks.Notification{}
+	f, err := os.Create(filepath.Join(dir, "issue15.jsonl"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	enc := json.NewEncoder(f)
+	for _, n := range ns {
+		n.ID = tasks.NewID()
+		byID[n.ID] = n
+		if err := enc.Encode(map[string]string{"id": n.ID, "tenant": n.Tenant, "channel": string(n.Channel), "to": n.To, "body": n.Body}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	f.Close()
+	return f.Name(), byID
+}
+
+// readIssue15Log reads the worker's log: started closes when it starts
+// serving, and sends gets each send (room for n), resolved by byID.
+func readIssue15Log(stderr io.Reader, byID map[string]tasks.Notification, n int) (started <-chan struct{}, sends <-chan sent) {
+	start := make(chan struct{})
+	out := make(chan sent, n)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		once := false
+		for sc.Scan() {
+			var line struct {
+				Time time.Time `json:"time"`
+				Msg  string    `json:"msg"`
+				ID   string    `json:"id"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch {
+			case !once && line.Msg == "tenant plans in force": // logged last before the Asynq server starts
+				once = true
+				close(start)
+			case line.Msg == "sent (log sender)":
+				out <- sent{line.Time, byID[line.ID]}
+			}
+		}
+	}()
+	return start, out
 }
 
 func sortSends(s []sent) []sent {

@@ -189,15 +189,7 @@ func lanesFlood(ctx context.Context, bin, dir string, flood int, single bool) (o
 	for tasks.DefaultLayout.Shard(c, nil) == tasks.DefaultLayout.Shard(b, nil) {
 		c += "x"
 	}
-	ns := make([]tasks.Notification, 0, 2*flood)
-	isB := map[string]bool{}
-	for i := 0; i < flood; i++ {
-		m := tasks.NewSMS("tenant-a", fmt.Sprintf("+1416%07d", i%10000), "sale")
-		m.Category = "marketing"
-		s := tasks.NewSMS(b, fmt.Sprintf("+1417%07d", i), "receipt")
-		isB[s.ID] = true
-		ns = append(ns, m, s)
-	}
+	ns, isB := floodBacklog(flood, b)
 	t0 := time.Now()
 	enqueueParallel(ctx, rdb, ns, queue)
 	fmt.Printf("    enqueued %d in %.1f s\n", len(ns), time.Since(t0).Seconds())
@@ -206,48 +198,122 @@ func lanesFlood(ctx context.Context, bin, dir string, flood int, single bool) (o
 	w := startBin(bin, env)
 	defer w.stop()
 	start := time.Now()
-	kind := map[string]string{}
-	enq := map[string]time.Time{}
-	var mu sync.Mutex
+	u := &urgentLog{kind: map[string]string{}, enq: map[string]time.Time{}}
 	stop := make(chan struct{})
 	genDone := make(chan struct{})
 	go func() {
 		defer close(genDone)
-		client := asynq.NewClientFromRedisClient(rdb)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
+		u.trickle(ctx, rdb, b, c, single, stop)
+	}()
+	last := drainFlood(w, isB, flood, u)
+	close(stop)
+	<-genDone
+	u.awaitRest(w)
+	return u.otp, u.cstd, last.Sub(start)
+}
+
+// floodBacklog is lanesFlood's backlog: flood marketing SMS of tenant-a
+// (the bulk lane) and flood standard SMS of tenant b, interleaved; isB
+// holds b's ids.
+func floodBacklog(flood int, b string) (ns []tasks.Notification, isB map[string]bool) {
+	ns = make([]tasks.Notification, 0, 2*flood)
+	isB = map[string]bool{}
+	for i := 0; i < flood; i++ {
+		m := tasks.NewSMS("tenant-a", fmt.Sprintf("+1416%07d", i%10000), "sale")
+		m.Category = "marketing"
+		s := tasks.NewSMS(b, fmt.Sprintf("+1417%07d", i), "receipt")
+		isB[s.ID] = true
+		ns = append(ns, m, s)
+	}
+	return ns, isB
+}
+
+// urgentLog is what lanesFlood trickles in during the floods: each
+// notification's kind ("otp", or "c" for C's standard ones) and when it was
+// enqueued, written by the trickle, read as sends arrive; and the
+// latencies of those sent, by kind.
+type urgentLog struct {
+	mu   sync.Mutex
+	kind map[string]string
+	enq  map[string]time.Time
+
+	otp, cstd []time.Duration // read and written by the reader of sends only
+}
+
+// trickle enqueues every 200 ms, until stop closes, an OTP of tenant-a, b
+// and c and a standard notification of c, recording each before it is
+// enqueued; single puts them in the legacy queue.
+func (u *urgentLog) trickle(ctx context.Context, rdb *redis.Client, b, c string, single bool, stop <-chan struct{}) {
+	client := asynq.NewClientFromRedisClient(rdb)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		var batch []tasks.Notification
+		for _, tenant := range []string{"tenant-a", b, c} {
+			o := tasks.NewSMS(tenant, fmt.Sprintf("+1418%07d", i), "code")
+			o.Category = "otp"
+			batch = append(batch, o)
+		}
+		batch = append(batch, tasks.NewSMS(c, fmt.Sprintf("+1419%07d", i), "shipped"))
+		for j, n := range batch {
+			u.mu.Lock()
+			if j < 3 {
+				u.kind[n.ID] = "otp"
+			} else {
+				u.kind[n.ID] = "c"
 			}
-			var batch []tasks.Notification
-			for _, tenant := range []string{"tenant-a", b, c} {
-				o := tasks.NewSMS(tenant, fmt.Sprintf("+1418%07d", i), "code")
-				o.Category = "otp"
-				batch = append(batch, o)
+			u.enq[n.ID] = time.Now()
+			u.mu.Unlock()
+			var opts []asynq.Option
+			if single {
+				opts = append(opts, asynq.Queue(tasks.DefaultQueue))
 			}
-			batch = append(batch, tasks.NewSMS(c, fmt.Sprintf("+1419%07d", i), "shipped"))
-			for j, n := range batch {
-				mu.Lock()
-				if j < 3 {
-					kind[n.ID] = "otp"
-				} else {
-					kind[n.ID] = "c"
-				}
-				enq[n.ID] = time.Now()
-				mu.Unlock()
-				var opts []asynq.Option
-				if single {
-					opts = append(opts, asynq.Queue(tasks.DefaultQueue))
-				}
-				if _, err := tasks.Enqueue(ctx, client, keyring, n, opts...); err != nil {
-					log.Fatal(err)
-				}
+			if _, err := tasks.Enqueue(ctx, client, keyring, n, opts...); err != nil {
+				log.Fatal(err)
 			}
 		}
-	}()
+	}
+}
+
+// sent records the latency of s if it is an urgent notification.
+func (u *urgentLog) sent(s sent) {
+	u.mu.Lock()
+	k, at := u.kind[s.n.ID], u.enq[s.n.ID]
+	u.mu.Unlock()
+	switch k {
+	case "otp":
+		u.otp = append(u.otp, s.at.Sub(at))
+	case "c":
+		u.cstd = append(u.cstd, s.at.Sub(at))
+	}
+}
+
+// awaitRest reads sends until every urgent notification recorded has
+// gone, for 5 s at most: those still on their way when B finished.
+func (u *urgentLog) awaitRest(w *binWorker) {
+	grace := time.After(5 * time.Second)
+	u.mu.Lock()
+	want := len(u.kind)
+	u.mu.Unlock()
+	for len(u.otp)+len(u.cstd) < want {
+		select {
+		case s := <-w.sends:
+			u.sent(s)
+		case <-grace:
+			fmt.Printf("    %d urgent notifications not sent 5 s after B's flood\n", want-len(u.otp)-len(u.cstd))
+			return
+		}
+	}
+}
+
+// drainFlood reads w's sends until the flood of b's (isB) has gone,
+// recording the urgent ones in u, and returns when b's last went.
+func drainFlood(w *binWorker, isB map[string]bool, flood int, u *urgentLog) time.Time {
 	bLeft := flood
 	var last time.Time
 	timeout := time.After(10 * time.Minute)
@@ -259,43 +325,12 @@ func lanesFlood(ctx context.Context, bin, dir string, flood int, single bool) (o
 				last = s.at
 				continue
 			}
-			mu.Lock()
-			k, at := kind[s.n.ID], enq[s.n.ID]
-			mu.Unlock()
-			switch k {
-			case "otp":
-				otp = append(otp, s.at.Sub(at))
-			case "c":
-				cstd = append(cstd, s.at.Sub(at))
-			}
+			u.sent(s)
 		case <-timeout:
 			log.Fatalf("lanes: B's flood not drained in 10 minutes (%d left)", bLeft)
 		}
 	}
-	close(stop)
-	<-genDone
-	// The urgent notifications still on their way when B finished.
-	grace := time.After(5 * time.Second)
-	mu.Lock()
-	want := len(kind)
-	mu.Unlock()
-	for len(otp)+len(cstd) < want {
-		select {
-		case s := <-w.sends:
-			mu.Lock()
-			k, at := kind[s.n.ID], enq[s.n.ID]
-			mu.Unlock()
-			if k == "otp" {
-				otp = append(otp, s.at.Sub(at))
-			} else if k == "c" {
-				cstd = append(cstd, s.at.Sub(at))
-			}
-		case <-grace:
-			fmt.Printf("    %d urgent notifications not sent 5 s after B's flood\n", want-len(otp)-len(cstd))
-			return otp, cstd, last.Sub(start)
-		}
-	}
-	return otp, cstd, last.Sub(start)
+	return last
 }
 
 // sharing: how many of 16 random tenants share tenant-b's shard at the

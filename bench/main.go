@@ -64,14 +64,7 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+		defer startCPUProfile(*cpuProf)()
 	}
 	if *quick {
 		*dur = time.Second
@@ -92,69 +85,62 @@ func main() {
 	ver, _ := rdb.Info(ctx, "server").Result()
 	fmt.Printf("bench: redis %s, %d rounds of %v, quick=%v\n", field(ver, "redis_version"), *rounds, *dur, *quick)
 	began := time.Now()
-
-	if want("check") {
-		fmt.Println("\n== limiter checks (calls/s, median of interleaved rounds, 10,000 recipients, every call admitted)")
-		micro(ctx, rdb)
-	}
-	if want("throttled") {
-		fmt.Println("\n== the throttled path: denials, bookings, wake-and-admit vs redis_rate's denial (calls/s)")
-		throttled(ctx, rdb)
-	}
-	if want("tune") {
-		fmt.Println("\n== coalescing settings (single-rule check, calls/s)")
-		tune(ctx, rdb)
-	}
-	if want("calls") {
-		fmt.Println("\n== what one redis.call costs inside a Redis function, by kind; the worker's check made alone (Redis time)")
-		calls(ctx, rdb)
-	}
-	if want("worker") {
-		fmt.Println("\n== worker throughput (tasks/s, in-process Asynq servers, no-op sender, every task admitted)")
-		workerOverhead(ctx, srv.Addr)
-	}
-	if want("backlog") {
-		fmt.Println("\n== backlog to one recipient vs the exact scheduler (two workers)")
-		backlogs(ctx, srv.Addr)
-	}
-	if want("multi") {
-		fmt.Println("\n== multi-rule, multi-recipient backlogs vs the exact scheduler (two workers)")
-		multiBacklogs(ctx, srv.Addr)
-	}
-	if want("coincide") {
-		fmt.Println("\n== drains whose slots coincide: 300 SMS, 2 tenants × 15 recipients × 10, two workers")
-		coincide(ctx, srv.Addr)
-	}
-	if want("memory") {
-		fmt.Println("\n== memory (INFO used_memory deltas)")
-		memory(ctx, srv.Addr, rdb)
-	}
-	if want("counters") {
-		fmt.Println("\n== issue 22: calendar and bucketed rules — memory of one full key, checks/s vs a log")
-		counters(ctx, rdb)
-	}
-	if want("lanes") {
-		fmt.Println("\n== issue 19: lanes and shards — the real binary, one worker, log sender")
-		lanes(ctx)
-	}
-	if want("replicas") {
-		fmt.Println("\n== replica-acknowledged admissions (SLUICE_REDIS_WAIT_REPLICAS=1) on a master with one replica")
-		replicas(ctx)
-	}
-	if want("issue15") {
-		fmt.Println("\n== issue 15: the real binary, one worker, 150 SMS to 15 numbers")
-		issue15(ctx)
-	}
-	capacity()
-	if want("figures") {
-		fmt.Println("\n== figures")
-		figures(ctx, rdb)
+	for _, s := range sections(ctx, rdb, srv.Addr) {
+		if s.name != "" && !want(s.name) {
+			continue
+		}
+		if s.heading != "" {
+			fmt.Println("\n== " + s.heading)
+		}
+		s.run()
 	}
 	fmt.Printf("\nbench: done in %v; load average now %s\n", time.Since(began).Round(time.Second), loadAverage())
 	fmt.Println("\n| section | scenario | value | ratio | target | met |")
 	fmt.Println("|---|---|---:|---:|---|---|")
 	for _, r := range table {
 		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.section, r.name, r.value, r.ratio, r.target, r.verdict)
+	}
+}
+
+// startCPUProfile writes the process's CPU profile to path until the
+// function it returns is called.
+func startCPUProfile(path string) (stop func()) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		log.Fatal(err)
+	}
+	return pprof.StopCPUProfile
+}
+
+// section is one part of the bench: -only selects it by name (one without
+// a name always runs), and its heading is printed before it runs.
+type section struct {
+	name, heading string
+	run           func()
+}
+
+// sections are the bench's parts in the order they run, on the Redis of
+// rdb at addr.
+func sections(ctx context.Context, rdb *redis.Client, addr string) []section {
+	return []section{
+		{"check", "limiter checks (calls/s, median of interleaved rounds, 10,000 recipients, every call admitted)", func() { micro(ctx, rdb) }},
+		{"throttled", "the throttled path: denials, bookings, wake-and-admit vs redis_rate's denial (calls/s)", func() { throttled(ctx, rdb) }},
+		{"tune", "coalescing settings (single-rule check, calls/s)", func() { tune(ctx, rdb) }},
+		{"calls", "what one redis.call costs inside a Redis function, by kind; the worker's check made alone (Redis time)", func() { calls(ctx, rdb) }},
+		{"worker", "worker throughput (tasks/s, in-process Asynq servers, no-op sender, every task admitted)", func() { workerOverhead(ctx, addr) }},
+		{"backlog", "backlog to one recipient vs the exact scheduler (two workers)", func() { backlogs(ctx, addr) }},
+		{"multi", "multi-rule, multi-recipient backlogs vs the exact scheduler (two workers)", func() { multiBacklogs(ctx, addr) }},
+		{"coincide", "drains whose slots coincide: 300 SMS, 2 tenants × 15 recipients × 10, two workers", func() { coincide(ctx, addr) }},
+		{"memory", "memory (INFO used_memory deltas)", func() { memory(ctx, addr, rdb) }},
+		{"counters", "issue 22: calendar and bucketed rules — memory of one full key, checks/s vs a log", func() { counters(ctx, rdb) }},
+		{"lanes", "issue 19: lanes and shards — the real binary, one worker, log sender", func() { lanes(ctx) }},
+		{"replicas", "replica-acknowledged admissions (SLUICE_REDIS_WAIT_REPLICAS=1) on a master with one replica", func() { replicas(ctx) }},
+		{"issue15", "issue 15: the real binary, one worker, 150 SMS to 15 numbers", func() { issue15(ctx) }},
+		{"", "", capacity}, // from what the sections before it measured
+		{"figures", "figures", func() { figures(ctx, rdb) }},
 	}
 }
 

@@ -186,13 +186,11 @@ func workerOverhead(ctx context.Context, addr string) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	defer rdb.Close()
-	client := asynq.NewClientFromRedisClient(rdb)
-	rl := redis_rate.NewLimiter(rdb)
+	o := overheadBench{addr: addr, rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), rl: redis_rate.NewLimiter(rdb), n: n}
 	peers := []string{"sluice", "asynq", "asynq+redis_rate"}
 	for _, conc := range []int{10, 50} {
-		rates, cpus := map[string][]float64{}, map[string][]float64{}
-		cmds, calls := map[string][]float64{}, map[string][]float64{}
-		ratios := map[string][]float64{}
+		runs := overheadRuns{rates: map[string][]float64{}, cpus: map[string][]float64{}, cmds: map[string][]float64{},
+			calls: map[string][]float64{}, ratios: map[string][]float64{}}
 		for r := 0; r < *rounds; r++ {
 			order := peers
 			if r%2 == 1 {
@@ -200,92 +198,149 @@ func workerOverhead(ctx context.Context, addr string) {
 			}
 			got := map[string]float64{}
 			for _, p := range order {
-				if err := rdb.FlushAll(ctx).Err(); err != nil {
-					log.Fatal(err)
-				}
-				q := queueName("ovh")
-				cfg := workerConfig(addr, q, overheadRules, map[string]string{"SLUICE_CONCURRENCY": strconv.Itoa(conc)})
-				ns := make([]tasks.Notification, n)
-				for i := range ns {
-					ns[i] = tasks.NewSMS("bench", fmt.Sprintf("+1416%07d", r*n+i), "bench "+strconv.Itoa(i))
-				}
-				enqueueAll(ctx, client, q, ns)
-				rec := newRecorder(n)
-				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-					log.Fatal(err)
-				}
-				cpu0 := redisCPU(ctx, rdb)
-				var mon *monitor
-				if *monitorOn {
-					mon = startMonitor(addr)
-				}
-				switch p {
-				case "sluice":
-					_, stop := startWorker(addr, cfg, rec)
-					<-rec.done
-					stop()
-				default:
-					srv := asynqServer(rdb, cfg)
-					mux := asynq.NewServeMux()
-					mux.HandleFunc(tasks.TypeSMS, func(ctx context.Context, t *asynq.Task) error {
-						nt, err := openTask(ctx, t)
-						if err != nil {
-							return err
-						}
-						if p == "asynq+redis_rate" {
-							for _, l := range []struct {
-								key string
-								lim redis_rate.Limit
-							}{{"r:" + nt.Tenant + ":" + nt.To, redis_rate.PerMinute(100)}, {"t:" + nt.Tenant, redis_rate.PerHour(1_000_000)}} {
-								res, err := rl.Allow(ctx, l.key, l.lim)
-								if err != nil {
-									return err
-								}
-								if res.Allowed == 0 {
-									return fmt.Errorf("redis_rate denied %s", l.key)
-								}
-							}
-						}
-						return rec.Send(ctx, nt)
-					})
-					if err := srv.Start(mux); err != nil {
-						log.Fatal(err)
-					}
-					<-rec.done
-					srv.Shutdown()
-				}
-				got[p] = rec.rate()
-				if *cmdStats {
-					printCommandStats(ctx, rdb, fmt.Sprintf("%s, concurrency %d", p, conc), n)
-				}
-				if mon != nil {
-					mon.print(n)
-				}
-				all, scripts := commandCalls(ctx, rdb)
-				cmds[p] = append(cmds[p], float64(all)/float64(n))
-				calls[p] = append(calls[p], float64(scripts)/float64(n))
-				rates[p] = append(rates[p], got[p])
-				cpus[p] = append(cpus[p], (redisCPU(ctx, rdb)-cpu0).Seconds()/float64(n))
+				got[p] = runs.add(p, o.run(ctx, p, conc, r))
 			}
-			ratios["asynq"] = append(ratios["asynq"], got["sluice"]/got["asynq"])
-			ratios["asynq+redis_rate"] = append(ratios["asynq+redis_rate"], got["sluice"]/got["asynq+redis_rate"])
+			runs.ratios["asynq"] = append(runs.ratios["asynq"], got["sluice"]/got["asynq"])
+			runs.ratios["asynq+redis_rate"] = append(runs.ratios["asynq+redis_rate"], got["sluice"]/got["asynq+redis_rate"])
 		}
-		s := median(rates["sluice"])
-		for _, p := range peers {
-			workerCPU[fmt.Sprintf("%s/%d", p, conc)] = time.Duration(median(cpus[p]) * 1e9)
-		}
-		fmt.Printf("  concurrency %d: sluice %.0f/s, asynq %.0f/s, asynq+redis_rate %.0f/s; Redis CPU per task %v, %v, %v\n", conc, s,
-			median(rates["asynq"]), median(rates["asynq+redis_rate"]), workerCPU["sluice/"+strconv.Itoa(conc)].Round(time.Microsecond),
-			workerCPU["asynq/"+strconv.Itoa(conc)].Round(time.Microsecond), workerCPU["asynq+redis_rate/"+strconv.Itoa(conc)].Round(time.Microsecond))
-		fmt.Printf("  concurrency %d: Redis commands per task (those in scripts included) %.1f, %.1f, %.1f; script calls per task %.2f, %.2f, %.2f\n", conc,
-			median(cmds["sluice"]), median(cmds["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["sluice"]), median(calls["asynq"]), median(calls["asynq+redis_rate"]))
-		add(row{"worker", fmt.Sprintf("Redis commands / script calls per task, concurrency %d: sluice, asynq, asynq+redis_rate", conc),
-			fmt.Sprintf("%.1f / %.2f, %.1f / %.2f, %.1f / %.2f", median(cmds["sluice"]), median(calls["sluice"]), median(cmds["asynq"]), median(calls["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["asynq+redis_rate"])),
-			"", "(report)", ""})
-		a, ar := median(ratios["asynq"]), median(ratios["asynq+redis_rate"])
-		add(row{"worker", fmt.Sprintf("with throttle vs Asynq no-op handler, concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s", s, median(rates["asynq"])), f2(a), "≥ 0.8×", verdict(a >= 0.8)})
-		add(row{"worker", fmt.Sprintf("with throttle vs Asynq + redis_rate middleware, concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s", s, median(rates["asynq+redis_rate"])), f2(ar), "≥ 1.0×", verdict(ar >= 1)})
+		reportOverhead(conc, peers, runs)
 	}
+}
+
+// overheadBench is what every run of workerOverhead shares.
+type overheadBench struct {
+	addr   string
+	rdb    *redis.Client
+	client *asynq.Client
+	rl     *redis_rate.Limiter
+	n      int // tasks per run
+}
+
+// overheadSample is one run's measurements, per task where not a rate.
+type overheadSample struct {
+	rate, cpu, cmds, calls float64 // tasks/s; Redis CPU seconds, commands, script calls per task
+}
+
+// overheadRuns are one concurrency's samples by peer, and Sluice's ratio
+// to each peer per round.
+type overheadRuns struct {
+	rates, cpus, cmds, calls, ratios map[string][]float64
+}
+
+// add records peer p's sample and returns its rate.
+func (o overheadRuns) add(p string, s overheadSample) float64 {
+	o.cmds[p] = append(o.cmds[p], s.cmds)
+	o.calls[p] = append(o.calls[p], s.calls)
+	o.rates[p] = append(o.rates[p], s.rate)
+	o.cpus[p] = append(o.cpus[p], s.cpu)
+	return s.rate
+}
+
+// run drains n tasks of round r (recipients of their own) with peer p at
+// concurrency conc, on an emptied Redis, and measures it.
+func (o overheadBench) run(ctx context.Context, p string, conc, r int) overheadSample {
+	if err := o.rdb.FlushAll(ctx).Err(); err != nil {
+		log.Fatal(err)
+	}
+	q := queueName("ovh")
+	cfg := workerConfig(o.addr, q, overheadRules, map[string]string{"SLUICE_CONCURRENCY": strconv.Itoa(conc)})
+	ns := make([]tasks.Notification, o.n)
+	for i := range ns {
+		ns[i] = tasks.NewSMS("bench", fmt.Sprintf("+1416%07d", r*o.n+i), "bench "+strconv.Itoa(i))
+	}
+	enqueueAll(ctx, o.client, q, ns)
+	rec := newRecorder(o.n)
+	if err := o.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		log.Fatal(err)
+	}
+	cpu0 := redisCPU(ctx, o.rdb)
+	var mon *monitor
+	if *monitorOn {
+		mon = startMonitor(o.addr)
+	}
+	if p == "sluice" {
+		_, stop := startWorker(o.addr, cfg, rec)
+		<-rec.done
+		stop()
+	} else {
+		o.runAsynq(cfg, rec, p == "asynq+redis_rate")
+	}
+	var s overheadSample
+	s.rate = rec.rate()
+	if *cmdStats {
+		printCommandStats(ctx, o.rdb, fmt.Sprintf("%s, concurrency %d", p, conc), o.n)
+	}
+	if mon != nil {
+		mon.print(o.n)
+	}
+	all, scripts := commandCalls(ctx, o.rdb)
+	s.cmds, s.calls = float64(all)/float64(o.n), float64(scripts)/float64(o.n)
+	s.cpu = (redisCPU(ctx, o.rdb) - cpu0).Seconds() / float64(o.n)
+	return s
+}
+
+// runAsynq drains the queue of cfg with a bare Asynq server whose handler
+// opens each task and sends it to rec; with rateLimited it first asks
+// redis_rate for the worker's two limits.
+func (o overheadBench) runAsynq(cfg worker.Config, rec *recorder, rateLimited bool) {
+	srv := asynqServer(o.rdb, cfg)
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(tasks.TypeSMS, func(ctx context.Context, t *asynq.Task) error {
+		nt, err := openTask(ctx, t)
+		if err != nil {
+			return err
+		}
+		if rateLimited {
+			if err := o.allowRedisRate(ctx, nt); err != nil {
+				return err
+			}
+		}
+		return rec.Send(ctx, nt)
+	})
+	if err := srv.Start(mux); err != nil {
+		log.Fatal(err)
+	}
+	<-rec.done
+	srv.Shutdown()
+}
+
+// allowRedisRate asks redis_rate for overheadRules' two limits on nt: an
+// error if either denies.
+func (o overheadBench) allowRedisRate(ctx context.Context, nt tasks.Notification) error {
+	for _, l := range []struct {
+		key string
+		lim redis_rate.Limit
+	}{{"r:" + nt.Tenant + ":" + nt.To, redis_rate.PerMinute(100)}, {"t:" + nt.Tenant, redis_rate.PerHour(1_000_000)}} {
+		res, err := o.rl.Allow(ctx, l.key, l.lim)
+		if err != nil {
+			return err
+		}
+		if res.Allowed == 0 {
+			return fmt.Errorf("redis_rate denied %s", l.key)
+		}
+	}
+	return nil
+}
+
+// reportOverhead records each peer's Redis CPU per task at conc in
+// workerCPU, prints the medians and adds the worker rows.
+func reportOverhead(conc int, peers []string, runs overheadRuns) {
+	rates, cmds, calls := runs.rates, runs.cmds, runs.calls
+	s := median(rates["sluice"])
+	for _, p := range peers {
+		workerCPU[fmt.Sprintf("%s/%d", p, conc)] = time.Duration(median(runs.cpus[p]) * 1e9)
+	}
+	fmt.Printf("  concurrency %d: sluice %.0f/s, asynq %.0f/s, asynq+redis_rate %.0f/s; Redis CPU per task %v, %v, %v\n", conc, s,
+		median(rates["asynq"]), median(rates["asynq+redis_rate"]), workerCPU["sluice/"+strconv.Itoa(conc)].Round(time.Microsecond),
+		workerCPU["asynq/"+strconv.Itoa(conc)].Round(time.Microsecond), workerCPU["asynq+redis_rate/"+strconv.Itoa(conc)].Round(time.Microsecond))
+	fmt.Printf("  concurrency %d: Redis commands per task (those in scripts included) %.1f, %.1f, %.1f; script calls per task %.2f, %.2f, %.2f\n", conc,
+		median(cmds["sluice"]), median(cmds["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["sluice"]), median(calls["asynq"]), median(calls["asynq+redis_rate"]))
+	add(row{"worker", fmt.Sprintf("Redis commands / script calls per task, concurrency %d: sluice, asynq, asynq+redis_rate", conc),
+		fmt.Sprintf("%.1f / %.2f, %.1f / %.2f, %.1f / %.2f", median(cmds["sluice"]), median(calls["sluice"]), median(cmds["asynq"]), median(calls["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["asynq+redis_rate"])),
+		"", "(report)", ""})
+	a, ar := median(runs.ratios["asynq"]), median(runs.ratios["asynq+redis_rate"])
+	add(row{"worker", fmt.Sprintf("with throttle vs Asynq no-op handler, concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s", s, median(rates["asynq"])), f2(a), "≥ 0.8×", verdict(a >= 0.8)})
+	add(row{"worker", fmt.Sprintf("with throttle vs Asynq + redis_rate middleware, concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s", s, median(rates["asynq+redis_rate"])), f2(ar), "≥ 1.0×", verdict(ar >= 1)})
 }
 
 // backlogResult is one backlog drained by two in-process workers.

@@ -46,6 +46,14 @@ func replicas(ctx context.Context) {
 	defer replica.Stop()
 	rdb := redis.NewClient(&redis.Options{Addr: master.Addr, PoolSize: 128})
 	defer rdb.Close()
+	awaitReplica(ctx, rdb)
+	replicaChecks(ctx, rdb)
+	replicaDrain(ctx, rdb, master.Addr)
+}
+
+// awaitReplica waits until the master of rdb has its replica attached and
+// in sync (WAIT 1 answers 1).
+func awaitReplica(ctx context.Context, rdb *redis.Client) {
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(rdb.Info(ctx, "replication").Val(), "connected_slaves:1"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			log.Fatal("replicas: the replica did not connect")
@@ -54,7 +62,11 @@ func replicas(ctx context.Context) {
 	if n, err := rdb.Wait(ctx, 1, time.Second).Result(); err != nil || n != 1 {
 		log.Fatalf("replicas: WAIT 1 answered %d, %v", n, err)
 	}
+}
 
+// replicaChecks compares single-rule checks without and with a WAIT 1
+// behind each admitting one, at 1 and 32 callers.
+func replicaChecks(ctx context.Context, rdb *redis.Client) {
 	none := newLimiter(rdb, throttle.Options{})
 	defer none.Close()
 	acked := newLimiter(rdb, throttle.Options{WaitReplicas: 1, WaitTimeout: time.Second})
@@ -77,8 +89,12 @@ func replicas(ctx context.Context) {
 		add(row{"replicas", fmt.Sprintf("… Redis CPU per check on the master, %d caller(s): WAIT 1 / no wait", callers),
 			fmt.Sprintf("%.1f / %.1f µs", us(serverCPU["WAIT 1"]), us(serverCPU["no wait"])), "", "(INFO cpu delta / checks)", ""})
 	}
+}
 
-	// Per delivered task: the worker drains the same backlog with and without.
+// replicaDrain compares, per delivered task, a worker draining the same
+// backlog from the master at addr without and with
+// SLUICE_REDIS_WAIT_REPLICAS=1, interleaved.
+func replicaDrain(ctx context.Context, rdb *redis.Client, addr string) {
 	n := 2000
 	if *quick {
 		n = 600
@@ -102,7 +118,7 @@ func replicas(ctx context.Context) {
 			if p == "WAIT 1" {
 				extra["SLUICE_REDIS_WAIT_REPLICAS"] = "1"
 			}
-			cfg := workerConfig(master.Addr, q, overheadRules, extra)
+			cfg := workerConfig(addr, q, overheadRules, extra)
 			ns := make([]tasks.Notification, n)
 			for i := range ns {
 				ns[i] = tasks.NewSMS("bench", fmt.Sprintf("+1417%07d", r*n+i), "bench "+strconv.Itoa(i))
@@ -110,7 +126,7 @@ func replicas(ctx context.Context) {
 			enqueueAll(ctx, client, q, ns)
 			rec := newRecorder(n)
 			cpu0 := redisCPU(ctx, rdb)
-			_, stop := startWorker(master.Addr, cfg, rec)
+			_, stop := startWorker(addr, cfg, rec)
 			<-rec.done
 			stop()
 			got[p] = rec.rate()

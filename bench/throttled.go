@@ -227,128 +227,155 @@ func runUntil(ctx context.Context, callers int, f op) (float64, int64) {
 	return float64(n.Load()) / time.Since(start).Seconds(), n.Load()
 }
 
+// throttledBench is what the throttled scenarios share: the limiters
+// measured and the size of the wake pools.
+type throttledBench struct {
+	rdb      *redis.Client
+	coal     *throttle.Limiter // coalescing, as workers run it
+	plain    *throttle.Limiter // one script call per check
+	rl       *redis_rate.Limiter
+	poolSize int
+}
+
 func throttled(ctx context.Context, rdb *redis.Client) {
 	coal := newLimiter(rdb, throttle.Options{})
 	defer coal.Close()
 	plain := newLimiter(rdb, throttle.Options{Direct: true})
 	defer plain.Close()
-	rl := redis_rate.NewLimiter(rdb)
-	poolSize := 60_000
+	tb := throttledBench{rdb: rdb, coal: coal, plain: plain, rl: redis_rate.NewLimiter(rdb), poolSize: 60_000}
 	if *quick {
-		poolSize = 30_000
-	}
-	expect := func(d throttle.Decision, want throttle.Status) error {
-		if d.Status != want {
-			return fmt.Errorf("throttled bench: %s, want %s", d.Status, want)
-		}
-		return nil
-	}
-	denied := func(lim *throttle.Limiter) func(context.Context) op {
-		return func(ctx context.Context) op {
-			fillWindows(ctx, rdb, lim)
-			return func(ctx context.Context, i int64) error {
-				d, err := lim.Allow(ctx, "bench", member(i), fullLimit(i))
-				if err != nil {
-					return err
-				}
-				return expect(d, throttle.StatusDenied)
-			}
-		}
-	}
-	rateDenied := func(ctx context.Context) op {
-		fillRate(ctx, rl)
-		return func(ctx context.Context, i int64) error {
-			res, err := rl.Allow(ctx, fullSubject(i), redis_rate.PerHour(throttledRule.Limit))
-			if err != nil {
-				return err
-			}
-			if res.Allowed != 0 {
-				return fmt.Errorf("redis_rate admitted a full key")
-			}
-			return nil
-		}
-	}
-	booking := func(ctx context.Context) op {
-		fillWindows(ctx, rdb, coal)
-		return func(ctx context.Context, i int64) error {
-			d, err := coal.Reserve(ctx, "bench", member(i), bookOpts, fullLimit(i))
-			if err != nil {
-				return err
-			}
-			return expect(d, throttle.StatusBooked)
-		}
-	}
-	wake := func(ctx context.Context) op {
-		pool := newWakePool(ctx, rdb, poolSize)
-		return func(ctx context.Context, i int64) error {
-			w, ok := pool.take()
-			if !ok {
-				return errPoolDone
-			}
-			d, err := coal.Reserve(ctx, "bench", w.id, bookOpts, w.lim)
-			if err != nil {
-				return err
-			}
-			return expect(d, throttle.StatusAdmitted)
-		}
-	}
-	mixed := func(ctx context.Context) op {
-		pool := newWakePool(ctx, rdb, poolSize)
-		fillWindows(ctx, rdb, coal)
-		// One op is one throttled message's three calls, in turn.
-		return func(ctx context.Context, i int64) error {
-			d, err := coal.Reserve(ctx, "bench", member(i), bookOpts, fullLimit(i))
-			if err != nil {
-				return err
-			}
-			if err := expect(d, throttle.StatusBooked); err != nil {
-				return err
-			}
-			w, ok := pool.take()
-			if !ok {
-				return errPoolDone
-			}
-			if d, err = coal.Reserve(ctx, "bench", w.id, bookOpts, w.lim); err != nil {
-				return err
-			}
-			if err := expect(d, throttle.StatusAdmitted); err != nil {
-				return err
-			}
-			return coal.MarkDone(ctx, "bench", w.id, d.Attempt, 24*time.Hour)
-		}
+		tb.poolSize = 30_000
 	}
 	for _, c := range []int{1, 32} {
 		scs := []tscenario{
-			{"redis_rate denied", c, rateDenied, 0},
-			{"sluice denied coalesced", c, denied(coal), 0},
-			{"sluice denied plain", c, denied(plain), 0},
+			{"redis_rate denied", c, tb.rateDenied, 0},
+			{"sluice denied coalesced", c, tb.denied(coal), 0},
+			{"sluice denied plain", c, tb.denied(plain), 0},
 		}
 		if c == 32 {
-			scs = append(scs, tscenario{"sluice booking", c, booking, 0}, tscenario{"sluice wake-and-admit", c, wake, 0},
-				tscenario{"sluice mixed (book, wake, done)", c, mixed, 3})
+			scs = append(scs, tscenario{"sluice booking", c, tb.booking, 0}, tscenario{"sluice wake-and-admit", c, tb.wake, 0},
+				tscenario{"sluice mixed (book, wake, done)", c, tb.mixed, 3})
 		}
-		m := interleaveSetup(ctx, rdb, scs)
-		fmt.Printf("  %2d callers:", c)
-		for _, s := range scs {
-			fmt.Printf("  %s %.0f/s (Redis %.1f µs/call)", s.name, m.med(s.name), us(serverCPU[s.name]))
+		reportThrottled(c, scs, interleaveSetup(ctx, rdb, scs))
+	}
+}
+
+// reportThrottled prints one caller count's results and adds its rows:
+// each scenario against redis_rate's denial, and Redis's CPU per call.
+func reportThrottled(callers int, scs []tscenario, m results) {
+	fmt.Printf("  %2d callers:", callers)
+	for _, s := range scs {
+		fmt.Printf("  %s %.0f/s (Redis %.1f µs/call)", s.name, m.med(s.name), us(serverCPU[s.name]))
+	}
+	fmt.Println()
+	for _, s := range scs[1:] {
+		target, v := "(report)", ""
+		if s.name == "sluice denied coalesced" {
+			r := m.ratio(s.name, "redis_rate denied")
+			target, v = "≥ 0.8×", verdict(r >= 0.8)
 		}
-		fmt.Println()
-		for _, s := range scs[1:] {
-			target, v := "(report)", ""
-			if s.name == "sluice denied coalesced" {
-				r := m.ratio(s.name, "redis_rate denied")
-				target, v = "≥ 0.8×", verdict(r >= 0.8)
+		add(row{"throttled", fmt.Sprintf("%s vs redis_rate denied, %d callers", s.name, callers), fmt.Sprintf("%.0f vs %.0f", m.med(s.name), m.med("redis_rate denied")),
+			f2(m.ratio(s.name, "redis_rate denied")), target, v})
+	}
+	var cpus string
+	for i, s := range scs {
+		if i > 0 {
+			cpus += " / "
+		}
+		cpus += fmt.Sprintf("%.1f", us(serverCPU[s.name]))
+	}
+	add(row{"throttled", fmt.Sprintf("Redis CPU per call, %d callers (same order)", callers), cpus + " µs", "", "(INFO cpu delta / calls)", ""})
+}
+
+// expectStatus is an error unless d has the status want.
+func expectStatus(d throttle.Decision, want throttle.Status) error {
+	if d.Status != want {
+		return fmt.Errorf("throttled bench: %s, want %s", d.Status, want)
+	}
+	return nil
+}
+
+// denied sets up full windows; its op is lim's Allow, denied.
+func (tb throttledBench) denied(lim *throttle.Limiter) func(context.Context) op {
+	return func(ctx context.Context) op {
+		fillWindows(ctx, tb.rdb, lim)
+		return func(ctx context.Context, i int64) error {
+			d, err := lim.Allow(ctx, "bench", member(i), fullLimit(i))
+			if err != nil {
+				return err
 			}
-			add(row{"throttled", fmt.Sprintf("%s vs redis_rate denied, %d callers", s.name, c), fmt.Sprintf("%.0f vs %.0f", m.med(s.name), m.med("redis_rate denied")),
-				f2(m.ratio(s.name, "redis_rate denied")), target, v})
+			return expectStatus(d, throttle.StatusDenied)
 		}
-		var cpus string
-		for i, s := range scs {
-			if i > 0 {
-				cpus += " / "
-			}
-			cpus += fmt.Sprintf("%.1f", us(serverCPU[s.name]))
+	}
+}
+
+// rateDenied sets up full redis_rate keys; its op is redis_rate's denial.
+func (tb throttledBench) rateDenied(ctx context.Context) op {
+	fillRate(ctx, tb.rl)
+	return func(ctx context.Context, i int64) error {
+		res, err := tb.rl.Allow(ctx, fullSubject(i), redis_rate.PerHour(throttledRule.Limit))
+		if err != nil {
+			return err
 		}
-		add(row{"throttled", fmt.Sprintf("Redis CPU per call, %d callers (same order)", c), cpus + " µs", "", "(INFO cpu delta / calls)", ""})
+		if res.Allowed != 0 {
+			return fmt.Errorf("redis_rate admitted a full key")
+		}
+		return nil
+	}
+}
+
+// booking sets up full windows; its op books a fresh id on them.
+func (tb throttledBench) booking(ctx context.Context) op {
+	fillWindows(ctx, tb.rdb, tb.coal)
+	return func(ctx context.Context, i int64) error {
+		d, err := tb.coal.Reserve(ctx, "bench", member(i), bookOpts, fullLimit(i))
+		if err != nil {
+			return err
+		}
+		return expectStatus(d, throttle.StatusBooked)
+	}
+}
+
+// wake sets up a pool of bookings whose slot has come; its op is one
+// booked id's wake-and-admit.
+func (tb throttledBench) wake(ctx context.Context) op {
+	pool := newWakePool(ctx, tb.rdb, tb.poolSize)
+	return func(ctx context.Context, i int64) error {
+		w, ok := pool.take()
+		if !ok {
+			return errPoolDone
+		}
+		d, err := tb.coal.Reserve(ctx, "bench", w.id, bookOpts, w.lim)
+		if err != nil {
+			return err
+		}
+		return expectStatus(d, throttle.StatusAdmitted)
+	}
+}
+
+// mixed sets up both; one op is one throttled message's three calls, in
+// turn: its booking, its wake-and-admit, its done record.
+func (tb throttledBench) mixed(ctx context.Context) op {
+	pool := newWakePool(ctx, tb.rdb, tb.poolSize)
+	fillWindows(ctx, tb.rdb, tb.coal)
+	return func(ctx context.Context, i int64) error {
+		d, err := tb.coal.Reserve(ctx, "bench", member(i), bookOpts, fullLimit(i))
+		if err != nil {
+			return err
+		}
+		if err := expectStatus(d, throttle.StatusBooked); err != nil {
+			return err
+		}
+		w, ok := pool.take()
+		if !ok {
+			return errPoolDone
+		}
+		if d, err = tb.coal.Reserve(ctx, "bench", w.id, bookOpts, w.lim); err != nil {
+			return err
+		}
+		if err := expectStatus(d, throttle.StatusAdmitted); err != nil {
+			return err
+		}
+		return tb.coal.MarkDone(ctx, "bench", w.id, d.Attempt, 24*time.Hour)
 	}
 }

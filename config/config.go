@@ -77,8 +77,28 @@ type Base struct {
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" desc:"text or json."`
 }
 
-// Validate records every problem of the shared settings in p.
+// Validate records every problem of the shared settings in p, in the
+// order of the checks below.
 func (b Base) Validate(p *Problems) {
+	for _, check := range []func(*Problems){
+		b.validateRedis,
+		b.validateQueue,
+		b.validateRules,
+		b.validateSecrets,
+		b.validateSends,
+		b.validateQueuedCaps,
+		b.validateRedisWatch,
+		b.validateSMSOrigin,
+		b.validateSuppression,
+		b.validateUnsubscribe,
+		b.validateLogging,
+	} {
+		check(p)
+	}
+}
+
+// validateRedis checks where Redis is: REDIS_URL and REDIS_CA_FILE.
+func (b Base) validateRedis(p *Problems) {
 	if err := checkRedisURL(b.RedisURL); err != nil {
 		p.Add("REDIS_URL", "%v", err)
 	} else if b.RedisCAFile != "" && !strings.HasPrefix(b.RedisURL, "rediss://") {
@@ -89,6 +109,10 @@ func (b Base) Validate(p *Problems) {
 			p.Add("REDIS_CA_FILE", "%v", err)
 		}
 	}
+}
+
+// validateQueue checks the queue layout: QUEUE and QUEUE_SHARDS.
+func (b Base) validateQueue(p *Problems) {
 	if b.Queue == "" {
 		p.Add("QUEUE", "must not be empty")
 	} else if err := b.Layout().Validate(); err != nil {
@@ -98,6 +122,11 @@ func (b Base) Validate(p *Problems) {
 			p.Add("QUEUE", "%v", err)
 		}
 	}
+}
+
+// validateRules checks the rules and how they are read: RULES,
+// PLAN_CHECK_INTERVAL and DEFAULT_TZ.
+func (b Base) validateRules(p *Problems) {
 	if pol, err := plans.Parse(b.Rules); err != nil {
 		p.Add("RULES", "%v", err)
 	} else if err := pol.CheckDefaults(); err != nil {
@@ -109,6 +138,11 @@ func (b Base) Validate(p *Problems) {
 	if _, err := plans.Zones(b.DefaultTZ, "", nil); err != nil {
 		p.Add("DEFAULT_TZ", "%v", err)
 	}
+}
+
+// validateSecrets checks the keys: SUBJECT_SECRET, PAYLOAD_KEYS and
+// PAYLOAD_PLAINTEXT.
+func (b Base) validateSecrets(p *Problems) {
 	if len(b.SubjectSecret) < 16 {
 		p.Add("SUBJECT_SECRET", "must be set to at least 16 bytes (e.g. `openssl rand -hex 32`)")
 	}
@@ -118,6 +152,11 @@ func (b Base) Validate(p *Problems) {
 	if b.PayloadPlaintext != "refuse" && b.PayloadPlaintext != "accept" {
 		p.Add("PAYLOAD_PLAINTEXT", "must be refuse or accept, got %q", b.PayloadPlaintext)
 	}
+}
+
+// validateSends checks how sends are made: DEDUPE_TTL, SEND_SLACK and
+// EMAIL_FROM_DOMAINS.
+func (b Base) validateSends(p *Problems) {
 	if b.DedupeTTL < time.Minute {
 		p.Add("DEDUPE_TTL", "must be at least 1m, got %v", b.DedupeTTL)
 	}
@@ -127,6 +166,11 @@ func (b Base) Validate(p *Problems) {
 	if _, err := ParseFromDomains(b.EmailFromDomains); err != nil {
 		p.Add("EMAIL_FROM_DOMAINS", "%v", err)
 	}
+}
+
+// validateQueuedCaps checks the caps on a tenant's queued work:
+// TENANT_MAX_QUEUED, TENANT_MAX_QUEUED_BYTES and TENANT_QUEUED_TTL.
+func (b Base) validateQueuedCaps(p *Problems) {
 	if b.TenantMaxQueued < 0 {
 		p.Add("TENANT_MAX_QUEUED", "must be 0 (no cap) or more, got %d", b.TenantMaxQueued)
 	}
@@ -136,12 +180,22 @@ func (b Base) Validate(p *Problems) {
 	if b.TenantQueuedTTL < time.Minute || b.TenantQueuedTTL > 720*time.Hour {
 		p.Add("TENANT_QUEUED_TTL", "must be between 1m and 720h, got %v", b.TenantQueuedTTL)
 	}
+}
+
+// validateRedisWatch checks how Redis's settings are watched:
+// REDIS_CHECK_INTERVAL and REDIS_DEGRADED_FOR.
+func (b Base) validateRedisWatch(p *Problems) {
 	if b.RedisCheckInterval < 100*time.Millisecond || b.RedisCheckInterval > 10*time.Minute {
 		p.Add("REDIS_CHECK_INTERVAL", "must be between 100ms and 10m, got %v", b.RedisCheckInterval)
 	}
 	if b.RedisDegradedFor < 0 || b.RedisDegradedFor > 24*time.Hour {
 		p.Add("REDIS_DEGRADED_FOR", "must be between 0 (never) and 24h, got %v", b.RedisDegradedFor)
 	}
+}
+
+// validateSMSOrigin checks the default origin of SMS:
+// SMS_MESSAGING_SERVICE_SID beside SMS_FROM.
+func (b Base) validateSMSOrigin(p *Problems) {
 	if b.SMSMessagingServiceSID != "" {
 		if !tasks.IsMessagingServiceSID(b.SMSMessagingServiceSID) {
 			p.Add("SMS_MESSAGING_SERVICE_SID", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID), got %q", b.SMSMessagingServiceSID)
@@ -150,6 +204,12 @@ func (b Base) Validate(p *Problems) {
 			p.Add("SMS_MESSAGING_SERVICE_SID", "and %sSMS_FROM are both set: set one, the default origin of messages that name none", EnvPrefix)
 		}
 	}
+}
+
+// validateSuppression checks suppressions and consent: SMS_SUPPRESS_CODES,
+// SMS_SUPPRESS_TTL, EMAIL_SUPPRESS_TTL, CONSENT_RETENTION and
+// CONSENT_MAX_EVENTS.
+func (b Base) validateSuppression(p *Problems) {
 	if _, err := b.SuppressCodes(); err != nil {
 		p.Add("SMS_SUPPRESS_CODES", "%v", err)
 	}
@@ -162,6 +222,11 @@ func (b Base) Validate(p *Problems) {
 	if err := b.ConsentOptions().Validate(); err != nil {
 		p.Add("CONSENT_RETENTION", "%v (with CONSENT_MAX_EVENTS)", err)
 	}
+}
+
+// validateUnsubscribe checks UNSUBSCRIBE_URL, which hosted unsubscribe
+// rules need.
+func (b Base) validateUnsubscribe(p *Problems) {
 	if b.UnsubscribeURL != "" {
 		if err := checkBaseURL(b.UnsubscribeURL); err != nil {
 			p.Add("UNSUBSCRIBE_URL", "%v", err)
@@ -171,6 +236,10 @@ func (b Base) Validate(p *Problems) {
 	} else if pol, err := plans.Parse(b.Rules); err == nil && pol.UsesHostedUnsubscribe() {
 		p.Add("UNSUBSCRIBE_URL", "must be set: a rule asks for hosted one-click unsubscribe links (unsubscribe=hosted)")
 	}
+}
+
+// validateLogging checks LOG_LEVEL and LOG_FORMAT.
+func (b Base) validateLogging(p *Problems) {
 	switch strings.ToLower(b.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:

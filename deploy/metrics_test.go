@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/apiserver"
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
@@ -78,11 +78,11 @@ func startSluice(t *testing.T) running {
 	log := slog.New(slog.DiscardHandler)
 	wl, al := listen(), listen()
 	run.workerURL, run.apiURL = "http://"+wl.Addr().String(), "http://"+al.Addr().String()
-	w, err := worker.New(wcfg, worker.Options{Registry: run.wreg, Listener: wl, Logger: log})
+	w, err := app.NewWorker(wcfg, app.WorkerOptions{Registry: run.wreg, Listener: wl, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := apiserver.New(acfg, env, api.Options{Registry: run.areg, Listener: al, Logger: log})
+	a, err := app.NewAPI(acfg, env, app.APIOptions{Registry: run.areg, Listener: al, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,89 +44,91 @@ const (
 // the aim, 320 bytes (two segments) the limit.
 const MaxReplyBytes = 320
 
-// parseConsentEntry reads the consent entries:
-//
-//	[TENANT/]CHANNEL.CATEGORY:consent=exempt   the category goes after an opt-out of every category
-//	[TENANT/]CHANNEL:optout=all|category       what an opt-out covers
-//	[TENANT/]sms:reply-stop|start|help=TEXT    the reply to a keyword (%2C for a comma)
-//	[TENANT/]sms:keywords-stop|start|help=WORD WORD   words added to the standard ones
-//
-// ok is false when kind is none of them.
-func parseConsentEntry(e Entry, kind, value string, hasValue bool) (Entry, bool, error) {
-	need := func() error {
-		if !hasValue || value == "" {
-			return fmt.Errorf("%s needs a value", kind)
-		}
-		return nil
+// parseConsentExempt reads [TENANT/]CHANNEL.CATEGORY:consent=exempt: the
+// category goes after an opt-out of every category.
+func parseConsentExempt(e Entry, t entryText) (Entry, error) {
+	if t.value != "exempt" {
+		return e, fmt.Errorf("consent=%q: want consent=exempt", t.value)
 	}
-	switch {
-	case kind == "consent":
-		if value != "exempt" {
-			return e, true, fmt.Errorf("consent=%q: want consent=exempt", value)
-		}
-		if e.Category == "" {
-			return e, true, errors.New("consent=exempt needs a category (e.g. sms.otp:consent=exempt): an opt-out of every category still lets that category through")
-		}
-		e.Kind = KindConsentExempt
-		return e, true, nil
-	case kind == "optout":
-		if value != OptOutAll && value != OptOutCategory {
-			return e, true, fmt.Errorf("optout=%q: want %s or %s", value, OptOutAll, OptOutCategory)
-		}
-		if e.Category != "" {
-			return e, true, errors.New("optout= is set per channel (e.g. sms:optout=category), not per category")
-		}
-		e.Kind, e.OptOut = KindOptOut, value
-		return e, true, nil
-	case strings.HasPrefix(kind, "reply-"):
-		which := strings.TrimPrefix(kind, "reply-")
-		if which != ReplyStop && which != ReplyStart && which != ReplyHelp {
-			return e, true, fmt.Errorf("%s: want reply-stop, reply-start or reply-help", kind)
-		}
-		if err := need(); err != nil {
-			return e, true, err
-		}
-		if e.Channel != tasks.SMS || e.Category != "" {
-			return e, true, fmt.Errorf("%s is for sms, per channel (e.g. sms:%s=TEXT)", kind, kind)
-		}
-		text, err := url.PathUnescape(value)
-		if err != nil {
-			return e, true, fmt.Errorf("%s: %w (write a comma as %%2C, a # as %%23, a %% as %%25)", kind, err)
-		}
-		text = strings.TrimSpace(text) // as the rule list trims a value: what prints parses back the same
-		if len(text) > MaxReplyBytes || strings.TrimSpace(text) == "" {
-			return e, true, fmt.Errorf("%s: the text must be 1–%d bytes", kind, MaxReplyBytes)
-		}
-		e.Kind, e.Reply, e.Text = KindReply, which, text
-		return e, true, nil
-	case strings.HasPrefix(kind, "keywords-"):
-		which := strings.TrimPrefix(kind, "keywords-")
-		if which != KeywordsStop && which != KeywordsStart && which != KeywordsHelp {
-			return e, true, fmt.Errorf("%s: want keywords-stop, keywords-start or keywords-help", kind)
-		}
-		if err := need(); err != nil {
-			return e, true, err
-		}
-		if e.Channel != tasks.SMS || e.Category != "" {
-			return e, true, fmt.Errorf("%s is for sms, per channel (e.g. sms:%s=WORD WORD)", kind, kind)
-		}
-		words := strings.Fields(value)
-		var k consent.Keywords
-		switch which {
-		case KeywordsStop:
-			k.OptOut = words
-		case KeywordsStart:
-			k.OptIn = words
-		default:
-			k.Help = words
-		}
-		if err := k.Validate(); err != nil {
-			return e, true, err
-		}
-		e.Kind, e.Reply, e.Words = KindKeywords, which, words
-		return e, true, nil
+	if e.Category == "" {
+		return e, errors.New("consent=exempt needs a category (e.g. sms.otp:consent=exempt): an opt-out of every category still lets that category through")
 	}
-	return e, false, nil
+	e.Kind = KindConsentExempt
+	return e, nil
+}
+
+// parseOptOut reads [TENANT/]CHANNEL:optout=all|category: what an opt-out
+// covers.
+func parseOptOut(e Entry, t entryText) (Entry, error) {
+	if t.value != OptOutAll && t.value != OptOutCategory {
+		return e, fmt.Errorf("optout=%q: want %s or %s", t.value, OptOutAll, OptOutCategory)
+	}
+	if e.Category != "" {
+		return e, errors.New("optout= is set per channel (e.g. sms:optout=category), not per category")
+	}
+	e.Kind, e.OptOut = KindOptOut, t.value
+	return e, nil
+}
+
+// parseReply reads [TENANT/]sms:reply-stop|start|help=TEXT: the reply to a
+// keyword (%2C for a comma).
+func parseReply(e Entry, t entryText) (Entry, error) {
+	which, err := smsKeyword(e, t, "reply-", "TEXT", ReplyStop, ReplyStart, ReplyHelp)
+	if err != nil {
+		return e, err
+	}
+	text, err := url.PathUnescape(t.value)
+	if err != nil {
+		return e, fmt.Errorf("%s: %w (write a comma as %%2C, a # as %%23, a %% as %%25)", t.word, err)
+	}
+	text = strings.TrimSpace(text) // as the rule list trims a value: what prints parses back the same
+	if len(text) > MaxReplyBytes || strings.TrimSpace(text) == "" {
+		return e, fmt.Errorf("%s: the text must be 1–%d bytes", t.word, MaxReplyBytes)
+	}
+	e.Kind, e.Reply, e.Text = KindReply, which, text
+	return e, nil
+}
+
+// parseKeywords reads [TENANT/]sms:keywords-stop|start|help=WORD WORD: words
+// added to the standard ones.
+func parseKeywords(e Entry, t entryText) (Entry, error) {
+	which, err := smsKeyword(e, t, "keywords-", "WORD WORD", KeywordsStop, KeywordsStart, KeywordsHelp)
+	if err != nil {
+		return e, err
+	}
+	words := strings.Fields(t.value)
+	var k consent.Keywords
+	switch which {
+	case KeywordsStop:
+		k.OptOut = words
+	case KeywordsStart:
+		k.OptIn = words
+	default:
+		k.Help = words
+	}
+	if err := k.Validate(); err != nil {
+		return e, err
+	}
+	e.Kind, e.Reply, e.Words = KindKeywords, which, words
+	return e, nil
+}
+
+// smsKeyword checks what reply- and keywords- entries share and returns
+// the keyword the word names after prefix (stop, start or help): the
+// keyword is one of them, the entry has a value (shaped like shape), and
+// it is set for sms, per channel.
+func smsKeyword(e Entry, t entryText, prefix, shape, stop, start, help string) (string, error) {
+	which := strings.TrimPrefix(t.word, prefix)
+	if which != stop && which != start && which != help {
+		return "", fmt.Errorf("%s: want %s%s, %s%s or %s%s", t.word, prefix, stop, prefix, start, prefix, help)
+	}
+	if !t.hasValue || t.value == "" {
+		return "", fmt.Errorf("%s needs a value", t.word)
+	}
+	if e.Channel != tasks.SMS || e.Category != "" {
+		return "", fmt.Errorf("%s is for sms, per channel (e.g. sms:%s=%s)", t.word, t.word, shape)
+	}
+	return which, nil
 }
 
 // consentString writes a consent entry's part after ':'.

@@ -3,7 +3,6 @@ package plans
 import (
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // Per-tenant caps on queued work (tasks.QueueQuota), beside the
@@ -22,22 +21,18 @@ const (
 // MaxQueuedCap bounds a max-queued or max-queued-bytes value.
 const MaxQueuedCap = 1 << 50
 
-// parseQueuedCap reads a max-queued entry; ok is false for another kind.
-func parseQueuedCap(head, value string, hasValue bool, e Entry) (Entry, bool, error) {
-	switch head {
-	case "max-queued":
-		e.Kind = KindMaxQueued
-	case "max-queued-bytes":
+// parseQueuedCap reads [TENANT/]max-queued=N and max-queued-bytes=N.
+func parseQueuedCap(e Entry, t entryText) (Entry, error) {
+	e.Kind = KindMaxQueued
+	if t.word == "max-queued-bytes" {
 		e.Kind = KindMaxQueuedBytes
-	default:
-		return e, false, nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
-	if !hasValue || err != nil || n < 0 || n > MaxQueuedCap {
-		return e, true, fmt.Errorf("%s=%q: want a whole number from 0 (no cap) to %d", head, strings.TrimSpace(value), int64(MaxQueuedCap))
+	n, err := strconv.ParseInt(t.value, 10, 64)
+	if !t.hasValue || err != nil || n < 0 || n > MaxQueuedCap {
+		return e, fmt.Errorf("%s=%q: want a whole number from 0 (no cap) to %d", t.word, t.value, int64(MaxQueuedCap))
 	}
 	e.QueuedCap = n
-	return e, true, nil
+	return e, nil
 }
 
 // queuedCapString prints a max-queued entry (without its tenant); ok is

@@ -249,6 +249,94 @@ func (p Policy) checkSize() error {
 	return nil
 }
 
+// entryText is an entry as parseEntry cuts it: the word that names its
+// kind and the value after '='.
+type entryText struct {
+	// word names the kind: the whole head of an entry without a channel
+	// ("shard", "tz"), else what follows ':' ("quiet", "reply-stop",
+	// "sender:concurrency"). Trimmed, without TENANT/.
+	word     string
+	value    string // after '=', trimmed
+	hasValue bool   // the entry has an '='
+}
+
+// entryKind is one row of the grammar: the words that name a kind of
+// entry, and how an entry of that kind is read.
+type entryKind struct {
+	// name is the kind's word, or how the error for an unknown word lists
+	// the kind ("reply-…"); empty for a kind that error does not list.
+	name string
+	// match recognises the kind's words where they are not exactly name.
+	match func(word string) bool
+	// parse completes e, whose tenant (and for a channel's entry, channel
+	// and category) parseEntry has set, from the entry's text.
+	parse func(e Entry, t entryText) (Entry, error)
+}
+
+// matches reports whether word names the kind.
+func (k entryKind) matches(word string) bool {
+	if k.match != nil {
+		return k.match(word)
+	}
+	return word == k.name
+}
+
+// tenantKinds are the entries without a channel, [TENANT/]WORD=VALUE.
+var tenantKinds = []entryKind{
+	{name: "shard", parse: parseShard},
+	{name: "max-queued", parse: parseQueuedCap},
+	{name: "max-queued-bytes", parse: parseQueuedCap},
+	{name: "tz", parse: parseZone},
+}
+
+// channelKinds are the entries of a channel,
+// [TENANT/]CHANNEL[.CATEGORY]:WORD[=VALUE]. The first row that matches
+// the word reads the entry; the names, in this order, are the words the
+// error for an unknown one offers.
+var channelKinds = []entryKind{
+	{match: func(w string) bool { return strings.HasSuffix(w, ":concurrency") }, parse: parseConcurrency},
+	{name: ScopeRecipient, parse: parseRate},
+	{name: ScopeTenant, parse: parseRate},
+	{name: ScopeSender, parse: parseRate},
+	{name: ScopeProvider, parse: parseRate},
+	{name: "exempt", parse: parseExempt},
+	{name: "quiet", parse: parseQuiet},
+	{name: "max-defer", parse: parseMaxDefer},
+	{name: "rerun", parse: parseRerun},
+	{name: "bulk", parse: parseBulk},
+	{name: "unsubscribe", parse: parseUnsubscribe},
+	{name: "consent", parse: parseConsentExempt},
+	{name: "optout", parse: parseOptOut},
+	{name: "reply-…", match: func(w string) bool { return strings.HasPrefix(w, "reply-") }, parse: parseReply},
+	{name: "keywords-…", match: func(w string) bool { return strings.HasPrefix(w, "keywords-") }, parse: parseKeywords},
+}
+
+// findKind returns the first row of kinds that matches word.
+func findKind(kinds []entryKind, word string) (entryKind, bool) {
+	for _, k := range kinds {
+		if k.matches(word) {
+			return k, true
+		}
+	}
+	return entryKind{}, false
+}
+
+// kindNames lists the named rows of kinds: "a, b or c".
+func kindNames(kinds []entryKind) string {
+	var names []string
+	for _, k := range kinds {
+		if k.name != "" {
+			names = append(names, k.name)
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// parseEntry reads one entry of a rule list: its TENANT/, then the row of
+// tenantKinds or channelKinds its word names.
 func parseEntry(s string) (Entry, error) {
 	var e Entry
 	head, value, hasValue := strings.Cut(s, "=")
@@ -259,31 +347,11 @@ func parseEntry(s string) (Entry, error) {
 		}
 		e.Tenant, head = strings.TrimSpace(t), strings.TrimSpace(rest)
 	}
-	if head == "shard" {
-		// In a tenant's plan the entry needs no TENANT/; in SLUICE_RULES it
-		// does (Policy.CheckDefaults).
-		k, err := strconv.Atoi(strings.TrimSpace(value))
-		if !hasValue || err != nil || k < 0 || k >= tasks.MaxShards {
-			return e, fmt.Errorf("shard %q: want a shard number from 0 to %d (below SLUICE_QUEUE_SHARDS)", strings.TrimSpace(value), tasks.MaxShards-1)
-		}
-		e.Kind, e.Shard = KindShard, k
-		return e, nil
+	text := entryText{word: head, value: strings.TrimSpace(value), hasValue: hasValue}
+	if k, ok := findKind(tenantKinds, head); ok {
+		return k.parse(e, text)
 	}
-	if q, ok, err := parseQueuedCap(head, value, hasValue, e); ok {
-		return q, err
-	}
-	if head == "tz" {
-		if !hasValue {
-			return e, errors.New("want tz=ZONE, e.g. tz=America/New_York")
-		}
-		z := strings.TrimSpace(value)
-		if _, err := Zones(z, "", nil); err != nil {
-			return e, err
-		}
-		e.Kind, e.Zone = KindZone, z
-		return e, nil
-	}
-	target, kind, ok := strings.Cut(head, ":")
+	target, word, ok := strings.Cut(head, ":")
 	if !ok {
 		return e, errors.New("want CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW (or :exempt, :quiet=, :max-defer=, :rerun=)")
 	}
@@ -298,95 +366,144 @@ func parseEntry(s string) (Entry, error) {
 		}
 		e.Category = cat
 	}
-	kind = strings.TrimSpace(kind)
-	value = strings.TrimSpace(value)
-	if scope, ok := strings.CutSuffix(kind, ":concurrency"); ok {
-		switch scope {
-		case ScopeRecipient, ScopeTenant, ScopeSender, ScopeProvider:
-		default:
-			return e, fmt.Errorf("%q: want recipient, tenant, sender or provider before :concurrency", scope)
-		}
-		if e.Tenant != "" && scope == ScopeProvider {
-			return e, errors.New("a provider cap counts every tenant's sends: it cannot belong to one tenant")
-		}
-		n, err := strconv.Atoi(value)
-		if !hasValue || err != nil || n < 1 || n > throttle.MaxLimit {
-			return e, fmt.Errorf("concurrency %q: want a whole number of sends in flight from 1 to %d", value, throttle.MaxLimit)
-		}
-		e.Kind, e.Scope, e.Max = KindConcurrency, scope, n
-		return e, nil
+	text.word = strings.TrimSpace(word)
+	if k, ok := findKind(channelKinds, text.word); ok {
+		return k.parse(e, text)
 	}
-	switch kind {
-	case "exempt":
-		if hasValue {
-			return e, errors.New("exempt takes no value")
-		}
-		if e.Category == "" {
-			return e, errors.New("exempt needs a category (e.g. sms.otp:exempt): it exempts that category from the channel's other rules")
-		}
-		e.Kind = KindExempt
-	case "quiet":
-		q, err := ParseQuietHours(value)
-		if err != nil {
-			return e, err
-		}
-		if q.Preset != "" && e.Channel != tasks.SMS {
-			return e, fmt.Errorf("quiet=%s reads the recipient's state from a phone number: it is for sms (give %s quiet=HH:MM-HH:MM)", q, e.Channel)
-		}
-		e.Kind, e.Quiet = KindQuiet, q
-	case "max-defer":
-		d, err := parseDuration(value)
-		if err != nil || d < time.Second || d > throttle.MaxWindow {
-			return e, fmt.Errorf("max-defer %q: want a duration from 1s to %s (e.g. 6h, 2d)", value, throttle.FormatWindow(throttle.MaxWindow))
-		}
-		e.Kind, e.MaxDefer = KindMaxDefer, d
-	case "bulk":
-		if hasValue {
-			return e, errors.New("bulk takes no value")
-		}
-		e.Kind = KindBulk
-	case "unsubscribe":
-		if e.Channel != tasks.Email {
-			return e, fmt.Errorf("%s is for email (List-Unsubscribe)", kind)
-		}
-		if value != HostedUnsubscribe {
-			if _, err := tasks.ParseListUnsubscribe(strings.ReplaceAll(value, "{id}", "x")); err != nil {
-				return e, err
-			}
-		}
-		e.Kind, e.Target = KindUnsubscribe, value
-	case "rerun":
-		if value != AtLeastOnce && value != AtMostOnce {
-			return e, fmt.Errorf("rerun %q: want %s or %s", value, AtLeastOnce, AtMostOnce)
-		}
-		e.Kind, e.Rerun = KindRerun, value
+	return e, fmt.Errorf("%q after ':': want %s", text.word, kindNames(channelKinds))
+}
+
+// parseShard reads TENANT/shard=K. In a tenant's plan the entry needs no
+// TENANT/; in SLUICE_RULES it does (Policy.CheckDefaults).
+func parseShard(e Entry, t entryText) (Entry, error) {
+	k, err := strconv.Atoi(t.value)
+	if !t.hasValue || err != nil || k < 0 || k >= tasks.MaxShards {
+		return e, fmt.Errorf("shard %q: want a shard number from 0 to %d (below SLUICE_QUEUE_SHARDS)", t.value, tasks.MaxShards-1)
+	}
+	e.Kind, e.Shard = KindShard, k
+	return e, nil
+}
+
+// parseZone reads [TENANT/]tz=ZONE.
+func parseZone(e Entry, t entryText) (Entry, error) {
+	if !t.hasValue {
+		return e, errors.New("want tz=ZONE, e.g. tz=America/New_York")
+	}
+	if _, err := Zones(t.value, "", nil); err != nil {
+		return e, err
+	}
+	e.Kind, e.Zone = KindZone, t.value
+	return e, nil
+}
+
+// parseConcurrency reads CHANNEL[.CATEGORY]:SCOPE:concurrency=N.
+func parseConcurrency(e Entry, t entryText) (Entry, error) {
+	scope := strings.TrimSuffix(t.word, ":concurrency")
+	switch scope {
 	case ScopeRecipient, ScopeTenant, ScopeSender, ScopeProvider:
-		if !hasValue {
-			return e, fmt.Errorf("want %s=LIMIT/WINDOW", kind)
-		}
-		if e.Tenant != "" && kind == ScopeProvider {
-			return e, errors.New("a provider rule counts every tenant's sends: it cannot belong to one tenant")
-		}
-		e.Kind, e.Scope = KindRate, kind
-		rule, action, _ := strings.Cut(value, " ")
-		r, err := throttle.ParseRule(rule)
-		if err != nil {
+	default:
+		return e, fmt.Errorf("%q: want recipient, tenant, sender or provider before :concurrency", scope)
+	}
+	if e.Tenant != "" && scope == ScopeProvider {
+		return e, errors.New("a provider cap counts every tenant's sends: it cannot belong to one tenant")
+	}
+	n, err := strconv.Atoi(t.value)
+	if !t.hasValue || err != nil || n < 1 || n > throttle.MaxLimit {
+		return e, fmt.Errorf("concurrency %q: want a whole number of sends in flight from 1 to %d", t.value, throttle.MaxLimit)
+	}
+	e.Kind, e.Scope, e.Max = KindConcurrency, scope, n
+	return e, nil
+}
+
+// parseRate reads CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [defer|drop].
+func parseRate(e Entry, t entryText) (Entry, error) {
+	if !t.hasValue {
+		return e, fmt.Errorf("want %s=LIMIT/WINDOW", t.word)
+	}
+	if e.Tenant != "" && t.word == ScopeProvider {
+		return e, errors.New("a provider rule counts every tenant's sends: it cannot belong to one tenant")
+	}
+	e.Kind, e.Scope = KindRate, t.word
+	rule, action, _ := strings.Cut(t.value, " ")
+	r, err := throttle.ParseRule(rule)
+	if err != nil {
+		return e, err
+	}
+	e.Rule = r
+	switch strings.TrimSpace(action) {
+	case "", "defer":
+	case "drop":
+		e.Drop = true
+	default:
+		return e, fmt.Errorf("action %q: want defer (the default) or drop", strings.TrimSpace(action))
+	}
+	return e, nil
+}
+
+// parseExempt reads CHANNEL.CATEGORY:exempt.
+func parseExempt(e Entry, t entryText) (Entry, error) {
+	if t.hasValue {
+		return e, errors.New("exempt takes no value")
+	}
+	if e.Category == "" {
+		return e, errors.New("exempt needs a category (e.g. sms.otp:exempt): it exempts that category from the channel's other rules")
+	}
+	e.Kind = KindExempt
+	return e, nil
+}
+
+// parseQuiet reads CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, or a preset.
+func parseQuiet(e Entry, t entryText) (Entry, error) {
+	q, err := ParseQuietHours(t.value)
+	if err != nil {
+		return e, err
+	}
+	if q.Preset != "" && e.Channel != tasks.SMS {
+		return e, fmt.Errorf("quiet=%s reads the recipient's state from a phone number: it is for sms (give %s quiet=HH:MM-HH:MM)", q, e.Channel)
+	}
+	e.Kind, e.Quiet = KindQuiet, q
+	return e, nil
+}
+
+// parseMaxDefer reads CHANNEL[.CATEGORY]:max-defer=DURATION.
+func parseMaxDefer(e Entry, t entryText) (Entry, error) {
+	d, err := parseDuration(t.value)
+	if err != nil || d < time.Second || d > throttle.MaxWindow {
+		return e, fmt.Errorf("max-defer %q: want a duration from 1s to %s (e.g. 6h, 2d)", t.value, throttle.FormatWindow(throttle.MaxWindow))
+	}
+	e.Kind, e.MaxDefer = KindMaxDefer, d
+	return e, nil
+}
+
+// parseRerun reads CHANNEL[.CATEGORY]:rerun=at-least-once|at-most-once.
+func parseRerun(e Entry, t entryText) (Entry, error) {
+	if t.value != AtLeastOnce && t.value != AtMostOnce {
+		return e, fmt.Errorf("rerun %q: want %s or %s", t.value, AtLeastOnce, AtMostOnce)
+	}
+	e.Kind, e.Rerun = KindRerun, t.value
+	return e, nil
+}
+
+// parseBulk reads CHANNEL[.CATEGORY]:bulk.
+func parseBulk(e Entry, t entryText) (Entry, error) {
+	if t.hasValue {
+		return e, errors.New("bulk takes no value")
+	}
+	e.Kind = KindBulk
+	return e, nil
+}
+
+// parseUnsubscribe reads email[.CATEGORY]:unsubscribe=TARGET (or =hosted).
+func parseUnsubscribe(e Entry, t entryText) (Entry, error) {
+	if e.Channel != tasks.Email {
+		return e, fmt.Errorf("%s is for email (List-Unsubscribe)", t.word)
+	}
+	if t.value != HostedUnsubscribe {
+		if _, err := tasks.ParseListUnsubscribe(strings.ReplaceAll(t.value, "{id}", "x")); err != nil {
 			return e, err
 		}
-		e.Rule = r
-		switch strings.TrimSpace(action) {
-		case "", "defer":
-		case "drop":
-			e.Drop = true
-		default:
-			return e, fmt.Errorf("action %q: want defer (the default) or drop", strings.TrimSpace(action))
-		}
-	default:
-		if ce, ok, err := parseConsentEntry(e, kind, value, hasValue); ok {
-			return ce, err
-		}
-		return e, fmt.Errorf("%q after ':': want recipient, tenant, sender, provider, exempt, quiet, max-defer, rerun, bulk, unsubscribe, consent, optout, reply-… or keywords-…", kind)
 	}
+	e.Kind, e.Target = KindUnsubscribe, t.value
 	return e, nil
 }
 
@@ -525,52 +642,9 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 	applies := func(e Entry) bool {
 		return e.Channel == ch && (e.Category == category || e.Category == "" && !m.Exempt)
 	}
-	for _, e := range p.entries {
-		if e.Kind != KindConcurrency || !applies(e) || e.Tenant != "" && e.Tenant != tenant {
-			continue
-		}
-		if e.Tenant == "" && tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
-			return o.Tenant == tenant && o.Kind == KindConcurrency && o.Channel == e.Channel && o.Category == e.Category && o.Scope == e.Scope
-		}) {
-			continue
-		}
-		m.Caps = append(m.Caps, e)
-	}
-	for _, e := range p.entries {
-		if e.Kind != KindRate || !applies(e) {
-			continue
-		}
-		if e.Tenant == "" {
-			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
-				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
-					o.Scope == e.Scope && o.Rule.Same(e.Rule)
-			})
-			if !replaced {
-				m.Rates = append(m.Rates, e)
-			}
-		} else if e.Tenant == tenant {
-			m.Rates = append(m.Rates, e)
-		}
-	}
-	best := func(kind Kind) (Entry, bool) {
-		rank, found := -1, Entry{}
-		for _, e := range p.entries {
-			if e.Kind != kind || !applies(e) || (e.Tenant != "" && e.Tenant != tenant) {
-				continue
-			}
-			r := 0
-			if e.Category != "" {
-				r += 2
-			}
-			if e.Tenant != "" {
-				r++
-			}
-			if r > rank {
-				rank, found = r, e
-			}
-		}
-		return found, rank >= 0
-	}
+	m.Caps = p.caps(tenant, applies)
+	m.Rates = p.rates(tenant, applies)
+	best := func(kind Kind) (Entry, bool) { return p.best(kind, tenant, applies) }
 	if e, ok := best(KindQuiet); ok {
 		q := e.Quiet
 		m.Quiet = &q
@@ -588,6 +662,70 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		m.Unsubscribe = e.Target
 	}
 	return m
+}
+
+// caps are the concurrency entries that apply to tenant, a tenant's
+// replacing the default of the same channel, category and scope.
+func (p Policy) caps(tenant string, applies func(Entry) bool) []Entry {
+	var caps []Entry
+	for _, e := range p.entries {
+		if e.Kind != KindConcurrency || !applies(e) || e.Tenant != "" && e.Tenant != tenant {
+			continue
+		}
+		if e.Tenant == "" && tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
+			return o.Tenant == tenant && o.Kind == KindConcurrency && o.Channel == e.Channel && o.Category == e.Category && o.Scope == e.Scope
+		}) {
+			continue
+		}
+		caps = append(caps, e)
+	}
+	return caps
+}
+
+// rates are the rate entries that apply to tenant, a tenant's replacing
+// the default of the same channel, category, scope and window.
+func (p Policy) rates(tenant string, applies func(Entry) bool) []Entry {
+	var rates []Entry
+	for _, e := range p.entries {
+		if e.Kind != KindRate || !applies(e) {
+			continue
+		}
+		if e.Tenant == "" {
+			replaced := tenant != "" && slices.ContainsFunc(p.entries, func(o Entry) bool {
+				return o.Tenant == tenant && o.Kind == KindRate && o.Channel == e.Channel && o.Category == e.Category &&
+					o.Scope == e.Scope && o.Rule.Same(e.Rule)
+			})
+			if !replaced {
+				rates = append(rates, e)
+			}
+		} else if e.Tenant == tenant {
+			rates = append(rates, e)
+		}
+	}
+	return rates
+}
+
+// best is the most specific entry of kind that applies to tenant: tenant
+// and category, then category, then tenant, then the channel; the first
+// of equals. ok is false when none applies.
+func (p Policy) best(kind Kind, tenant string, applies func(Entry) bool) (found Entry, ok bool) {
+	rank := -1
+	for _, e := range p.entries {
+		if e.Kind != kind || !applies(e) || (e.Tenant != "" && e.Tenant != tenant) {
+			continue
+		}
+		r := 0
+		if e.Category != "" {
+			r += 2
+		}
+		if e.Tenant != "" {
+			r++
+		}
+		if r > rank {
+			rank, found = r, e
+		}
+	}
+	return found, rank >= 0
 }
 
 // Cap returns a concurrency entry as the limiter's in-flight cap for a

@@ -220,6 +220,28 @@ func NormalizePhone(s string) string {
 // or ErrUnknownChannel and names the field. Validate expects a Normalized
 // notification.
 func (n Notification) Validate() error {
+	if err := n.validateBasics(); err != nil {
+		return err
+	}
+	var err error
+	switch n.Channel {
+	case Email:
+		err = n.validateEmail()
+	case SMS:
+		err = n.validateSMS()
+	}
+	if err != nil {
+		return err
+	}
+	if err := n.validateOptional(); err != nil {
+		return err
+	}
+	return n.validateMetadata()
+}
+
+// validateBasics checks what every notification needs: an id, a tenant, a
+// known channel and a body of UTF-8 text.
+func (n Notification) validateBasics() error {
 	if err := checkToken("id", n.ID, MaxIDLen); err != nil {
 		return err
 	}
@@ -235,63 +257,74 @@ func (n Notification) Validate() error {
 	if strings.TrimSpace(n.Body) == "" {
 		return invalid("body", "is empty")
 	}
-	switch n.Channel {
-	case Email:
-		if err := checkAddress("to", n.To); err != nil {
+	return nil
+}
+
+// validateEmail checks an email's recipient, sender, subject and size, and
+// its email-only fields.
+func (n Notification) validateEmail() error {
+	if err := checkAddress("to", n.To); err != nil {
+		return err
+	}
+	if n.MessagingServiceSID != "" {
+		return invalid("messaging_service_sid", "is not used for email (sms only)")
+	}
+	if n.From != "" {
+		if err := checkAddress("from", n.From); err != nil {
 			return err
-		}
-		if n.MessagingServiceSID != "" {
-			return invalid("messaging_service_sid", "is not used for email (sms only)")
-		}
-		if n.From != "" {
-			if err := checkAddress("from", n.From); err != nil {
-				return err
-			}
-		}
-		if err := checkHeader("subject", n.Subject, MaxSubjectLen); err != nil {
-			return err
-		}
-		if strings.TrimSpace(n.Subject) == "" {
-			return invalid("subject", "is empty (required for email)")
-		}
-		if len(n.Body) > MaxEmailBodyBytes {
-			return invalid("body", fmt.Sprintf("is %d bytes, over the %d-byte limit", len(n.Body), MaxEmailBodyBytes))
-		}
-		if err := n.validateEmailExtras(); err != nil {
-			return err
-		}
-	case SMS:
-		if !IsE164(n.To) {
-			return invalid("to", fmt.Sprintf("%q is not an E.164 number (+ and 7–15 digits)", Mask(n.To)))
-		}
-		if n.From != "" {
-			if err := checkHeader("from", n.From, 32); err != nil {
-				return err
-			}
-		}
-		if n.MessagingServiceSID != "" {
-			if !IsMessagingServiceSID(n.MessagingServiceSID) {
-				return invalid("messaging_service_sid", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID)")
-			}
-			if n.From != "" {
-				return invalid("messaging_service_sid", "cannot be combined with from: the message goes from a number or through a messaging service, not both")
-			}
-		}
-		if n.Subject != "" {
-			return invalid("subject", "is not used for sms")
-		}
-		if c := utf8.RuneCountInString(n.Body); c > MaxSMSRunes {
-			return invalid("body", fmt.Sprintf("is %d characters, over the %d-character SMS limit", c, MaxSMSRunes))
-		}
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"html", n.HTML != ""}, {"reply_to", n.ReplyTo != ""}, {"headers", len(n.Headers) > 0}, {"list_unsubscribe", n.ListUnsubscribe != ""}} {
-			if f.set {
-				return invalid(f.name, "is not used for sms (email only)")
-			}
 		}
 	}
+	if err := checkHeader("subject", n.Subject, MaxSubjectLen); err != nil {
+		return err
+	}
+	if strings.TrimSpace(n.Subject) == "" {
+		return invalid("subject", "is empty (required for email)")
+	}
+	if len(n.Body) > MaxEmailBodyBytes {
+		return invalid("body", fmt.Sprintf("is %d bytes, over the %d-byte limit", len(n.Body), MaxEmailBodyBytes))
+	}
+	return n.validateEmailExtras()
+}
+
+// validateSMS checks an SMS's recipient, sender and length, and that no
+// email-only field is set.
+func (n Notification) validateSMS() error {
+	if !IsE164(n.To) {
+		return invalid("to", fmt.Sprintf("%q is not an E.164 number (+ and 7–15 digits)", Mask(n.To)))
+	}
+	if n.From != "" {
+		if err := checkHeader("from", n.From, 32); err != nil {
+			return err
+		}
+	}
+	if n.MessagingServiceSID != "" {
+		if !IsMessagingServiceSID(n.MessagingServiceSID) {
+			return invalid("messaging_service_sid", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID)")
+		}
+		if n.From != "" {
+			return invalid("messaging_service_sid", "cannot be combined with from: the message goes from a number or through a messaging service, not both")
+		}
+	}
+	if n.Subject != "" {
+		return invalid("subject", "is not used for sms")
+	}
+	if c := utf8.RuneCountInString(n.Body); c > MaxSMSRunes {
+		return invalid("body", fmt.Sprintf("is %d characters, over the %d-character SMS limit", c, MaxSMSRunes))
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"html", n.HTML != ""}, {"reply_to", n.ReplyTo != ""}, {"headers", len(n.Headers) > 0}, {"list_unsubscribe", n.ListUnsubscribe != ""}} {
+		if f.set {
+			return invalid(f.name, "is not used for sms (email only)")
+		}
+	}
+	return nil
+}
+
+// validateOptional checks the fields either channel may leave out:
+// template_id, category, tz and expires_at.
+func (n Notification) validateOptional() error {
 	if err := checkHeader("template_id", n.TemplateID, 128); err != nil {
 		return err
 	}
@@ -311,6 +344,11 @@ func (n Notification) Validate() error {
 	if !n.ExpiresAt.IsZero() && !n.EnqueuedAt.IsZero() && !n.ExpiresAt.After(n.EnqueuedAt) {
 		return invalid("expires_at", "is not after enqueued_at")
 	}
+	return nil
+}
+
+// validateMetadata checks the number and size of the metadata entries.
+func (n Notification) validateMetadata() error {
 	if len(n.Metadata) > MaxMetadata {
 		return invalid("metadata", fmt.Sprintf("has %d entries, over %d", len(n.Metadata), MaxMetadata))
 	}

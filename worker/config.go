@@ -77,6 +77,16 @@ func ReadConfig(environ map[string]string) (Config, error) {
 func (c Config) Validate() error {
 	var p config.Problems
 	c.Base.Validate(&p)
+	c.validateServers(&p)
+	c.validateSenders(&p)
+	c.validateTimings(&p)
+	return p.Err()
+}
+
+// validateServers checks how the Asynq servers take work and wait for
+// replicas: CONCURRENCY, PRIORITY_CONCURRENCY, BULK_WEIGHT, QUEUE_RECHECK,
+// REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT.
+func (c Config) validateServers(p *config.Problems) {
 	if c.Concurrency < 1 || c.Concurrency > 10_000 {
 		p.Add("CONCURRENCY", "must be between 1 and 10000, got %d", c.Concurrency)
 	}
@@ -95,6 +105,12 @@ func (c Config) Validate() error {
 	if c.RedisWaitTimeout < time.Millisecond || c.RedisWaitTimeout > 2*time.Second {
 		p.Add("REDIS_WAIT_TIMEOUT", "must be between 1ms and 2s (below the Redis client's 5 s read timeout), got %v", c.RedisWaitTimeout)
 	}
+}
+
+// validateSenders checks EMAIL_SENDER and SMS_SENDER and the selected
+// providers' settings, then the settings the API shares with the
+// providers not selected.
+func (c Config) validateSenders(p *config.Problems) {
 	for _, s := range []struct {
 		ch   tasks.Channel
 		name string
@@ -111,7 +127,7 @@ func (c Config) Validate() error {
 			continue
 		}
 		if st != nil {
-			st.Validate(c.Base, &p)
+			st.Validate(c.Base, p)
 		}
 	}
 	// Settings that the API reads too, of the providers not selected.
@@ -121,10 +137,16 @@ func (c Config) Validate() error {
 		}
 		if st, err := prov.NewSettings(c.Environ); err == nil {
 			if sh, ok := st.(sender.SharedSettings); ok {
-				sh.ValidateShared(&p)
+				sh.ValidateShared(p)
 			}
 		}
 	}
+}
+
+// validateTimings checks the intervals, waits and retries of sends: the
+// durations with a 10 ms floor, RESCHEDULE, DONE_LINGER, MAX_INLINE_WAIT,
+// ORPHAN_AFTER, MAX_WAITERS, RERUN and RETRY_MAX.
+func (c Config) validateTimings(p *config.Problems) {
 	for name, d := range map[string]time.Duration{
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "DELAYED_CHECK_INTERVAL": c.DelayedCheckInterval, "POLL_INTERVAL": c.PollInterval,
 		"RETRY_BASE": c.RetryBase, "RETRY_MAX": c.RetryMax, "UNAVAILABLE_RETRY": c.UnavailableRetry,
@@ -157,7 +179,6 @@ func (c Config) Validate() error {
 	if c.RetryMax < c.RetryBase {
 		p.Add("RETRY_MAX", "must be at least SLUICE_RETRY_BASE (%v), got %v", c.RetryBase, c.RetryMax)
 	}
-	return p.Err()
 }
 
 // Redacted returns the effective configuration as NAME=value pairs, with

@@ -26,8 +26,8 @@ type quotaFlags struct {
 	json, yes                                  bool
 }
 
+// newQuotaCmd is `sluice quota show|reset`.
 func newQuotaCmd() *cobra.Command {
-	var f quotaFlags
 	cmd := &cobra.Command{
 		Use:   "quota",
 		Short: "Show or reset a tenant's send quotas",
@@ -35,13 +35,22 @@ func newQuotaCmd() *cobra.Command {
 --recipient, of one recipient. Rules come from SLUICE_RULES; recipients are
 looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 	}
-	flags := func(c *cobra.Command) {
-		c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
-		c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
-		c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
-		c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
-		c.Flags().StringVar(&f.from, "from", "", "the sender of sender rules: a number, an address or a Messaging Service SID (default: SLUICE_SMS_FROM or SLUICE_SMS_MESSAGING_SERVICE_SID / SLUICE_SMTP_FROM)")
-	}
+	cmd.AddCommand(newQuotaShowCmd(), newQuotaResetCmd())
+	return cmd
+}
+
+// register adds the flags that select quota windows to c.
+func (f *quotaFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
+	c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
+	c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
+	c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
+	c.Flags().StringVar(&f.from, "from", "", "the sender of sender rules: a number, an address or a Messaging Service SID (default: SLUICE_SMS_FROM or SLUICE_SMS_MESSAGING_SERVICE_SID / SLUICE_SMTP_FROM)")
+}
+
+// newQuotaShowCmd is `sluice quota show`.
+func newQuotaShowCmd() *cobra.Command {
+	var f quotaFlags
 	show := &cobra.Command{
 		Use:   "show",
 		Short: "Per rule: used, remaining, when the next slot frees",
@@ -61,8 +70,14 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 			return printUsage(cmd, rep, f.json)
 		},
 	}
-	flags(show)
+	f.register(show)
 	show.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	return show
+}
+
+// newQuotaResetCmd is `sluice quota reset`.
+func newQuotaResetCmd() *cobra.Command {
+	var f quotaFlags
 	reset := &cobra.Command{
 		Use:   "reset",
 		Short: "Forget every send in the selected windows (asks first)",
@@ -84,17 +99,8 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 				limits[i] = r.Limit
 			}
 			if !f.yes {
-				fmt.Fprintf(cmd.OutOrStdout(), "Reset %d quota windows of tenant %s", len(limits), f.tenant)
-				if f.recipient != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), " and recipient %s", tasks.Mask(f.recipient))
-				}
-				fmt.Fprint(cmd.OutOrStdout(), "? Sends already made will no longer count. [y/N] ")
-				answer, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if err != nil {
-					fmt.Fprintln(cmd.OutOrStdout()) // no answer: end the prompt's line
-				}
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return errors.New("not confirmed; nothing reset (use --yes to skip the question)")
+				if err := confirmReset(cmd, f, len(limits)); err != nil {
+					return err
 				}
 			}
 			if err := env.lim.Reset(cmd.Context(), f.tenant, limits...); err != nil {
@@ -104,10 +110,27 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 			return nil
 		},
 	}
-	flags(reset)
+	f.register(reset)
 	reset.Flags().BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
-	cmd.AddCommand(show, reset)
-	return cmd
+	return reset
+}
+
+// confirmReset asks on the command's input whether to reset n windows, and
+// returns an error unless the answer is yes.
+func confirmReset(cmd *cobra.Command, f quotaFlags, n int) error {
+	fmt.Fprintf(cmd.OutOrStdout(), "Reset %d quota windows of tenant %s", n, f.tenant)
+	if f.recipient != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), " and recipient %s", tasks.Mask(f.recipient))
+	}
+	fmt.Fprint(cmd.OutOrStdout(), "? Sends already made will no longer count. [y/N] ")
+	answer, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	if err != nil {
+		fmt.Fprintln(cmd.OutOrStdout()) // no answer: end the prompt's line
+	}
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return errors.New("not confirmed; nothing reset (use --yes to skip the question)")
+	}
+	return nil
 }
 
 // quotaEnv is what the quota commands need from the environment.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 )
 
+// newTenantCmd is `sluice tenant set|show|list|delete|history|token`.
 func newTenantCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenant",
@@ -27,8 +29,14 @@ same target. Plans live in Redis; running workers apply a change within
 SLUICE_PLAN_CHECK_INTERVAL (1 s) without a restart. Tenants without a plan get
 SLUICE_RULES. Every change is versioned and logged with who made it.`,
 	}
+	cmd.AddCommand(newTenantSetCmd(), newTenantShowCmd(), newTenantListCmd(), newTenantDeleteCmd(),
+		newTenantHistoryCmd(), newTenantTokenCmd())
+	return cmd
+}
+
+// newTenantSetCmd is `sluice tenant set TENANT`.
+func newTenantSetCmd() *cobra.Command {
 	var rules, tz, quiet, by string
-	var asJSON, yes bool
 	set := &cobra.Command{
 		Use:   "set TENANT",
 		Short: "Store a tenant's plan (replaces the one it had)",
@@ -37,13 +45,7 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 		Args: argsError(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
-			text := rules
-			if tz != "" {
-				text += ",tz=" + tz
-			}
-			if quiet != "" {
-				text += ",sms:quiet=" + quiet + ",email:quiet=" + quiet
-			}
+			text := planText(rules, tz, quiet)
 			if strings.Trim(text, ", ") == "" {
 				return usageError{errors.New("give the plan's --rules (and/or --tz, --quiet-hours)")}
 			}
@@ -68,7 +70,25 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 	set.Flags().StringVar(&tz, "tz", "", "the tenant's default time zone for quiet hours (IANA, e.g. Europe/Berlin)")
 	set.Flags().StringVar(&quiet, "quiet-hours", "", "quiet hours on both channels, e.g. 21:00-08:00")
 	set.Flags().StringVar(&by, "by", "", "who makes the change, for the log (default: user@host)")
+	return set
+}
 
+// planText is the rules text of set's flags: --rules, then the time zone
+// of --tz and the quiet hours of --quiet-hours on both channels.
+func planText(rules, tz, quiet string) string {
+	text := rules
+	if tz != "" {
+		text += ",tz=" + tz
+	}
+	if quiet != "" {
+		text += ",sms:quiet=" + quiet + ",email:quiet=" + quiet
+	}
+	return text
+}
+
+// newTenantShowCmd is `sluice tenant show TENANT`.
+func newTenantShowCmd() *cobra.Command {
+	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show TENANT",
 		Short: "Print a tenant's plan and the rules in force for it",
@@ -96,20 +116,31 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{"plan": planOrNil(own, p), "in_force": inForce(snap.Policy, tenant)})
 			}
-			if own {
-				fmt.Fprintf(out, "tenant %s: plan version %d, set by %s at %s\n  rules: %s\n", tenant, p.Version, p.By, p.UpdatedAt.Format("2006-01-02 15:04:05Z07:00"), p.Rules)
-			} else {
-				fmt.Fprintf(out, "tenant %s has no plan: the defaults (SLUICE_RULES) apply\n", tenant)
-			}
-			fmt.Fprintln(out, "in force (default category):")
-			for ch, rs := range inForce(snap.Policy, tenant) {
-				fmt.Fprintf(out, "  %s: %s\n", ch, strings.Join(rs, ", "))
-			}
+			printTenantPlan(out, tenant, own, p, snap.Policy)
 			return nil
 		},
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return show
+}
 
+// printTenantPlan writes show's text: the tenant's own plan if it has one
+// (own), then the rules in force for it under policy.
+func printTenantPlan(out io.Writer, tenant string, own bool, p plans.Plan, policy plans.Policy) {
+	if own {
+		fmt.Fprintf(out, "tenant %s: plan version %d, set by %s at %s\n  rules: %s\n", tenant, p.Version, p.By, p.UpdatedAt.Format("2006-01-02 15:04:05Z07:00"), p.Rules)
+	} else {
+		fmt.Fprintf(out, "tenant %s has no plan: the defaults (SLUICE_RULES) apply\n", tenant)
+	}
+	fmt.Fprintln(out, "in force (default category):")
+	for ch, rs := range inForce(policy, tenant) {
+		fmt.Fprintf(out, "  %s: %s\n", ch, strings.Join(rs, ", "))
+	}
+}
+
+// newTenantListCmd is `sluice tenant list`.
+func newTenantListCmd() *cobra.Command {
+	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the tenants that have a plan",
@@ -140,7 +171,13 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
 
+// newTenantDeleteCmd is `sluice tenant delete TENANT`.
+func newTenantDeleteCmd() *cobra.Command {
+	var by string
+	var yes bool
 	del := &cobra.Command{
 		Use:   "delete TENANT",
 		Short: "Delete a tenant's plan: the defaults apply to it again (asks first)",
@@ -172,8 +209,12 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 	}
 	del.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	del.Flags().StringVar(&by, "by", "", "who makes the change, for the log (default: user@host)")
+	return del
+}
 
-	hist := &cobra.Command{
+// newTenantHistoryCmd is `sluice tenant history`.
+func newTenantHistoryCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "history",
 		Short: "The latest plan changes: version, tenant, who, when, what",
 		Args:  argsError(cobra.NoArgs),
@@ -195,8 +236,6 @@ SLUICE_RULES. Every change is versioned and logged with who made it.`,
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(set, show, list, del, hist, newTenantTokenCmd())
-	return cmd
 }
 
 // planStore opens the plan store of the environment's Redis, with SLUICE_RULES as defaults.

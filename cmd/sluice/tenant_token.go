@@ -23,6 +23,12 @@ printed once, at creation; Redis keeps only its HMAC-SHA256 under
 SLUICE_API_TOKEN_KEY, which must be the API's. Revoking takes effect on the
 next request.`,
 	}
+	cmd.AddCommand(newTenantTokenCreateCmd(), newTenantTokenRevokeCmd(), newTenantTokenListCmd())
+	return cmd
+}
+
+// newTenantTokenCreateCmd is `sluice tenant token create TENANT`.
+func newTenantTokenCreateCmd() *cobra.Command {
 	var name, by string
 	var asJSON bool
 	create := &cobra.Command{
@@ -55,8 +61,12 @@ next request.`,
 	create.Flags().StringVar(&name, "name", "", "what the token is for, shown by list")
 	create.Flags().StringVar(&by, "by", "", "who creates it, for the record (default: user@host)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return create
+}
 
-	revoke := &cobra.Command{
+// newTenantTokenRevokeCmd is `sluice tenant token revoke TENANT TOKEN_ID`.
+func newTenantTokenRevokeCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "revoke TENANT TOKEN_ID",
 		Short: "Revoke one of TENANT's tokens (by the id list shows)",
 		Args:  argsError(cobra.ExactArgs(2)),
@@ -76,6 +86,11 @@ next request.`,
 			return nil
 		},
 	}
+}
+
+// newTenantTokenListCmd is `sluice tenant token list TENANT`.
+func newTenantTokenListCmd() *cobra.Command {
+	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list TENANT",
 		Short: "List TENANT's tokens (ids, names, when and by whom created; never the tokens)",
@@ -105,8 +120,7 @@ next request.`,
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(create, revoke, list)
-	return cmd
+	return list
 }
 
 // tokenStore opens the token store of the environment's Redis. Creating

@@ -206,35 +206,65 @@ func (s *Sweeper) run(ctx context.Context) {
 func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.interval)
 	defer cancel()
-	type read struct {
-		queue   string
-		epoch   uint64
-		tracked bool
-		cmd     *redis.ZSliceCmd
+	reads, err := s.readLeases(cctx)
+	if err != nil {
+		clear(s.seen)
+		return nil, err
 	}
-	var reads []read
-	_, err := s.rdb.Pipelined(cctx, func(p redis.Pipeliner) error {
+	stale, scores := s.observe(reads, now)
+	if len(stale) == 0 {
+		return nil, nil
+	}
+	listed, err := s.listedTasks()
+	if err != nil {
+		clear(s.seen)
+		return nil, err
+	}
+	moved, err := s.requeue(cctx, stale, scores, listed)
+	if err != nil {
+		clear(s.seen)
+		return moved, err
+	}
+	return moved, nil
+}
+
+// leaseRead is one queue's lease set as a sweep reads it.
+type leaseRead struct {
+	queue   string
+	epoch   uint64 // the gate's epoch of the key when read
+	tracked bool   // the gate tracks the key: tell it what was read
+	cmd     *redis.ZSliceCmd
+}
+
+// readLeases reads the lease set of every queue the gate does not know to
+// be empty, in one pipeline.
+func (s *Sweeper) readLeases(ctx context.Context) ([]leaseRead, error) {
+	var reads []leaseRead
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range s.queues {
 			key := keyPrefix(q) + "lease"
-			r := read{queue: q}
+			r := leaseRead{queue: q}
 			if s.gate != nil {
 				if s.gate.KnownEmpty(key) {
 					continue
 				}
 				r.epoch, r.tracked = s.gate.Epoch(key)
 			}
-			r.cmd = p.ZRangeWithScores(cctx, key, 0, -1)
+			r.cmd = p.ZRangeWithScores(ctx, key, 0, -1)
 			reads = append(reads, r)
 		}
 		return nil
 	})
-	if err != nil {
-		clear(s.seen)
-		return nil, err
-	}
+	return reads, err
+}
+
+// observe records the leases read at now, telling the gate what it
+// tracks, and returns the tasks whose lease score has not moved for After,
+// with every task's score. A task whose score moved starts its clock again;
+// one no longer read is forgotten.
+func (s *Sweeper) observe(reads []leaseRead, now time.Time) (stale []taskRef, scores map[taskRef]float64) {
 	next := make(map[taskRef]leaseSeen, len(s.seen))
-	var stale []taskRef
-	scores := map[taskRef]float64{}
+	scores = map[taskRef]float64{}
 	for _, r := range reads {
 		zs := r.cmd.Val()
 		if r.tracked {
@@ -260,12 +290,13 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 		}
 	}
 	s.seen = next
-	if len(stale) == 0 {
-		return nil, nil
-	}
+	return stale, scores
+}
+
+// listedTasks are the ids of the tasks live Asynq servers list as running.
+func (s *Sweeper) listedTasks() (map[string]bool, error) {
 	servers, err := s.insp.Servers()
 	if err != nil {
-		clear(s.seen)
 		return nil, err
 	}
 	listed := map[string]bool{}
@@ -274,6 +305,13 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 			listed[w.TaskID] = true
 		}
 	}
+	return listed, nil
+}
+
+// requeue puts back at the head of its queue each stale task no server
+// lists, if its lease is still the score observed, and returns the ids
+// moved. Errors of single tasks are joined; the others are still tried.
+func (s *Sweeper) requeue(ctx context.Context, stale []taskRef, scores map[taskRef]float64, listed map[string]bool) ([]string, error) {
 	var moved []string
 	var errs []error
 	for _, ref := range stale {
@@ -281,7 +319,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 			continue
 		}
 		p := keyPrefix(ref.queue)
-		n, err := requeueOrphan.Run(cctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + ref.id}, ref.id, scores[ref]).Int()
+		n, err := requeueOrphan.Run(ctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + ref.id}, ref.id, scores[ref]).Int()
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -296,9 +334,5 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		clear(s.seen)
-		return moved, err
-	}
-	return moved, nil
+	return moved, errors.Join(errs...)
 }
