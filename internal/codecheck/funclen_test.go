@@ -34,7 +34,6 @@ const (
 var allowed = map[string]bool{
 	"api:Server.createNotifications": true,
 	"api:decodeNotification":         true,
-	"worker:Worker.Run":              true,
 	"cmd/sluice:runDev":              true,
 	"throttle:Limiter.reserve":       true,
 }
