@@ -224,66 +224,12 @@ type eventInput struct {
 	Ref      string     `json:"ref,omitempty"`
 }
 
-// event turns an input into the event to record; undeliverableFor is the
+// event turns an input into the event to record (consent.Report's
+// mapping, shared with the providers' webhooks); undeliverableFor is the
 // channel's suppression TTL (the default Until of a bounce). Errors name
 // the field, for InvalidParam.
 func (in eventInput) event(undeliverableFor time.Duration, now time.Time) (consent.Event, string, error) {
-	e := consent.Event{Source: consent.SourceAPI, Code: in.Code, Ref: in.Ref}
-	scope := consent.AllCategories()
-	if in.Scope != "" && in.Category != "" {
-		return e, "category", errors.New("give scope or category, not both")
-	}
-	if in.Scope != "" {
-		sc, err := consent.ParseScope(in.Scope)
-		if err != nil {
-			return e, "scope", err
-		}
-		scope = sc
-	}
-	if in.Category != "" {
-		if err := tasks.CheckCategory(in.Category); err != nil {
-			return e, "category", err
-		}
-		scope = consent.Categories(in.Category)
-	}
-	switch in.Type {
-	case "out", "unsubscribe":
-		e.Action, e.Scope = consent.OptOut, scope
-	case "in", "resubscribe":
-		e.Action, e.Scope = consent.OptIn, scope
-	case "undeliverable", "bounce":
-		e.Action = consent.Undeliverable
-		if in.Type == "bounce" {
-			e.Source = consent.SourceBounce
-			if in.Until == nil {
-				e.Until = now.Add(undeliverableFor)
-			}
-		}
-		if in.Scope != "" || in.Category != "" {
-			return e, "scope", errors.New("an undeliverable mark covers every category")
-		}
-	case "complaint":
-		e.Action, e.Source, e.Scope = consent.OptOut, consent.SourceComplaint, scope
-	default:
-		return e, "type", fmt.Errorf("%q: want out, in, undeliverable, bounce, complaint, unsubscribe or resubscribe", in.Type)
-	}
-	if in.Until != nil {
-		if !in.Until.After(now) {
-			return e, "until", errors.New("must be in the future")
-		}
-		e.Until = *in.Until
-	}
-	if err := e.Validate(); err != nil {
-		field := "type"
-		for _, f := range []string{"code", "ref", "until", "scope"} {
-			if strings.Contains(err.Error(), ": "+f) {
-				field = f
-				break
-			}
-		}
-		return e, field, err
-	}
-	return e, "", nil
+	return consent.Report{Type: in.Type, Scope: in.Scope, Category: in.Category, Until: in.Until, Code: in.Code, Ref: in.Ref}.Event(undeliverableFor, now)
 }
 
 // decodeJSON reads a JSON body into v, refusing unknown fields and
