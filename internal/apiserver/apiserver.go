@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/unsubscribe"
+	webhooks "github.com/sluicehq/sluice/webhook/providers"
 )
 
 // New returns the API server of cfg with every mounted route. environ is
@@ -23,6 +24,10 @@ func New(cfg api.Config, environ map[string]string, opts api.Options) (*api.Serv
 		return nil, err
 	}
 	if err := twilio.Mount(s, environ, cfg.Base, s.Deps()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := webhooks.Mount(s, s.Deps(), cfg.Base, cfg.ClientIPHeader); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -1,0 +1,61 @@
+// Package providers lists the email providers whose webhooks Sluice takes
+// and mounts their routes on `sluice api`. A new provider is a package
+// under webhook/ and one line in All.
+package providers
+
+import (
+	"net/http"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/webhook"
+	"github.com/sluicehq/sluice/webhook/mailgun"
+	"github.com/sluicehq/sluice/webhook/postmark"
+	"github.com/sluicehq/sluice/webhook/sendgrid"
+	"github.com/sluicehq/sluice/webhook/ses"
+)
+
+// All returns the providers, each new (SES's keeps a certificate cache).
+func All() []webhook.Provider {
+	return []webhook.Provider{ses.New(), sendgrid.Provider{}, postmark.Provider{}, mailgun.Provider{}}
+}
+
+// Lookup finds the provider named name.
+func Lookup(name string) (webhook.Provider, bool) {
+	for _, p := range All() {
+		if p.Name() == name {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// Names lists the providers' names.
+func Names() []string {
+	var out []string
+	for _, p := range All() {
+		out = append(out, p.Name())
+	}
+	return out
+}
+
+// Mounter is where Mount puts the routes: `sluice api`'s server.
+type Mounter interface {
+	Mount(pattern string, h http.Handler)
+}
+
+// Mount mounts POST /v1/webhooks/NAME/{tenant} for every provider on m,
+// over deps' Redis, key ring and consent store. clientIPHeader is
+// SLUICE_API_CLIENT_IP_HEADER (allowlists read the client address as the
+// API's failed-authentication limit does).
+func Mount(m Mounter, deps *config.Deps, base config.Base, clientIPHeader string) error {
+	metrics, err := webhook.NewMetrics(deps.Registry)
+	if err != nil {
+		return err
+	}
+	cfg := webhook.Config{Consent: deps.Consent, Store: webhook.NewStore(deps.Redis, deps.Keys), Guard: webhook.NewGuard(deps.Redis),
+		Log: deps.Log.With("component", "webhook"), UndeliverableFor: base.EmailSuppressTTL, ClientIP: webhook.HeaderIP(clientIPHeader)}
+	for _, p := range All() {
+		m.Mount(webhook.Route(p), webhook.NewHandler(p, cfg, metrics))
+	}
+	return nil
+}
