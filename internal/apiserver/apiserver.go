@@ -10,6 +10,7 @@ package apiserver
 import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/sender/telnyx"
 	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/unsubscribe"
 	webhooks "github.com/sluicehq/sluice/webhook/providers"
@@ -24,6 +25,10 @@ func New(cfg api.Config, environ map[string]string, opts api.Options) (*api.Serv
 		return nil, err
 	}
 	if err := twilio.Mount(s, environ, cfg.Base, s.Deps()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := telnyx.Mount(s, environ, cfg.Base, s.Deps()); err != nil {
 		s.Close()
 		return nil, err
 	}
