@@ -63,6 +63,7 @@ type env struct {
 	client *asynq.Client
 	insp   *asynq.Inspector
 	vars   map[string]string
+	bin    string // the binary sluiceProc and sluiceRun run; "" for sluiceBin
 }
 
 // newEnv starts a redis-server (extra args, e.g. AOF) and the fake SMS API.
@@ -115,7 +116,7 @@ func (e *env) worker(name string, extra map[string]string) *proc {
 // sluiceProc starts the sluice binary with the env's variables plus extra.
 func (e *env) sluiceProc(name string, extra map[string]string, args ...string) *proc {
 	e.t.Helper()
-	cmd := exec.Command(sluiceBin, args...)
+	cmd := exec.Command(e.binary(), args...)
 	cmd.Env = e.environ(extra)
 	logPath := filepath.Join(e.t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
@@ -130,6 +131,14 @@ func (e *env) sluiceProc(name string, extra map[string]string, args ...string) *
 	go func() { cmd.Wait(); f.Close(); close(p.done) }()
 	e.t.Cleanup(func() { p.kill() })
 	return p
+}
+
+// binary is the sluice binary the env runs.
+func (e *env) binary() string {
+	if e.bin != "" {
+		return e.bin
+	}
+	return sluiceBin
 }
 
 func (e *env) environ(extra map[string]string) []string {
