@@ -139,7 +139,7 @@ func (s *Server) suppressionTarget(w http.ResponseWriter, r *http.Request) (targ
 		return tg, true
 	}
 	tg.to = r.PathValue("recipient")
-	if err := tasks.CheckRecipient(ch, tg.to); err != nil {
+	if !consentRecipient(ch, tg.to) {
 		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad recipient", InvalidParam{Name: "recipient", Reason: recipientReason(ch)})
 		return target{}, false
 	}
@@ -163,9 +163,9 @@ func channelOf(w http.ResponseWriter, r *http.Request) (tasks.Channel, bool) {
 
 func recipientReason(ch tasks.Channel) string {
 	if ch == tasks.SMS {
-		return "must be an E.164 number (+14155550100; in a path, '+' as is or %2B)"
+		return "must be an E.164 number, + and 7 to 15 digits with no spaces (+14155550100; in a path, '+' as is or %2B)"
 	}
-	return "must be an email address"
+	return "must be a bare email address (name@example.com)"
 }
 
 // getSuppression is GET /v1/suppressions/{channel}/{recipient}.
@@ -341,7 +341,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	var bad []InvalidParam
 	for i, in := range body.Events {
 		at := "/events/" + strconv.Itoa(i)
-		if err := tasks.CheckRecipient(ch, in.Recipient); err != nil {
+		if !consentRecipient(ch, in.Recipient) {
 			bad = append(bad, bodyParam(fmt.Sprintf("events[%d].recipient", i), recipientReason(ch), at+"/recipient"))
 			continue
 		}
