@@ -61,7 +61,7 @@ func (e *env) startAPIAt(addr string, extra map[string]string, tenants ...string
 // sluiceRun runs a sluice command to completion and returns its stdout.
 func (e *env) sluiceRun(extra map[string]string, args ...string) string {
 	e.t.Helper()
-	cmd := exec.Command(e.binary(), args...)
+	cmd := exec.Command(sluiceBin, args...)
 	cmd.Env = e.environ(extra)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

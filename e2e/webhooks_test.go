@@ -19,11 +19,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,30 +29,6 @@ import (
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
 )
-
-var (
-	hooksBinOnce sync.Once
-	hooksBin     string
-	hooksBinErr  error
-)
-
-// testHooksBinary builds sluice with -tags sluice_testhooks once: the
-// production build plus the one hook that lets SNS's certificate come from
-// a loopback host (webhook/ses/testhooks.go).
-func testHooksBinary(t *testing.T) string {
-	t.Helper()
-	hooksBinOnce.Do(func() {
-		hooksBin = filepath.Join(filepath.Dir(sluiceBin), "sluice-testhooks")
-		out, err := exec.Command("go", "build", "-tags", "nodev,sluice_testhooks", "-o", hooksBin, "../cmd/sluice").CombinedOutput()
-		if err != nil {
-			hooksBinErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if hooksBinErr != nil {
-		t.Fatalf("building sluice with test hooks: %v", hooksBinErr)
-	}
-	return hooksBin
-}
 
 // snsServer serves an SNS signing certificate over https on loopback and
 // signs messages with its key (SHA256withRSA over SNS's canonical string,
@@ -109,7 +83,7 @@ func (s *snsServer) notification(t *testing.T, topic, id, message string) []byte
 	return out
 }
 
-func post(t *testing.T, url string, body []byte, headers ...string) int {
+func postJSON(t *testing.T, url string, body []byte, headers ...string) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -136,7 +110,6 @@ func post(t *testing.T, url string, body []byte, headers ...string) int {
 func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "email:recipient=100/1m")
-	e.bin = testHooksBinary(t)
 	smtp := fakes.NewSMTPServer(t)
 	for k, v := range map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
 		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "news@example.com"} {
@@ -170,24 +143,7 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 	}
 	smtp.WaitCount(t, 3, 30*time.Second)
 
-	// SendGrid: a bounce for bob, signed; then a forged one for dan.
-	sgBody := []byte(`[{"email":"bob@example.com","event":"bounce","type":"bounce","reason":"550 5.1.1 no such user","sg_message_id":"sg-1.filter"}]`)
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	sum := sha256.Sum256(append([]byte(ts), sgBody...))
-	sig, _ := ecdsa.SignASN1(rand.Reader, sg, sum[:])
-	sgURL := a.base + "/v1/webhooks/sendgrid/acme"
-	forged := []byte(strings.Replace(string(sgBody), "bob@", "dan@", 1))
-	if code := post(t, sgURL, forged, "X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig), "X-Twilio-Email-Event-Webhook-Timestamp", ts); code != http.StatusForbidden {
-		t.Fatalf("a forged SendGrid delivery: %d", code)
-	}
-	if code := post(t, sgURL, sgBody, "X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig), "X-Twilio-Email-Event-Webhook-Timestamp", ts); code != http.StatusOK {
-		t.Fatalf("SendGrid bounce: %d", code)
-	}
-	// SES: a complaint for cy, through SNS.
-	complaint := `{"notificationType":"Complaint","complaint":{"complainedRecipients":[{"emailAddress":"cy@example.com"}],"complaintFeedbackType":"abuse","feedbackId":"fb-1"},"mail":{"messageId":"ses-msg-1"}}`
-	if code := post(t, a.base+"/v1/webhooks/ses/acme", sns.notification(t, topic, "sns-1", complaint)); code != http.StatusOK {
-		t.Fatalf("SES complaint: %d", code)
-	}
+	postProviderReports(t, a, sg, sns, topic)
 	recordedAt := time.Now()
 
 	late := map[string]string{}
@@ -223,6 +179,30 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 		if len(sup.Ledger) != 1 || sup.Ledger[0].Source != want[0] || sup.Ledger[0].Ref != want[1] {
 			t.Errorf("%s's ledger %+v, want source %s ref %s", to, sup.Ledger, want[0], want[1])
 		}
+	}
+}
+
+// postProviderReports posts a forged SendGrid delivery (refused) and a
+// signed SendGrid bounce for bob and SES complaint for cy (recorded).
+func postProviderReports(t *testing.T, a *apiEnv, sg *ecdsa.PrivateKey, sns *snsServer, topic string) {
+	t.Helper()
+	// SendGrid: a bounce for bob, signed; then a forged one for dan.
+	sgBody := []byte(`[{"email":"bob@example.com","event":"bounce","type":"bounce","reason":"550 5.1.1 no such user","sg_message_id":"sg-1.filter"}]`)
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	sum := sha256.Sum256(append([]byte(ts), sgBody...))
+	sig, _ := ecdsa.SignASN1(rand.Reader, sg, sum[:])
+	sgURL := a.base + "/v1/webhooks/sendgrid/acme"
+	forged := []byte(strings.Replace(string(sgBody), "bob@", "dan@", 1))
+	if code := postJSON(t, sgURL, forged, "X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig), "X-Twilio-Email-Event-Webhook-Timestamp", ts); code != http.StatusForbidden {
+		t.Fatalf("a forged SendGrid delivery: %d", code)
+	}
+	if code := postJSON(t, sgURL, sgBody, "X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig), "X-Twilio-Email-Event-Webhook-Timestamp", ts); code != http.StatusOK {
+		t.Fatalf("SendGrid bounce: %d", code)
+	}
+	// SES: a complaint for cy, through SNS.
+	complaint := `{"notificationType":"Complaint","complaint":{"complainedRecipients":[{"emailAddress":"cy@example.com"}],"complaintFeedbackType":"abuse","feedbackId":"fb-1"},"mail":{"messageId":"ses-msg-1"}}`
+	if code := postJSON(t, a.base+"/v1/webhooks/ses/acme", sns.notification(t, topic, "sns-1", complaint)); code != http.StatusOK {
+		t.Fatalf("SES complaint: %d", code)
 	}
 }
 
