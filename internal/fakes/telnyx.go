@@ -115,7 +115,11 @@ func newUUID() string {
 // webhook_url, report the recipient statuses plan returns (sent,
 // delivered, delivery_failed, ...), in order: message.sent for sent,
 // message.finalized for the rest.
-func (f *TelnyxAPI) SetReports(plan func(Delivery) []string) { f.mu.Lock(); f.plan = plan; f.mu.Unlock() }
+func (f *TelnyxAPI) SetReports(plan func(Delivery) []string) {
+	f.mu.Lock()
+	f.plan = plan
+	f.mu.Unlock()
+}
 
 func (f *TelnyxAPI) schedule(d Delivery) {
 	f.mu.Lock()

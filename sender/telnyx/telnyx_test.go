@@ -133,8 +133,12 @@ func TestDeliveryReports(t *testing.T) {
 	for name, code := range map[string]func() (int, error){
 		"Unsigned": func() (int, error) { return r.f.Post(ctx, d.StatusCallback, body, time.Time{}) },
 		"OtherKey": func() (int, error) { return r.f.PostWith(ctx, d.StatusCallback, body, time.Now(), other) },
-		"Stale":    func() (int, error) { return r.f.Post(ctx, d.StatusCallback, body, time.Now().Add(-telnyx.Tolerance-time.Minute)) },
-		"Future":   func() (int, error) { return r.f.Post(ctx, d.StatusCallback, body, time.Now().Add(telnyx.Tolerance+time.Minute)) },
+		"Stale": func() (int, error) {
+			return r.f.Post(ctx, d.StatusCallback, body, time.Now().Add(-telnyx.Tolerance-time.Minute))
+		},
+		"Future": func() (int, error) {
+			return r.f.Post(ctx, d.StatusCallback, body, time.Now().Add(telnyx.Tolerance+time.Minute))
+		},
 	} {
 		if c, err := code(); err != nil || c != http.StatusForbidden {
 			t.Errorf("%s: %d %v, want 403", name, c, err)
