@@ -252,8 +252,8 @@ func (c *conformance) one(i int) {
 	}
 	if !valid {
 		// Both ways: what the document refuses, the server refuses too.
-		if strictOps[req.op] && resp.StatusCode < 300 {
-			fail("the server accepted a request the document refuses: %v", reqErr)
+		if strictOps[req.op] && (resp.StatusCode < 400 || problem.Type == api.ProblemBase+"no-rules") {
+			fail("the server went past a request the document refuses: %v", reqErr)
 		}
 		return
 	}
@@ -549,8 +549,10 @@ func (c *conformance) generate() request {
 			}
 		}
 		if invalid {
+			bad := map[string][]string{"channel": {"fax", "SMS", ""}, "recipient": {"4155550100", "+1 415 555 0100", "a@b", ""},
+				"category": {"Big Sale", ""}, "colour": {"x"}, "from": {"café", "", "a\tb", strings.Repeat("x", 255)}}
 			k := []string{"channel", "recipient", "category", "colour", "from"}[g.r.IntN(5)]
-			req.query.Set(k, []string{"fax", "4155550100", "Big Sale", "x", "café", "", "SMS", "+1 415 555 0100"}[g.r.IntN(8)])
+			req.query.Set(k, bad[k][g.r.IntN(len(bad[k]))])
 			req.mutation = "bad " + k
 		}
 	case op < 85:
