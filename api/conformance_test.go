@@ -104,7 +104,8 @@ func TestOpenAPIConformance(t *testing.T) {
 	t.Logf("requests by operation, validity and status:\n%s", strings.Join(lines, "\n"))
 	// The run must have exercised what it claims to.
 	for _, want := range []string{"createNotifications valid 202", "createNotifications invalid 422", "createNotifications invalid 400",
-		"getNotification valid 200", "getQuotas valid 200", "smsStatusCallback valid 204", "smsStatusCallback valid 404"} {
+		"getNotification valid 200", "getQuotas valid 200", "smsStatusCallback valid 204", "smsStatusCallback valid 404",
+		"suppression valid 200", "suppression invalid 400", "events valid 200", "events invalid 422", "getQuotas invalid 400"} {
 		if c.stats[want] == 0 && cases >= 1000 {
 			t.Errorf("no %q in %d requests: the generator does not reach it", want, cases)
 		}
@@ -192,7 +193,8 @@ func (c *conformance) one(i int) {
 	// OpenAPI lets a request carry query parameters an operation does not
 	// list; the document says they are refused (400, BadRequest).
 	for name := range req.query {
-		if !slices.ContainsFunc(route.Operation.Parameters, func(p *openapi3.ParameterRef) bool { return p.Value.In == "query" && p.Value.Name == name }) {
+		isQuery := func(p *openapi3.ParameterRef) bool { return p.Value.In == "query" && p.Value.Name == name }
+		if !slices.ContainsFunc(route.Operation.Parameters, isQuery) && !slices.ContainsFunc(route.PathItem.Parameters, isQuery) {
 			reqErr = fmt.Errorf("query parameter %q is not the operation's", name)
 		}
 	}
@@ -249,6 +251,10 @@ func (c *conformance) one(i int) {
 		}
 	}
 	if !valid {
+		// Both ways: what the document refuses, the server refuses too.
+		if strictOps[req.op] && (resp.StatusCode < 400 || problem.Type == api.ProblemBase+"no-rules") {
+			fail("the server went past a request the document refuses: %v", reqErr)
+		}
 		return
 	}
 	// A request the document allows: accepted, or refused for a stated reason.
@@ -305,6 +311,13 @@ func (c *conformance) check422(req request, full, typ string, params []map[strin
 		if first, ok := c.keys[req.tenant+"\x00"+key]; !ok || first == full+"\n"+string(req.body) {
 			fail("idempotency-mismatch for a key not accepted before for another request")
 		}
+		return
+	case api.ProblemBase + "invalid-event":
+		if req.op == "suppression" || req.op == "events" {
+			c.checkEvent422(req, fail)
+			return
+		}
+		fail("invalid-event outside the consent routes")
 		return
 	case api.ProblemBase + "invalid-notification":
 	default:
@@ -474,7 +487,7 @@ func (c *conformance) generate() request {
 	}
 	invalid := g.r.IntN(4) == 0
 	switch op := g.r.IntN(100); {
-	case op < 60:
+	case op < 50:
 		req.op, req.method, req.path = "createNotifications", "POST", "/v1/notifications"
 		input := c.doc.Components.Schemas["NotificationInput"].Value
 		var body any
@@ -518,7 +531,7 @@ func (c *conformance) generate() request {
 			}
 			req.header.Set("Idempotency-Key", key)
 		}
-	case op < 72:
+	case op < 60:
 		req.op, req.method = "getNotification", "GET"
 		id := g.str(c.doc.Paths.Find("/v1/notifications/{id}").Get.Parameters[0].Value.Schema.Value)
 		if len(c.queued) > 0 && g.r.IntN(3) > 0 {
@@ -528,7 +541,7 @@ func (c *conformance) generate() request {
 			id, req.mutation = []string{"a%20b", "%C3%A9", strings.Repeat("x", 65)}[g.r.IntN(3)], "bad id"
 		}
 		req.path = "/v1/notifications/" + id
-	case op < 84:
+	case op < 70:
 		req.op, req.method, req.path = "getQuotas", "GET", "/v1/quotas"
 		for _, p := range c.doc.Paths.Find("/v1/quotas").Get.Parameters {
 			if p.Value.In == "query" && p.Value.Name != "tenant" && g.r.IntN(2) == 0 {
@@ -536,10 +549,14 @@ func (c *conformance) generate() request {
 			}
 		}
 		if invalid {
-			k := []string{"channel", "recipient", "category", "colour"}[g.r.IntN(4)]
-			req.query.Set(k, []string{"fax", "4155550100", "Big Sale", "x"}[g.r.IntN(4)])
+			bad := map[string][]string{"channel": {"fax", "SMS", ""}, "recipient": {"4155550100", "+1 415 555 0100", "a@b", ""},
+				"category": {"Big Sale", ""}, "colour": {"x"}, "from": {"café", "", "a\tb", strings.Repeat("x", 255)}}
+			k := []string{"channel", "recipient", "category", "colour", "from"}[g.r.IntN(5)]
+			req.query.Set(k, bad[k][g.r.IntN(len(bad[k]))])
 			req.mutation = "bad " + k
 		}
+	case op < 85:
+		c.consentRequest(&req, invalid)
 	case op < 97:
 		req.op, req.method = "smsStatusCallback", "POST"
 		tenant, id := "acme", g.regex(`^[A-Za-z0-9._-]{1,64}$`)
@@ -569,7 +586,7 @@ func (c *conformance) generate() request {
 		req.op, req.method, req.path = "operations", "GET", []string{"/openapi.yaml", "/healthz", "/readyz"}[g.r.IntN(3)]
 		req.token = ""
 	}
-	if req.op != "createNotifications" && req.op != "getQuotas" && req.op != "getNotification" {
+	if req.op != "createNotifications" && req.op != "getQuotas" && req.op != "getNotification" && !strictOps[req.op] {
 		req.query.Del("tenant")
 	}
 	if req.token != "" {

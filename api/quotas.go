@@ -3,7 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
-	"strings"
+	"net/url"
 
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
@@ -19,7 +19,7 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	query := report.QuotaQuery{Tenant: tenant, Channel: tasks.Channel(strings.ToLower(q.Get("channel"))),
+	query := report.QuotaQuery{Tenant: tenant, Channel: tasks.Channel(q.Get("channel")),
 		Category: q.Get("category"), Recipient: q.Get("recipient"), From: q.Get("from")}
 	var bad []InvalidParam
 	for name := range q {
@@ -32,22 +32,7 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 			bad = append(bad, InvalidParam{Name: name, Reason: "is not a parameter of /v1/quotas (tenant, channel, category, recipient, from)"})
 		}
 	}
-	if query.Channel != "" && query.Channel != tasks.Email && query.Channel != tasks.SMS {
-		bad = append(bad, InvalidParam{Name: "channel", Reason: "must be email or sms (or absent: both)"})
-	}
-	if query.Category != "" {
-		if err := tasks.CheckCategory(query.Category); err != nil {
-			bad = append(bad, InvalidParam{Name: "category", Reason: fieldReason(err)})
-		}
-	}
-	if len(query.From) > tasks.MaxEmailLen {
-		bad = append(bad, InvalidParam{Name: "from", Reason: "is too long"})
-	}
-	if r := query.Recipient; r != "" && (len(r) > tasks.MaxEmailLen || !strings.Contains(r, "@") && !tasks.IsE164(tasks.NormalizePhone(r))) {
-		// A '+' sent bare in a query string arrives as a space: the number
-		// would be looked up without it and every window read as empty.
-		bad = append(bad, InvalidParam{Name: "recipient", Reason: "is neither an address nor an E.164 number (send '+' as %2B in a query string)"})
-	}
+	bad = append(bad, quotaParams(q)...)
 	if len(bad) > 0 {
 		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad query parameters", bad...)
 		return
@@ -65,4 +50,28 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep.JSON())
+}
+
+// quotaParams checks each parameter given against openapi.yaml's schema
+// for it, exactly: a value the document refuses is refused (400), an
+// empty one included.
+func quotaParams(q url.Values) []InvalidParam {
+	var bad []InvalidParam
+	if v, ok := q["channel"]; ok && v[0] != string(tasks.Email) && v[0] != string(tasks.SMS) {
+		bad = append(bad, InvalidParam{Name: "channel", Reason: "must be email or sms (or absent: both)"})
+	}
+	if v, ok := q["category"]; ok {
+		if err := tasks.CheckCategory(v[0]); err != nil {
+			bad = append(bad, InvalidParam{Name: "category", Reason: fieldReason(err)})
+		}
+	}
+	if v, ok := q["from"]; ok && !fromRe.MatchString(v[0]) {
+		bad = append(bad, InvalidParam{Name: "from", Reason: "must be 1 to 254 printable ASCII characters: a number, an address or a Messaging Service SID"})
+	}
+	if v, ok := q["recipient"]; ok && !quotaRecipient(v[0]) {
+		// A '+' sent bare in a query string arrives as a space: the number
+		// would be looked up without it and every window read as empty.
+		bad = append(bad, InvalidParam{Name: "recipient", Reason: "is neither a bare address nor an E.164 number (send '+' as %2B in a query string)"})
+	}
+	return bad
 }

@@ -139,7 +139,7 @@ func (s *Server) suppressionTarget(w http.ResponseWriter, r *http.Request) (targ
 		return tg, true
 	}
 	tg.to = r.PathValue("recipient")
-	if err := tasks.CheckRecipient(ch, tg.to); err != nil {
+	if !consentRecipient(ch, tg.to) {
 		writeProblem(w, http.StatusBadRequest, "invalid-request", "bad recipient", InvalidParam{Name: "recipient", Reason: recipientReason(ch)})
 		return target{}, false
 	}
@@ -163,9 +163,9 @@ func channelOf(w http.ResponseWriter, r *http.Request) (tasks.Channel, bool) {
 
 func recipientReason(ch tasks.Channel) string {
 	if ch == tasks.SMS {
-		return "must be an E.164 number (+14155550100; in a path, '+' as is or %2B)"
+		return "must be an E.164 number, + and 7 to 15 digits with no spaces (+14155550100; in a path, '+' as is or %2B)"
 	}
-	return "must be an email address"
+	return "must be a bare email address (name@example.com)"
 }
 
 // getSuppression is GET /v1/suppressions/{channel}/{recipient}.
@@ -224,66 +224,12 @@ type eventInput struct {
 	Ref      string     `json:"ref,omitempty"`
 }
 
-// event turns an input into the event to record; undeliverableFor is the
+// event turns an input into the event to record (consent.Report's
+// mapping, shared with the providers' webhooks); undeliverableFor is the
 // channel's suppression TTL (the default Until of a bounce). Errors name
 // the field, for InvalidParam.
 func (in eventInput) event(undeliverableFor time.Duration, now time.Time) (consent.Event, string, error) {
-	e := consent.Event{Source: consent.SourceAPI, Code: in.Code, Ref: in.Ref}
-	scope := consent.AllCategories()
-	if in.Scope != "" && in.Category != "" {
-		return e, "category", errors.New("give scope or category, not both")
-	}
-	if in.Scope != "" {
-		sc, err := consent.ParseScope(in.Scope)
-		if err != nil {
-			return e, "scope", err
-		}
-		scope = sc
-	}
-	if in.Category != "" {
-		if err := tasks.CheckCategory(in.Category); err != nil {
-			return e, "category", err
-		}
-		scope = consent.Categories(in.Category)
-	}
-	switch in.Type {
-	case "out", "unsubscribe":
-		e.Action, e.Scope = consent.OptOut, scope
-	case "in", "resubscribe":
-		e.Action, e.Scope = consent.OptIn, scope
-	case "undeliverable", "bounce":
-		e.Action = consent.Undeliverable
-		if in.Type == "bounce" {
-			e.Source = consent.SourceBounce
-			if in.Until == nil {
-				e.Until = now.Add(undeliverableFor)
-			}
-		}
-		if in.Scope != "" || in.Category != "" {
-			return e, "scope", errors.New("an undeliverable mark covers every category")
-		}
-	case "complaint":
-		e.Action, e.Source, e.Scope = consent.OptOut, consent.SourceComplaint, scope
-	default:
-		return e, "type", fmt.Errorf("%q: want out, in, undeliverable, bounce, complaint, unsubscribe or resubscribe", in.Type)
-	}
-	if in.Until != nil {
-		if !in.Until.After(now) {
-			return e, "until", errors.New("must be in the future")
-		}
-		e.Until = *in.Until
-	}
-	if err := e.Validate(); err != nil {
-		field := "type"
-		for _, f := range []string{"code", "ref", "until", "scope"} {
-			if strings.Contains(err.Error(), ": "+f) {
-				field = f
-				break
-			}
-		}
-		return e, field, err
-	}
-	return e, "", nil
+	return consent.Report{Type: in.Type, Scope: in.Scope, Category: in.Category, Until: in.Until, Code: in.Code, Ref: in.Ref}.Event(undeliverableFor, now)
 }
 
 // decodeJSON reads a JSON body into v, refusing unknown fields and
@@ -395,7 +341,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	var bad []InvalidParam
 	for i, in := range body.Events {
 		at := "/events/" + strconv.Itoa(i)
-		if err := tasks.CheckRecipient(ch, in.Recipient); err != nil {
+		if !consentRecipient(ch, in.Recipient) {
 			bad = append(bad, bodyParam(fmt.Sprintf("events[%d].recipient", i), recipientReason(ch), at+"/recipient"))
 			continue
 		}

@@ -100,6 +100,16 @@ type Record struct {
 // MaxErrorCode bounds error codes (Twilio's have five digits).
 const MaxErrorCode = 999999
 
+// CheckMessageID reports whether id can be recorded as a provider's message
+// id: up to 64 letters, digits and '-' (a Twilio SID, a Telnyx message
+// UUID).
+func CheckMessageID(id string) error {
+	if err := CheckSID(strings.ReplaceAll(id, "-", "")); err != nil || len(id) > 64 {
+		return fmt.Errorf("%w: message id must be up to 64 letters, digits and '-'", ErrInvalid)
+	}
+	return nil
+}
+
 // CheckSID reports whether sid can be recorded as a message SID: up to 64
 // letters and digits (Twilio's are "SM" or "MM" and 32 hex digits).
 func CheckSID(sid string) error {
@@ -121,7 +131,7 @@ func (r Record) check() error {
 	if r.ErrorCode < 0 || r.ErrorCode > MaxErrorCode {
 		return fmt.Errorf("%w: error code %d out of range", ErrInvalid, r.ErrorCode)
 	}
-	return CheckSID(r.MessageSID)
+	return CheckMessageID(r.MessageSID)
 }
 
 var errBadRecord = errors.New("delivery: unreadable record")

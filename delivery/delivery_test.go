@@ -96,6 +96,20 @@ func TestRecordKeepsTheErrorCode(t *testing.T) {
 	}
 }
 
+// A Telnyx message id (a UUID) is recorded and read back as it is.
+func TestUpdateTakesUUIDs(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	const id = "40385f64-5717-4562-b3fc-2c963f66afa6"
+	if _, _, err := s.Update(ctx, "acme", "n-uuid", delivery.Record{Status: delivery.Delivered, MessageSID: id}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Get(ctx, "acme", "n-uuid"); err != nil || r == nil || r.MessageSID != id {
+		t.Fatalf("read back %+v, %v", r, err)
+	}
+}
+
 // What cannot be recorded is refused before Redis is asked.
 func TestUpdateRefusesBadReports(t *testing.T) {
 	t.Parallel()
@@ -106,6 +120,8 @@ func TestUpdateRefusesBadReports(t *testing.T) {
 		{Status: delivery.Failed, ErrorCode: 1000000},
 		{Status: delivery.Sent, MessageSID: "SM:1"},
 		{Status: delivery.Sent, MessageSID: strings.Repeat("a", 65)},
+		{Status: delivery.Sent, MessageSID: strings.Repeat("-", 65)},
+		{Status: delivery.Sent, MessageSID: "40385f64 5717"},
 	} {
 		if _, _, err := s.Update(context.Background(), "acme", "n-3", r, time.Hour); !errors.Is(err, delivery.ErrInvalid) {
 			t.Errorf("Update(%+v) = %v, want ErrInvalid", r, err)

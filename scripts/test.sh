@@ -58,7 +58,9 @@ if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
                 plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates \
                 api:FuzzParseIdempotencyKey api:FuzzDuplicateMember throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
                 sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent \
-                sender/twilio:FuzzParseInbound unsubscribe:FuzzParseToken config:FuzzParseFromDomains; do
+                sender/twilio:FuzzParseInbound unsubscribe:FuzzParseToken config:FuzzParseFromDomains \
+                webhook/sendgrid:FuzzParse webhook/mailgun:FuzzParse webhook/postmark:FuzzParse \
+                webhook/ses:FuzzParse webhook/ses:FuzzNotification sender/telnyx:FuzzParseEvent; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then

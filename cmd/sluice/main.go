@@ -6,6 +6,7 @@
 //	sluice enqueue --file F       enqueue a JSON Lines file
 //	sluice quota show|reset ...   inspect or reset a tenant's quotas
 //	sluice dkim record            the DNS TXT record of the DKIM key
+//	sluice webhook set|show|remove a tenant's email provider webhooks
 //	sluice dev                    an embedded demo: no Redis, no config
 //
 // Exit codes: 0 success; 1 failure (bad input, Redis trouble, a refused
@@ -83,13 +84,13 @@ Configuration comes from SLUICE_* environment variables (docs/configuration.md).
 	// The tools warn about unknown SLUICE_* variables; the worker refuses them.
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		for c := cmd; c != nil; c = c.Parent() {
-			if c.Name() == "enqueue" || c.Name() == "quota" || c.Name() == "tenant" || c.Name() == "suppression" {
+			if c.Name() == "enqueue" || c.Name() == "quota" || c.Name() == "tenant" || c.Name() == "suppression" || c.Name() == "webhook" {
 				warnUnknownVariables(cmd)
 				return
 			}
 		}
 	}
-	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newSuppressionCmd(), newDKIMCmd())
+	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newSuppressionCmd(), newDKIMCmd(), newWebhookCmd())
 	return root
 }
 

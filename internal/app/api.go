@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,9 +16,12 @@ import (
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/sender/telnyx"
 	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/unsubscribe"
+	"github.com/sluicehq/sluice/webhook"
+	webhooks "github.com/sluicehq/sluice/webhook/providers"
 )
 
 // APIOptions are what NewAPI takes besides the configuration. All optional.
@@ -36,9 +40,11 @@ type APIOptions struct {
 }
 
 // NewAPI builds the API process: the shared services, the ingest API, and
-// the routes other packages own mounted beside it — the SMS provider's
-// status callbacks and incoming messages (sender/twilio, consent/inbound),
-// the one-click unsubscribe links (/u/) and the dashboard (/ui). environ
+// the routes other packages own mounted beside it — the SMS providers'
+// status callbacks and incoming messages (sender/twilio, sender/telnyx,
+// consent/inbound), the email providers' bounce and complaint webhooks
+// (webhook/...), the one-click unsubscribe links (/u/) and the dashboard
+// (/ui). environ
 // is where the mounted packages read their own settings (nil: the process
 // environment), as api.ParseConfig read cfg. Run runs it and closes
 // everything when it returns; Close, when it will not run.
@@ -80,6 +86,24 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 		return err
 	}
 	s.Mount(twilio.InboundRoute, in)
+	// The second SMS wire format's delivery reports and incoming messages (Telnyx).
+	tx, err := telnyx.WebhookSettings(environ)
+	if err != nil {
+		return err
+	}
+	th, err := telnyx.NewWebhooks(tx, cfg.Base, telnyx.Deps{Redis: svc.Redis, Limiter: svc.Limiter, Consent: svc.Consent,
+		Log: svc.Log, Registry: svc.Registry, Policy: svc.Plans.Policy, Enqueue: enqueuer(svc, cfg.Base.Layout())})
+	if err != nil {
+		return err
+	}
+	s.Mount(telnyx.CallbackRoute, http.HandlerFunc(th.Callback))
+	s.Mount(telnyx.InboundRoute, http.HandlerFunc(th.Inbound))
+	// The email providers' signed bounce and complaint webhooks, per tenant.
+	err = webhooks.Mount(s, webhook.Config{Consent: svc.Consent, Store: webhook.NewStore(svc.Redis, svc.Keys), Guard: webhook.NewGuard(svc.Redis),
+		Log: svc.Log.With("component", "webhook"), UndeliverableFor: cfg.EmailSuppressTTL, ClientIP: webhook.HeaderIP(cfg.ClientIPHeader)}, svc.Registry)
+	if err != nil {
+		return err
+	}
 	// The one-click unsubscribe links of the emails the workers send.
 	signer, err := unsubscribe.NewSigner(cfg.SubjectSecret)
 	if err != nil {

@@ -79,7 +79,7 @@ const TypeBase = "urn:sluice:problem:"
 var Titles = map[string]string{
 	"unauthorized":          "Missing or unknown bearer token",
 	"forbidden":             "Not allowed for this token",
-	"bad-signature":         "Missing or wrong X-Twilio-Signature",
+	"bad-signature":         "Missing, wrong or stale signature",
 	"not-found":             "Not found",
 	"method-not-allowed":    "Method not allowed",
 	"invalid-request":       "The request is malformed",

@@ -6,6 +6,7 @@ import (
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/logsender"
 	"github.com/sluicehq/sluice/sender/smtp"
+	"github.com/sluicehq/sluice/sender/telnyx"
 	"github.com/sluicehq/sluice/sender/twilio"
 )
 
@@ -15,4 +16,5 @@ var All = []sender.Provider{
 	smtp.Provider,
 	logsender.SMS,
 	twilio.Provider,
+	telnyx.Provider,
 }

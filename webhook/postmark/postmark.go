@@ -1,0 +1,154 @@
+// Package postmark reads Postmark's bounce, spam-complaint and
+// subscription-change webhooks into the consent store (webhook.Provider
+// "postmark").
+//
+// # Authentication
+//
+// Postmark signs nothing: its webhooks authenticate with basic auth, the
+// user and password written into the webhook URL
+// (https://USER:PASSWORD@sluice.example.com/v1/webhooks/postmark/TENANT),
+// compared in constant time, over HTTPS. A tenant may also name the only
+// client addresses deliveries are taken from (Postmark publishes its
+// webhook IPs); behind a proxy the address is read from
+// SLUICE_API_CLIENT_IP_HEADER. Without a signed timestamp or nonce there is
+// no replay guard: a replayed delivery records the same event again, which
+// changes no suppression.
+//
+// # Events
+//
+// One JSON object per POST, by RecordType: Bounce of Type HardBounce or
+// BadEmailAddress is a hard bounce (other types — soft bounces,
+// auto-responders, DNS errors — are ignored); SpamComplaint a complaint;
+// SubscriptionChange with SuppressSending true and SuppressionReason
+// ManualSuppression an unsubscribe (its HardBounce and SpamComplaint
+// reasons arrive as their own records). A subscription change lifting a
+// suppression is ignored: Sluice's opt-outs are lifted by the recipient or
+// the API, not by a provider's list.
+package postmark
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/webhook"
+)
+
+// Name is the provider's name: /v1/webhooks/postmark/{tenant}.
+const Name = "postmark"
+
+// Provider is Postmark's webhooks.
+type Provider struct{}
+
+var _ webhook.Provider = Provider{}
+
+// Name implements webhook.Provider.
+func (Provider) Name() string { return Name }
+
+// Check needs User and Password (16 bytes or more); AllowIPs optional.
+func (Provider) Check(c webhook.Credentials) error {
+	if c.User == "" || strings.ContainsAny(c.User, ":@/ ") || len(c.User) > 64 {
+		return fmt.Errorf("%w: user: 1-64 characters without ':', '@', '/' or spaces", webhook.ErrCredentials)
+	}
+	if len(c.Password) < 16 || len(c.Password) > 256 {
+		return fmt.Errorf("%w: password: 16-256 characters (e.g. `openssl rand -hex 16`)", webhook.ErrCredentials)
+	}
+	if c.Key != "" || len(c.Topics) > 0 {
+		return fmt.Errorf("%w: postmark takes a user, a password and client addresses", webhook.ErrCredentials)
+	}
+	if _, err := Prefixes(c.AllowIPs); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Prefixes reads an allowlist: IPs or CIDR prefixes.
+func Prefixes(allow []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(allow))
+	for _, s := range allow {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: allow-ip %q: want an IP or a CIDR prefix", webhook.ErrCredentials, s)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}
+
+// Verify implements webhook.Provider.
+func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+	if len(in.Creds.AllowIPs) > 0 {
+		allowed, err := Prefixes(in.Creds.AllowIPs)
+		if err != nil {
+			return webhook.Batch{}, err
+		}
+		if !contains(allowed, in.ClientIP) {
+			return webhook.Batch{}, fmt.Errorf("%w: the client address is not in the tenant's allowlist", webhook.ErrNotAllowed)
+		}
+	}
+	user, pass, ok := in.Request.BasicAuth()
+	if !ok {
+		return webhook.Batch{}, fmt.Errorf("%w: no basic auth: put USER:PASSWORD@ in the webhook URL", webhook.ErrUnsigned)
+	}
+	u := subtle.ConstantTimeCompare([]byte(user), []byte(in.Creds.User))
+	p := subtle.ConstantTimeCompare([]byte(pass), []byte(in.Creds.Password))
+	if u&p != 1 || in.Creds.Password == "" {
+		return webhook.Batch{}, fmt.Errorf("%w: basic auth", webhook.ErrForged)
+	}
+	return Parse(in.Body)
+}
+
+func contains(allowed []netip.Prefix, a netip.Addr) bool {
+	for _, p := range allowed {
+		if a.IsValid() && p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// record is what Sluice reads of a Postmark webhook.
+type record struct {
+	RecordType        string          `json:"RecordType"`
+	Type              string          `json:"Type"`
+	Email             string          `json:"Email"`
+	Recipient         string          `json:"Recipient"`
+	MessageID         string          `json:"MessageID"`
+	ID                json.RawMessage `json:"ID"`
+	Details           string          `json:"Details"`
+	SuppressSending   bool            `json:"SuppressSending"`
+	SuppressionReason string          `json:"SuppressionReason"`
+}
+
+// Parse reads a delivery's body: one JSON object.
+func Parse(body []byte) (webhook.Batch, error) {
+	var rec record
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return webhook.Batch{}, fmt.Errorf("%w: not a Postmark webhook (one JSON object)", webhook.ErrMalformed)
+	}
+	id := rec.MessageID
+	if id == "" {
+		id = strings.Trim(string(rec.ID), `"`)
+	}
+	r := consent.Report{Ref: webhook.Ref(Name, id)}
+	to := rec.Email
+	switch {
+	case rec.RecordType == "Bounce" && (rec.Type == "HardBounce" || rec.Type == "BadEmailAddress"):
+		r.Type, r.Code = consent.TypeBounce, webhook.SMTPCode(rec.Details)
+	case rec.RecordType == "SpamComplaint":
+		r.Type = consent.TypeComplaint
+	case rec.RecordType == "SubscriptionChange" && rec.SuppressSending && rec.SuppressionReason == "ManualSuppression":
+		r.Type, to = consent.TypeUnsubscribe, rec.Recipient
+	default:
+		return webhook.Batch{Ignored: 1}, nil
+	}
+	return webhook.Batch{Items: []webhook.Item{{Recipient: to, Report: r}}}, nil
+}
