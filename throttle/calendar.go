@@ -116,7 +116,7 @@ func counterArgsLen(limits []Limit) int {
 		case r.Calendar != "":
 			n += 4 + tableLen(r.Calendar)
 		case r.Buckets > 0:
-			n += 3
+			n += 4
 		}
 	}
 	return n
@@ -144,7 +144,7 @@ func counterArgs(args []any, limits []Limit, from func() time.Time) []any {
 				args = append(args, x)
 			}
 		case r.Buckets > 0:
-			args = append(args, i+1, "b", r.BucketLen().Milliseconds())
+			args = append(args, i+1, "b", r.BucketLen().Milliseconds(), 0)
 		}
 	}
 	return args

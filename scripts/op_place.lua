@@ -1,0 +1,42 @@
+-- op_place.lua — Opcode "P", place: a check whose limits live in several groups, on Redis
+-- Cluster, puts the member in the limits outside its own group first (throttle's across.go).
+-- Takes the member's earlier entry back and adds it at the earliest slot every rule takes from
+-- now + lead_ms, or from tmin_ms when that is later or at most lead_ms earlier.
+--
+-- KEYS[1..n]  -> n × rule: per rule a sorted set (score = ms of a send, member = its id)
+--
+-- ARGV[1]     -> member: the send's id (with "#<attempt>" past the first), as stored
+-- ARGV[2]     -> slack_ms: a send may land up to this long after its slot
+-- ARGV[3]     -> tmin_ms: the slot the groups placed so far agree on ("" none)
+-- ARGV[4]     -> lead_ms: how far ahead of now the search starts
+-- ARGV[5...]  -> n × limit, window_ms
+-- ARGV[...]   -> nc: the number of closed intervals
+-- ARGV[...]   -> nc × start_ms, end_ms: sorted; no slot lies in [start, end)
+--
+-- Returns {slot_ms, rule}: rule is the 1-based index of the rule that set the slot (0: none).
+
+local function place(nk)
+  local member, slack, tmin, lead = arg(4)
+  slack, lead = tonumber(slack), tonumber(lead)
+  local keys, limits, wps = {key(nk)}, {}, {}
+  local c = now + lead
+  if tmin ~= '' then c = start(tmin, lead) end
+  for i = 1, nk do
+    local limit, window = arg(2)
+    limits[i], wps[i] = tonumber(limit), tonumber(window) + slack
+    -- The first write, one Redis never refuses (limiter.lua, "Memory").
+    call('ZREMRANGEBYSCORE', keys[i], '-inf', '(' .. fmt(min(now, c) - wps[i]))
+    call('ZREM', keys[i], member)
+  end
+  local nc, closed = tonumber(arg(1)), {}
+  for j = 1, nc do
+    local s, e = arg(2)
+    closed[2 * j - 1], closed[2 * j] = tonumber(s), tonumber(e)
+  end
+  local rule, counts
+  c, rule, counts = search(keys, limits, wps, c, closed)
+  add(keys, wps, counts, c, member)
+  return {c, rule}
+end
+
+ops.P, opnames.P = place, 'place'
