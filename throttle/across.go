@@ -111,7 +111,8 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 // for the ids that need no slot (done; an unknown outcome under
 // AtMostOnce or Idempotent), stamped with the Redis clock of id's group.
 func (l *Limiter) attemptOf(ctx context.Context, group, id string, policy RerunPolicy) (int, Decision, bool, error) {
-	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "S", keys: []string{l.StateKey(group, id)}})
+	o := stateOp{state: l.StateKey(group, id)}
+	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, o.build())
 	if err != nil {
 		return 0, Decision{}, false, fmt.Errorf("throttle: check: %w", err)
 	}
@@ -142,21 +143,15 @@ func (l *Limiter) attemptOf(ctx context.Context, group, id string, policy RerunP
 // place puts member in one group's limits at the earliest slot from t on.
 func (l *Limiter) place(ctx context.Context, p part, member string, t time.Time, opts ReserveOptions) (time.Time, int, error) {
 	keys := make([]string, len(p.limits))
-	args := make([]any, 0, 4+2*len(p.limits)+2*len(opts.Closed))
-	args = append(args, member, opts.Slack.Milliseconds(), timeArg(t), agreeLead.Milliseconds())
 	for i, lim := range p.limits {
 		k, err := l.Key(p.group, lim)
 		if err != nil {
 			return time.Time{}, 0, err
 		}
 		keys[i] = k
-		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
 	}
-	args = append(args, len(opts.Closed))
-	for _, iv := range opts.Closed {
-		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
-	}
-	_, reply, err := l.batch.do(ctx, l.nowArg(), p.group, &op{code: "P", keys: keys, args: args})
+	o := placeOp{rules: keys, member: member, slack: opts.Slack, tmin: t, lead: agreeLead, limits: p.limits, closed: opts.Closed}
+	_, reply, err := l.batch.do(ctx, l.nowArg(), p.group, o.build())
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("throttle: check: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// counterArgsLen must give exactly what counterArgs appends: the operations
+// counterArgsLen must give exactly what counters writes: the operations
 // size their arguments by it, and a short count costs every check a second
 // allocation of them (a bucketed check grew its arguments twice, about 1 KB).
 func TestCounterArgsLen(t *testing.T) {
@@ -29,9 +29,10 @@ func TestCounterArgsLen(t *testing.T) {
 				limits = append(limits, Limit{Scope: "sms:sender", Subject: "s", Rule: r})
 			}
 		}
-		got := len(counterArgs(nil, limits, func() time.Time { return from }))
-		if want := counterArgsLen(limits); got != want {
-			t.Fatalf("limits %v: counterArgs appended %d values, counterArgsLen says %d", limits, got, want)
+		e := newEnc(opUsage, 0, 0)
+		counters(&e, limits, func() time.Time { return from })
+		if got, want := len(e.op.args), counterArgsLen(limits); got != want {
+			t.Fatalf("limits %v: counters wrote %d values, counterArgsLen says %d", limits, got, want)
 		}
 	}
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/sluicehq/sluice/scripts"
 )
 
-// op is one operation of limiter.lua: its opcode, keys and arguments.
+// op is one operation of the limiter library as a batch carries it: its
+// opcode, keys and arguments, as its encoder wrote them (ops.go).
 type op struct {
 	code string
 	keys []string
@@ -424,7 +425,7 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 	}
 	admits := false
 	for _, c := range cs {
-		admits = admits || c.op.code == "R" || c.op.code == "P"
+		admits = admits || c.op.code == opReserve || c.op.code == opPlace
 	}
 	keys, argv := encode(cs)
 	var script *redis.Cmd
@@ -490,9 +491,9 @@ func (b *batcher) acked(ctx context.Context, cs []*call) {
 // as a duplicate of an admission (R).
 func admitted(c *call) bool {
 	switch c.op.code {
-	case "P":
+	case opPlace:
 		return true
-	case "R":
+	case opReserve:
 		return len(c.reply) > 0 && (c.reply[0] == int64(StatusAdmitted) || c.reply[0] == int64(StatusDuplicate))
 	}
 	return false

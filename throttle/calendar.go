@@ -5,7 +5,7 @@ import "time"
 // Counter rules (calendar periods and bucketed windows) keep one Redis hash
 // per key: field = the start of a period or bucket in ms, value = the
 // admissions counted there. The script learns which keys are counters from
-// descriptors appended to an operation's arguments (counterArgs).
+// descriptors appended to an operation's arguments (counters).
 
 // calendarTable is how many period boundaries a check passes for a day, week
 // or month rule (minute and hour periods have a fixed length in every zone
@@ -107,7 +107,7 @@ func tableLen(p Period) int {
 	return calendarTable
 }
 
-// counterArgsLen is how many values counterArgs appends for limits, so that
+// counterArgsLen is how many values counters writes for limits, so that
 // an operation's arguments are allocated once, at their size.
 func counterArgsLen(limits []Limit) int {
 	n := 1
@@ -122,32 +122,39 @@ func counterArgsLen(limits []Limit) int {
 	return n
 }
 
-// counterArgs appends the descriptors of limits' counter rules: their count,
-// then per rule its 1-based index, "b" and the bucket length in ms, or "c",
-// the nominal window in ms, the number of boundaries and the boundaries.
-// from gives the earliest instant the operation may look at (read only for a calendar rule).
-func counterArgs(args []any, limits []Limit, from func() time.Time) []any {
+// counters writes the descriptors of limits' counter rules (the
+// "counters" of scripts/limiter_counter.lua): their count, then per rule
+// its 1-based index, its kind ("b" or "c"), the bucket length or the
+// nominal window in ms, and the number of boundaries that follow (none for
+// a bucketed rule). from gives the earliest instant the operation may look
+// at (read only for a calendar rule).
+func counters(e *enc, limits []Limit, from func() time.Time) {
 	n := 0
 	for _, lim := range limits {
 		if lim.Rule.Counter() {
 			n++
 		}
 	}
-	args = append(args, n)
+	e.arg("k", n)
 	for i, lim := range limits {
 		r := lim.Rule
 		switch {
 		case r.Calendar != "":
 			b := boundaries(r, from())
-			args = append(args, i+1, "c", r.Window.Milliseconds(), len(b))
+			e.arg("index", i+1)
+			e.arg("kind", "c")
+			e.arg("ms", r.Window.Milliseconds())
+			e.arg("nb", len(b))
 			for _, x := range b {
-				args = append(args, x)
+				e.arg("start_ms", x)
 			}
 		case r.Buckets > 0:
-			args = append(args, i+1, "b", r.BucketLen().Milliseconds(), 0)
+			e.arg("index", i+1)
+			e.arg("kind", "b")
+			e.arg("ms", r.BucketLen().Milliseconds())
+			e.arg("nb", 0)
 		}
 	}
-	return args
 }
 
 // BucketLen is a bucketed rule's bucket: Window/Buckets rounded up to whole ms.

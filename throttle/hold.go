@@ -68,8 +68,8 @@ func (l *Limiter) Hold(ctx context.Context, key string, retryAfter, base, max ti
 	if !strings.HasPrefix(key, l.prefix+":{"+holdGroup+"}:") {
 		return HoldState{}, fmt.Errorf("%w: %q is not a hold key (HoldKey)", ErrInvalidKey, key)
 	}
-	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, &op{code: "H", keys: []string{key},
-		args: []any{retryAfter.Milliseconds(), base.Milliseconds(), max.Milliseconds(), holdLinger.Milliseconds(), code}})
+	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code}
+	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, o.build())
 	if err != nil {
 		return HoldState{}, fmt.Errorf("throttle: hold: %w", err)
 	}

@@ -81,11 +81,8 @@ func (l *Limiter) Acquire(ctx context.Context, group, holder string, ttl time.Du
 		return Lease{}, err
 	}
 	for pi, p := range parts {
-		args := []any{holder, ttl.Milliseconds()}
-		for _, c := range p.caps {
-			args = append(args, c.Max)
-		}
-		now, reply, err := l.batch.do(ctx, l.nowArg(), p.group, &op{code: "L", keys: p.keys, args: args})
+		o := leaseOp{leases: p.keys, holder: holder, ttl: ttl, caps: p.caps}
+		now, reply, err := l.batch.do(ctx, l.nowArg(), p.group, o.build())
 		if err == nil && len(reply) != 3 {
 			err = fmt.Errorf("unexpected reply %v", reply)
 		}
@@ -153,7 +150,8 @@ func (l *Limiter) capParts(group string, caps []Cap) ([]capPart, error) {
 func (l *Limiter) freeParts(ctx context.Context, holder string, parts []capPart) error {
 	var first error
 	for _, p := range parts {
-		if _, _, err := l.batch.do(ctx, l.nowArg(), p.group, &op{code: "F", keys: p.keys, args: []any{holder}}); err != nil && first == nil {
+		o := freeOp{leases: p.keys, holder: holder}
+		if _, _, err := l.batch.do(ctx, l.nowArg(), p.group, o.build()); err != nil && first == nil {
 			first = fmt.Errorf("throttle: free: %w", err)
 		}
 	}

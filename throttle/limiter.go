@@ -257,92 +257,11 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 }
 
 func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPolicy, opts ReserveOptions, limits []Limit) (Decision, error) {
-	if err := checkGroup(group); err != nil {
+	o, err := l.reserveOp(group, id, policy, opts, limits)
+	if err != nil {
 		return Decision{}, err
 	}
-	if opts.Slack < 0 || opts.Slack > MaxWindow || opts.Horizon < 0 || opts.Horizon > time.Hour {
-		return Decision{}, fmt.Errorf("%w: slack %v must be 0–%v and horizon %v 0–1h", ErrInvalidRule, opts.Slack, MaxWindow, opts.Horizon)
-	}
-	if len(opts.Closed) > 64 {
-		return Decision{}, fmt.Errorf("%w: %d closed intervals, at most 64", ErrInvalidRule, len(opts.Closed))
-	}
-	var keys []string
-	if len(limits) > 0 || policy == "" {
-		var err error
-		if keys, err = l.keys(group, limits, stateKeys(policy, opts)); err != nil {
-			return Decision{}, err
-		}
-	}
-	var longest time.Duration
-	for _, lim := range limits {
-		longest = max(longest, lim.Rule.Window)
-	}
-	sttl := max(opts.StateTTL, longest+opts.Slack, time.Second) // a check with no limits still keeps its record a while
-	// The fixed values, the limits', the closed intervals', consent's, the
-	// note's, the counter descriptors and the holds' count: one allocation.
-	args := make([]any, 0, 12+3*len(limits)+1+2*len(opts.Closed)+4+2+counterArgsLen(limits)+1)
-	if len(opts.Nonce) > 32 || strings.ContainsAny(opts.Nonce, ":# ") {
-		return Decision{}, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
-	}
-	args = append(args, l.stored(id), string(policy), opts.Slack.Milliseconds(), opts.Horizon.Milliseconds(),
-		boolArg(opts.Book), timeArg(opts.NotBefore), opts.late.Milliseconds(), timeArg(opts.Deadline), sttl.Milliseconds(), opts.Nonce,
-		boolArg(opts.Block != ""), len(limits))
-	for _, lim := range limits {
-		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds(), boolArg(lim.Drop))
-	}
-	args = append(args, len(opts.Closed))
-	for _, iv := range opts.Closed {
-		if !iv.End.After(iv.Start) {
-			return Decision{}, fmt.Errorf("%w: closed interval %v–%v is empty", ErrInvalidRule, iv.Start, iv.End)
-		}
-		args = append(args, iv.Start.UnixMilli(), iv.End.UnixMilli())
-	}
-	cc := opts.Consent
-	from := func() time.Time {
-		t := l.tableFrom()
-		if !opts.NotBefore.IsZero() && opts.NotBefore.Before(t) {
-			t = opts.NotBefore.Add(-calendarMargin)
-		}
-		return t
-	}
-	if cc != nil {
-		if cc.Key == "" || cc.Category == "" || (cc.LastKey != "") != (cc.LastTTL > 0) {
-			return Decision{}, fmt.Errorf("%w: a consent check needs its key and category, and a last-category key with its TTL or neither", ErrInvalidRule)
-		}
-		args = append(args, "1", cc.Category, boolArg(cc.Exempt), cc.LastTTL.Milliseconds())
-	} else {
-		args = append(args, "0", "", "0", 0)
-	}
-	note := opts.Note
-	if note != nil {
-		if note.Key == "" || note.TTL < time.Millisecond {
-			return Decision{}, fmt.Errorf("%w: a note needs its key and a TTL of at least 1 ms", ErrInvalidRule)
-		}
-		args = append(args, note.TTL.Milliseconds(), note.Value)
-	} else {
-		args = append(args, 0, "")
-	}
-	args = counterArgs(args, limits, from)
-	args = append(args, len(opts.Holds))
-	if policy != "" {
-		keys = append(keys, l.StateKey(group, id))
-		if opts.Block != "" {
-			keys = append(keys, opts.Block)
-		}
-		if cc != nil {
-			keys = append(keys, cc.Key)
-			if cc.LastKey != "" {
-				keys = append(keys, cc.LastKey)
-			}
-		}
-		if note != nil {
-			keys = append(keys, note.Key)
-		}
-		keys = append(keys, opts.Holds...) // the last keys of the operation
-	} else if opts.Block != "" || cc != nil || note != nil || len(opts.Holds) > 0 {
-		return Decision{}, fmt.Errorf("%w: a block key, hold, note or consent check needs a state policy (Reserve)", ErrInvalidRule)
-	}
-	now, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "R", keys: keys, args: args})
+	now, reply, err := l.batch.do(ctx, l.nowArg(), group, o.build())
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {
 		return Decision{}, fmt.Errorf("throttle: check: %w", err)
 	}
@@ -362,6 +281,53 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	return d, nil
 }
 
+// reserveOp checks a check's options and names its keys: the encoder of its
+// "R" operation.
+func (l *Limiter) reserveOp(group, id string, policy RerunPolicy, opts ReserveOptions, limits []Limit) (*reserveOp, error) {
+	if err := checkGroup(group); err != nil {
+		return nil, err
+	}
+	if opts.Slack < 0 || opts.Slack > MaxWindow || opts.Horizon < 0 || opts.Horizon > time.Hour {
+		return nil, fmt.Errorf("%w: slack %v must be 0–%v and horizon %v 0–1h", ErrInvalidRule, opts.Slack, MaxWindow, opts.Horizon)
+	}
+	if len(opts.Closed) > 64 {
+		return nil, fmt.Errorf("%w: %d closed intervals, at most 64", ErrInvalidRule, len(opts.Closed))
+	}
+	var keys []string
+	if len(limits) > 0 || policy == "" {
+		var err error
+		if keys, err = l.keys(group, limits); err != nil {
+			return nil, err
+		}
+	}
+	var longest time.Duration
+	for _, lim := range limits {
+		longest = max(longest, lim.Rule.Window)
+	}
+	sttl := max(opts.StateTTL, longest+opts.Slack, time.Second) // a check with no limits still keeps its record a while
+	if len(opts.Nonce) > 32 || strings.ContainsAny(opts.Nonce, ":# ") {
+		return nil, fmt.Errorf("%w: nonce must be up to 32 bytes without ':', '#' or spaces", ErrInvalidKey)
+	}
+	for _, iv := range opts.Closed {
+		if !iv.End.After(iv.Start) {
+			return nil, fmt.Errorf("%w: closed interval %v–%v is empty", ErrInvalidRule, iv.Start, iv.End)
+		}
+	}
+	if cc := opts.Consent; cc != nil && (cc.Key == "" || cc.Category == "" || (cc.LastKey != "") != (cc.LastTTL > 0)) {
+		return nil, fmt.Errorf("%w: a consent check needs its key and category, and a last-category key with its TTL or neither", ErrInvalidRule)
+	}
+	if note := opts.Note; note != nil && (note.Key == "" || note.TTL < time.Millisecond) {
+		return nil, fmt.Errorf("%w: a note needs its key and a TTL of at least 1 ms", ErrInvalidRule)
+	}
+	o := &reserveOp{rules: keys, member: l.stored(id), policy: policy, limits: limits, opts: opts, stateTTL: sttl, table: l.tableFrom}
+	if policy != "" {
+		o.state = l.StateKey(group, id)
+	} else if opts.Block != "" || opts.Consent != nil || opts.Note != nil || len(opts.Holds) > 0 {
+		return nil, fmt.Errorf("%w: a block key, hold, note or consent check needs a state policy (Reserve)", ErrInvalidRule)
+	}
+	return o, nil
+}
+
 // MarkDone records that attempt of id in group finished (its send
 // completed), for ttl: until then Reserve answers Done for the id and counts
 // nothing, so a task re-run after its send does not send again.
@@ -375,7 +341,8 @@ func (l *Limiter) MarkDone(ctx context.Context, group, id string, attempt int, t
 	if ttl < time.Millisecond || attempt < 1 {
 		return fmt.Errorf("%w: done ttl %v must be at least 1ms and attempt %d at least 1", ErrInvalidRule, ttl, attempt)
 	}
-	_, _, err := l.batch.doCarried(ctx, l.nowArg(), group, &op{code: "D", keys: []string{l.StateKey(group, id)}, args: []any{attempt, ttl.Milliseconds()}}, l.linger)
+	o := doneOp{state: l.StateKey(group, id), attempt: attempt, ttl: ttl}
+	_, _, err := l.batch.doCarried(ctx, l.nowArg(), group, o.build(), l.linger)
 	if err != nil {
 		return fmt.Errorf("throttle: mark done: %w", err)
 	}
@@ -400,7 +367,7 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 	}
 	removed := 0
 	for _, part := range l.byGroup(group, limits) {
-		keys := make([]string, 0, len(part.limits)+1)
+		keys := make([]string, 0, len(part.limits))
 		for i, lim := range part.limits {
 			k, err := l.Key(group, lim)
 			if err != nil {
@@ -409,10 +376,8 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 			keys = append(keys, k)
 		}
 		// The id's record lives in its own group; elsewhere the key named is never written.
-		keys = append(keys, l.StateKey(part.group, id))
-		args := append(make([]any, 0, 2+counterArgsLen(part.limits)), l.stored(id), attempt)
-		args = counterArgs(args, part.limits, l.tableFrom)
-		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, &op{code: "X", keys: keys, args: args})
+		o := releaseOp{rules: keys, state: l.StateKey(part.group, id), member: l.stored(id), attempt: attempt, limits: part.limits, table: l.tableFrom}
+		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, o.build())
 		if err != nil {
 			return removed, fmt.Errorf("throttle: release: %w", err)
 		}
@@ -495,7 +460,7 @@ type Usage struct {
 // Usage reads the state of each limit of the group, with the slack Reserve
 // uses (0 for Allow). It writes nothing.
 func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, limits ...Limit) ([]Usage, error) {
-	if _, err := l.keys(group, limits, 0); err != nil {
+	if _, err := l.keys(group, limits); err != nil {
 		return nil, err
 	}
 	out := make([]Usage, len(limits))
@@ -516,17 +481,12 @@ func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, 
 }
 
 func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, limits []Limit) ([]Usage, error) {
-	keys, err := l.keys(group, limits, 0)
+	keys, err := l.keys(group, limits)
 	if err != nil {
 		return nil, err
 	}
-	args := make([]any, 0, 2+2*len(limits)+counterArgsLen(limits))
-	args = append(args, slack.Milliseconds(), len(limits))
-	for _, lim := range limits {
-		args = append(args, lim.Rule.Limit, lim.Rule.Window.Milliseconds())
-	}
-	args = counterArgs(args, limits, l.tableFrom)
-	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, &op{code: "U", keys: keys, args: args})
+	o := usageOp{rules: keys, slack: slack, limits: limits, table: l.tableFrom}
+	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, o.build())
 	if err != nil {
 		return nil, fmt.Errorf("throttle: usage: %w", err)
 	}
@@ -556,7 +516,7 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 
 // Reset deletes the windows of the given limits: every admission in them is forgotten.
 func (l *Limiter) Reset(ctx context.Context, group string, limits ...Limit) error {
-	keys, err := l.keys(group, limits, 0)
+	keys, err := l.keys(group, limits)
 	if err != nil {
 		return err
 	}
@@ -684,15 +644,15 @@ func stateKeys(policy RerunPolicy, opts ReserveOptions) int {
 	return n
 }
 
-// keys names the rules' keys, with room for extra keys after them.
-func (l *Limiter) keys(group string, limits []Limit, extra int) ([]string, error) {
+// keys names the rules' keys.
+func (l *Limiter) keys(group string, limits []Limit) ([]string, error) {
 	if len(limits) == 0 || len(limits) > MaxRules {
 		return nil, fmt.Errorf("%w: a check takes 1 to %d limits, got %d", ErrTooManyRules, MaxRules, len(limits))
 	}
 	if err := checkGroup(group); err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(limits), len(limits)+extra)
+	keys := make([]string, len(limits))
 	for i, lim := range limits {
 		k, err := l.Key(group, lim)
 		if err != nil {
