@@ -330,7 +330,7 @@ func (s State) Empty() bool {
 // Reason is why a send is blocked; NotBlocked when it is not.
 type Reason int
 
-// The reasons, as check.lua returns them.
+// The reasons, as the consent rule returns them (scripts/consent.lua).
 const (
 	NotBlocked           Reason = 0
 	BlockedUndeliverable Reason = 1 // "!": the recipient cannot take messages
@@ -352,10 +352,13 @@ func (r Reason) String() string {
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Blocks is the decision check.lua makes, in Go: why a send of category
-// (the default category's name when it has none) is blocked at now, with
-// exempt telling whether the tenant declares the category one an opt-out
-// of every category lets through.
+// Blocks is the consent rule's decision (scripts/consent.lua) in Go, for
+// a reader that holds a State: why a send of category (the default
+// category's name when it has none) is blocked at now, with exempt telling
+// whether the tenant declares the category one an opt-out of every
+// category lets through. Sends are decided by the script (Store.Check, the
+// limiter's check); TestCheckScriptAgreesWithBlocks holds both to one
+// answer on random histories.
 func (s State) Blocks(category string, exempt bool, now time.Time) Reason {
 	if s.Undeliverable != nil && s.Undeliverable.live(now) {
 		return BlockedUndeliverable

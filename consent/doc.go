@@ -37,10 +37,12 @@
 //	or "*" is set, C is not exempt, "+:C" is not set → reason 3, every category
 //
 // That is one HMGET of four fields, so the limiter's script decides it in
-// the same call that admits the send, with no extra round trip: check.lua
-// (CheckScript) is the exact reading, KEYS[1] the hash, ARGV the time, the
-// category and the exempt flag; Store.Check runs it, and State.Blocks is
-// the same decision in Go.
+// the same call that admits the send, with no extra round trip. The rule is
+// written once, in scripts/consent.lua: the limiter's library joins it, and
+// CheckScript runs it alone (KEYS[1] the hash, ARGV the time, the category
+// and the exempt flag) for Store.Check. State.Blocks is the same decision
+// in Go, for readers of a State, held to the script's answers by a test on
+// random histories.
 //
 // # What an opt-out lets through
 //

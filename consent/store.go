@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -19,18 +20,13 @@ import (
 //go:embed record.lua
 var recordSrc string
 
-//go:embed check.lua
-var checkSrc string
+// CheckScript is the consent rule run on its own (scripts/consent_check.lua
+// with scripts/consent.lua joined in; its contract is at its top): the
+// same file the limiter's reserve joins, so Store.Check and the check
+// inside a send's admission read a suppression hash alike.
+var CheckScript = scripts.ConsentCheckSource
 
-// CheckScript is check.lua, the reading of a suppression hash the limiter's
-// script makes (its contract is at the top of the file). Store.Check runs
-// it; phase B of issue 21 puts the same lines into scripts/limiter.lua.
-var CheckScript = checkSrc
-
-var (
-	recordScript = redis.NewScript(recordSrc)
-	checkScript  = redis.NewScript(checkSrc)
-)
+var recordScript = redis.NewScript(recordSrc)
 
 // Defaults and bounds of Options.
 const (
@@ -227,7 +223,7 @@ func recipient(tenant string, ch tasks.Channel, to string) (string, error) {
 // Key is the key of the suppression hash of (tenant, ch, to):
 // <prefix>:{<tenant>}:consent:<channel>:<HMAC of the normalised recipient>,
 // in the tenant's hash slot beside the limiter's windows. This is the key
-// the limiter's script reads (check.lua). It is "" for a recipient that
+// the limiter's script reads (scripts/consent.lua). It is "" for a recipient that
 // cannot be keyed (empty, or a bad tenant or channel).
 func (s *Store) Key(tenant string, ch tasks.Channel, to string) string {
 	norm, err := recipient(tenant, ch, to)
@@ -352,10 +348,10 @@ func decodeState(fields map[string]string, now time.Time) (State, error) {
 }
 
 // Check reports whether a send of category (tasks.DefaultCategory when
-// empty) to (tenant, ch, to) is blocked, running check.lua — the reading
-// the limiter's script makes — on the Redis clock. exempt tells whether the
-// tenant declares the category one an opt-out of every category lets
-// through (see the package documentation).
+// empty) to (tenant, ch, to) is blocked, running CheckScript — the rule
+// the limiter's script applies (scripts/consent.lua) — on the Redis clock.
+// exempt tells whether the tenant declares the category one an opt-out of
+// every category lets through (see the package documentation).
 func (s *Store) Check(ctx context.Context, tenant string, ch tasks.Channel, to, category string, exempt bool) (Verdict, error) {
 	hkey, _, err := s.keys(tenant, ch, to)
 	if err != nil {
@@ -371,7 +367,7 @@ func (s *Store) Check(ctx context.Context, tenant string, ch tasks.Channel, to, 
 	if exempt {
 		ex = "1"
 	}
-	res, err := checkScript.Run(ctx, s.rdb, []string{hkey}, s.nowArg(), category, ex).Slice()
+	res, err := scripts.ConsentCheck.Run(ctx, s.rdb, []string{hkey}, s.nowArg(), category, ex).Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("consent: check: %w", err)
 	}

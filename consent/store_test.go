@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,10 +132,11 @@ func TestUndeliverableLapses(t *testing.T) {
 	}
 }
 
-// check.lua, run by redis-cli as the limiter's script would run it, and by
-// Store.Check, agrees with State.Blocks on random hashes — expired marks,
-// exempt flags and categories included — so the format phase B reads is
-// proved by the script it will read it with.
+// The consent rule (scripts/consent.lua) agrees with State.Blocks on random
+// hashes — expired marks, exempt flags and categories included — wherever
+// it runs: inside the limiter's check (Reserve), alone through Store.Check,
+// and alone through redis-cli --eval of CheckScript, the very text
+// Store.Check sends.
 func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, newClock(), consent.Options{})
@@ -150,6 +153,10 @@ func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		t.Fatalf("redis-cli is not on PATH (it comes with redis-server): %v", err)
+	}
+	checkLua := filepath.Join(t.TempDir(), "consent_check.lua")
+	if err := os.WriteFile(checkLua, []byte(consent.CheckScript), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for i := range 60 {
 		to := "+1415555" + fmt.Sprintf("%04d", i)
@@ -188,7 +195,7 @@ func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 				if got := b.check(t, tasks.SMS, to, cat, exempt); got != want {
 					t.Fatalf("seed %d %s %s exempt %v: Check %v, Blocks %v (hash %v)", seed, to, cat, exempt, got, want, raw)
 				}
-				// The limiter's own reading, inside its check (scripts/limiter.lua).
+				// The limiter's own reading, inside its check (scripts/op_reserve.lua).
 				d, err := clocked.Reserve(ctx, b.tenant, uuid.NewString(), throttle.ReserveOptions{Policy: throttle.AtLeastOnce,
 					Consent: &throttle.ConsentCheck{Key: key, Category: cat, Exempt: exempt}})
 				if err != nil {
@@ -201,14 +208,14 @@ func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 				if i%6 != 0 {
 					continue // redis-cli is a process per call: a sample is enough
 				}
-				args := []string{"-p", strconv.Itoa(b.srv.Port), "--no-raw", "--eval", "check.lua", key, ",",
+				args := []string{"-p", strconv.Itoa(b.srv.Port), "--no-raw", "--eval", checkLua, key, ",",
 					strconv.FormatInt(now.UnixMilli(), 10), cat, map[bool]string{false: "0", true: "1"}[exempt]}
 				out, err := exec.Command(cli, args...).CombinedOutput()
 				if err != nil {
 					t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
 				}
 				if first := strings.Fields(string(out)); len(first) < 2 || first[1] != "(integer)" || first[2] != strconv.Itoa(int(want)) {
-					t.Fatalf("seed %d: redis-cli --eval check.lua %s %s %v:\n%s\nwant reason %d", seed, to, cat, exempt, out, want)
+					t.Fatalf("seed %d: redis-cli --eval %s %s %s %v:\n%s\nwant reason %d", seed, checkLua, to, cat, exempt, out, want)
 				}
 			}
 		}
