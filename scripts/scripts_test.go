@@ -2,6 +2,8 @@ package scripts_test
 
 import (
 	"context"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -97,5 +99,30 @@ func TestJoinedCodeRuns(t *testing.T) {
 	res, err := scripts.ConsentCheck.Run(ctx, c, []string{"h"}, "", "news", "0").Slice()
 	if err != nil || len(res) != 2 || res[0] != int64(2) || res[1] != "0:1:api:0" {
 		t.Errorf("consent check: %v, %v; want [2 0:1:api:0]", res, err)
+	}
+}
+
+// The package doc lists every operation of the limiter, by opcode, name and
+// file, as each op_*.lua declares itself.
+func TestPackageDocListsEveryOperation(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "scripts.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil || f.Doc == nil {
+		t.Fatalf("scripts.go has no package comment: %v", err)
+	}
+	doc := f.Doc.Text()
+	files, _ := filepath.Glob("op_*.lua")
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`Opcode "(\w)", (\w+)`).FindStringSubmatch(string(src))
+		if m == nil {
+			t.Fatalf("%s declares no opcode", name)
+		}
+		if want := "- " + m[1] + " " + m[2] + " (" + name + ")"; !strings.Contains(doc, want) {
+			t.Errorf("the package doc does not list %q", want)
+		}
 	}
 }

@@ -57,7 +57,7 @@ type batcher struct {
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 	inflight  atomic.Int32 // script calls on the wire
-	// mode is how limiter.lua is called: as a function (FCALL) until the
+	// mode is how the limiter library is called: as a function (FCALL) until the
 	// server shows it has none (Redis 6, miniredis, an ACL without
 	// FUNCTION/FCALL), then as a script (EVALSHA).
 	mode atomic.Int32
@@ -307,14 +307,14 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	}
 }
 
-// The ways limiter.lua is called (batcher.mode holds the first two).
+// The ways the limiter library is called (batcher.mode holds the first two).
 const (
 	modeFunction int32 = iota // FCALL, until the server shows it cannot
 	modeScript                // EVALSHA, falling back to EVAL
 	modeEval                  // EVAL with the script's text, for a server that lacks it
 )
 
-// call runs one call of limiter.lua on c, loading the function library
+// call runs one call of the limiter library on c, loading the function library
 // where it is missing (a new server, a Cluster master added or flushed of
 // functions) and falling back to the script where there are no functions.
 func (b *batcher) call(ctx context.Context, c redis.Cmdable, keys []string, argv []any) (any, error) {
@@ -344,7 +344,7 @@ func (b *batcher) call(ctx context.Context, c redis.Cmdable, keys []string, argv
 	}
 }
 
-// queue adds one call of limiter.lua to a pipeline, the way mode says. A
+// queue adds one call of the limiter library to a pipeline, the way mode says. A
 // reply that says the code is missing (notLoaded) goes through call.
 func queue(ctx context.Context, p redis.Pipeliner, keys []string, argv []any, mode int32) *redis.Cmd {
 	switch mode {

@@ -132,7 +132,7 @@ func TestCounterRuleShapes(t *testing.T) {
 		b.clock.Add(time.Second)
 	}
 	// At most the buckets a span can touch (11), the 3 gone ones a trim
-	// waits for (limiter.lua's TRIM_LAG 4, less the one it drops at once),
+	// waits for (limiter_counter.lua's TRIM_LAG 4, less the one it drops at once),
 	// the total and the oldest start.
 	if k := b.key(t, bk); b.client.Type(ctx, k).Val() != "hash" || b.client.HLen(ctx, k).Val() > 17 {
 		t.Fatalf("bucketed key %s: %s of %d fields", k, b.client.Type(ctx, k).Val(), b.client.HLen(ctx, k).Val())

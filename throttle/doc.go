@@ -2,18 +2,35 @@
 //
 // Each limited subject and rule has one sorted set: score = the instant of
 // a send in milliseconds (its slot: now, or a booked instant ahead), member
-// = the stable id of the send. A check is one call of scripts/limiter.lua,
-// a batch of operations that share one clock reading (Redis TIME). Its
-// reserve operation trims, for every rule of the check, the entries that
-// left the window; reads the entries around the wanted instant with ZCOUNT
-// and ZRANGEBYSCORE … WITHSCORES; and finds the earliest slot at which one
-// more send keeps every rule (outside any closed spans: quiet hours) —
-// then admits the send there, books it for later, or denies it, all
-// rules or none. Other operations record a send done, release an
-// admission, read a notification's record, and read usage. Series reads
-// how one window filled, step by step, for a chart (scripts/series.lua,
-// read-only, on the same clock), so no reader outside builds a key or
-// counts entries itself.
+// = the stable id of the send. A check is one call of the limiter library
+// (scripts/limiter.lua, the index of the Lua files joined into it), a batch
+// of operations that share one clock reading (Redis TIME). Its reserve
+// operation trims, for every rule of the check, the entries that left the
+// window; reads the entries around the wanted instant with ZCOUNT and
+// ZRANGEBYSCORE … WITHSCORES; and finds the earliest slot at which one more
+// send keeps every rule (outside any closed spans: quiet hours) — then
+// admits the send there, books it for later, or denies it, all rules or
+// none. Series reads how one window filled, step by step, for a chart
+// (scripts/series.lua, read-only, on the same clock), so no reader outside
+// builds a key or counts entries itself.
+//
+// # Operations
+//
+// The library has nine operations, each in its own scripts/op_*.lua with
+// its KEYS/ARGV/return contract on top, each written by one encoder of
+// ops.go, which a test checks against that header:
+//
+//   - R reserve (Reserve, Allow): admit a send now or for an instant just
+//     ahead, book a later slot, or deny, drop, expire or block it.
+//   - P place: a check's limits in another group of a Redis Cluster,
+//     before its own group reserves (across.go).
+//   - D done (MarkDone): record an attempt's send as completed.
+//   - X release (Release): give an attempt's slot back.
+//   - S state: read a notification's record (a check across groups).
+//   - U usage (Usage): how full each rule is, read-only.
+//   - H hold (Hold): hold a scope, a provider's back-pressure (hold.go).
+//   - L lease (Acquire): take in-flight slots (inflight.go).
+//   - F free (Free): give in-flight slots back.
 //
 // # Guarantees
 //

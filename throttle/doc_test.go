@@ -37,3 +37,27 @@ func TestPackageDoc(t *testing.T) {
 		}
 	}
 }
+
+// The package doc lists every operation of the limiter library, by opcode
+// and name as each scripts/op_*.lua declares itself (it once listed four
+// of nine).
+func TestPackageDocListsEveryOperation(t *testing.T) {
+	doc := packageDoc(t)
+	files, err := filepath.Glob("../scripts/op_*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no op_*.lua files: %v", err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`Opcode "(\w)", (\w+)`).FindStringSubmatch(string(src))
+		if m == nil {
+			t.Fatalf("%s declares no opcode", f)
+		}
+		if want := "- " + m[1] + " " + m[2]; !strings.Contains(doc, want) {
+			t.Errorf("the package doc does not list %q (%s)", want, filepath.Base(f))
+		}
+	}
+}

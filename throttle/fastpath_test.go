@@ -9,8 +9,8 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// The earliest-fit search has three ways through a key (scripts/limiter.lua,
-// earliest): room at the start (one ZCOUNT), a full window with nothing
+// The earliest-fit search has three ways through a key (scripts/limiter_log.lua,
+// log_earliest): room at the start (one ZCOUNT), a full window with nothing
 // after the start (the limit-th newest entry read alone), and the walk by
 // rank in doubling chunks (bookings ahead, gaps among them, a start after
 // now). This drives all three with large limits, dense windows, deep

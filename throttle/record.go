@@ -14,7 +14,7 @@ import (
 // RecordKind is what a notification's record (Reserve's state key) says.
 type RecordKind byte
 
-// The kinds of record, as scripts/limiter.lua writes them.
+// The kinds of record, as the limiter library writes them (scripts/op_reserve.lua, op_done.lua).
 const (
 	RecordBooked   RecordKind = 'b' // its attempt holds a slot ahead
 	RecordAdmitted RecordKind = 'a' // its attempt was admitted: maybe sent
@@ -23,7 +23,8 @@ const (
 
 // Record is a notification's record: "b<attempt>:<slot ms>:<nonce>",
 // "a<attempt>:<slot ms>:<nonce>" or "d<attempt>:<ms>". Only this package
-// writes (scripts/limiter.lua) and reads (ParseRecord) it.
+// writes (scripts/op_reserve.lua, op_release.lua, op_done.lua) and reads
+// (ParseRecord) it.
 type Record struct {
 	Kind    RecordKind
 	Attempt int
