@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,9 +21,14 @@ var bareScript = redis.NewScript("return 1")
 // the same harness in the same run: compare ns/op of the pairs
 //
 //	go test -run '^$' -bench . ./throttle/
+//
+// Each also reports redis-µs/op: the Redis time of its script calls
+// (FCALL, EVALSHA, EVAL in INFO commandstats, the script's own commands
+// included) per operation, which a busy client machine does not blur.
 func BenchmarkBareEvalsha(b *testing.B) {
 	bb := setup(b, false)
 	b.Run("Serial", func(b *testing.B) {
+		defer redisTime(b, bb.client)()
 		for b.Loop() {
 			if err := bareScript.Run(ctx, bb.client, []string{"k"}).Err(); err != nil {
 				b.Fatal(err)
@@ -30,6 +36,7 @@ func BenchmarkBareEvalsha(b *testing.B) {
 		}
 	})
 	b.Run("Parallel", func(b *testing.B) {
+		defer redisTime(b, bb.client)()
 		b.SetParallelism(16) // 32 callers on 2 cores
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -57,6 +64,7 @@ func BenchmarkAllow(b *testing.B) {
 		}
 	}
 	run := func(b *testing.B, parallel bool, limits func(i int) []throttle.Limit) {
+		defer redisTime(b, bb.client)()
 		var n atomic.Int64
 		op := func() {
 			i := int(n.Add(1))
@@ -155,6 +163,7 @@ func BenchmarkReserveBucketedVsLog(b *testing.B) {
 	bb := setup(b, false)
 	for _, r := range []throttle.Rule{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: time.Second, Buckets: 60}} {
 		b.Run(r.String(), func(b *testing.B) {
+			defer redisTime(b, bb.client)()
 			b.SetParallelism(16)
 			var n atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
@@ -167,5 +176,36 @@ func BenchmarkReserveBucketedVsLog(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// redisTime starts counting the script calls' Redis time; the function it
+// returns reports it per operation as redis-µs/op.
+func redisTime(b *testing.B, c *redis.Client) func() {
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		b.StopTimer()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var us float64
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+				rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+				if !ok {
+					continue
+				}
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						n, _ := strconv.ParseFloat(v, 64)
+						us += n
+					}
+				}
+			}
+		}
+		b.ReportMetric(us/float64(b.N), "redis-µs/op")
 	}
 }
