@@ -7,10 +7,10 @@
 -- An operation names its counter keys in descriptors after its other ARGV (the "counters" of its
 -- header); every other rule key stays a sliding log:
 -- counters[1]   -> k: how many of the operation's rule keys are counter keys (absent: none)
--- counters[...] -> k × index, kind, ms, nb, nb × start_ms: per counter key, its 1-based index
---                  among the operation's rule keys and its kind: "b" bucketed (ms the bucket's
---                  length, nb 0) or "c" calendar (ms the nominal window, then nb period starts,
---                  ascending; outside them the first or last period's length repeats)
+-- counters[...] -> k × index, ms, nb, nb × start_ms: per counter key, its 1-based index among
+--                  the operation's rule keys; a bucketed key ("b") has nb 0 and ms its bucket's
+--                  length, a calendar key ("c") ms its nominal window and nb > 0 period starts,
+--                  ascending (outside them the first or last period's length repeats)
 --
 -- A check whose total leaves room pays for little: a calendar check reads "o" and "t" and adds
 -- its count; a bucketed check counts itself in "t" as it reads it (HINCRBY, taken back unless it
@@ -31,14 +31,13 @@ local ctr_prune -- limiter_counter_write.lua
 local function ctr_read(keys)
   local k = tonumber(arg() or '0') or 0
   for _ = 1, k do
-    local i, kind, ms, nb = arg(4)
-    local d = {kind = kind}
-    if kind == 'b' then
-      d.w = tonumber(ms)
+    local i, ms, nb = arg(3)
+    nb = tonumber(nb)
+    local d
+    if nb == 0 then
+      d = {kind = 'b', w = tonumber(ms)}
     else
-      d.win = tonumber(ms)
-      d.b = {arg(tonumber(nb))}
-      for j = 1, #d.b do d.b[j] = tonumber(d.b[j]) end
+      d = {kind = 'c', win = tonumber(ms), b = numbers(nb)}
     end
     ctr[keys[tonumber(i)]] = d
   end

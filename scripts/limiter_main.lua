@@ -5,7 +5,7 @@
 
 local function main(keys, argv, script)
   KEYS, ARGV, guard = keys, argv, script == true
-  tonumber, tostring, type, pcall, error, pairs, ipairs, unpack = _G.tonumber, _G.tostring, _G.type, _G.pcall, _G.error, _G.pairs, _G.ipairs, _G.unpack
+  tonumber, tostring, type, pcall, error, pairs, ipairs, unpack, next = _G.tonumber, _G.tostring, _G.type, _G.pcall, _G.error, _G.pairs, _G.ipairs, _G.unpack, _G.next
   floor, min, max, sformat, smatch, call = math.floor, math.min, math.max, string.format, string.match, redis.call
   if ARGV[1] == '' then
     local t = call('TIME')
@@ -19,8 +19,8 @@ local function main(keys, argv, script)
     local code, nk, na = ARGV[aa], tonumber(ARGV[aa + 1]), tonumber(ARGV[aa + 2])
     local fn = ops[code]
     -- The operation's KEYS and ARGV, for key and arg (limiter_prelude.lua).
-    opname, keyat, keyend, argat, opend = opnames[code], ka, ka + (nk or 0), aa + 3, aa + 3 + (na or 0)
-    ctr = {} -- an operation's counter descriptors are its own
+    opcode, keyat, keyend, argat, opend = code, ka, ka + (nk or 0), aa + 3, aa + 3 + (na or 0)
+    if next(ctr) ~= nil then ctr = {} end -- an operation's counter descriptors are its own
     local ok, res
     if fn then
       ok, res = pcall(fn, nk)

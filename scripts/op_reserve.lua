@@ -21,18 +21,18 @@
 -- ARGV[9]     -> state_ttl_ms: how long the record lives, counted from the slot
 -- ARGV[10]    -> nonce: the caller's run ("" none)
 -- ARGV[11]    -> block: 1 when KEYS holds a block key
--- ARGV[12]    -> n: the number of rules
--- ARGV[13...] -> n × limit, window_ms, drop: drop 1 drops the send when this rule is full
--- ARGV[...]   -> nc: the number of closed intervals
+-- ARGV[12]    -> consent: 1 when KEYS holds the suppression hash
+-- ARGV[13]    -> category: the send's category, for the consent rule
+-- ARGV[14]    -> exempt: 1 when an opt-out of every category lets the category through
+-- ARGV[15]    -> last_ttl_ms: the last-category key's TTL (0: no such key)
+-- ARGV[16]    -> note_ttl_ms: the note's TTL, counted from the slot (0: no note)
+-- ARGV[17]    -> note_value
+-- ARGV[18]    -> n: the number of rules
+-- ARGV[19]    -> nc: the number of closed intervals
+-- ARGV[20]    -> nh: the number of hold keys
+-- ARGV[21...] -> n × limit, window_ms, drop: drop 1 drops the send when this rule is full
 -- ARGV[...]   -> nc × start_ms, end_ms: sorted; no slot lies in [start, end)
--- ARGV[...]   -> consent: 1 when KEYS holds the suppression hash
--- ARGV[...]   -> category: the send's category, for the consent rule
--- ARGV[...]   -> exempt: 1 when an opt-out of every category lets the category through
--- ARGV[...]   -> last_ttl_ms: the last-category key's TTL (0: no such key)
--- ARGV[...]   -> note_ttl_ms: the note's TTL, counted from the slot (0: no note)
--- ARGV[...]   -> note_value
 -- ARGV[...]   -> counters: the counter rules' descriptors (limiter_counter.lua)
--- ARGV[...]   -> nh: the number of hold keys
 --
 -- Returns {status, rule, wait_ms, remaining, attempt, slot_ms}:
 --   status 1 admitted at slot (wait 0: now; else the caller sends at slot, within slack)
@@ -96,26 +96,20 @@ local function blocked(bkey, ckey, category, exempt, attempt)
 end
 
 local function reserve_op()
-  local member, policy, slack, horizon, book, tmin, late, deadline, sttl, nonce, block, n = arg(12)
-  slack, horizon, late, sttl, n = tonumber(slack), tonumber(horizon), tonumber(late), tonumber(sttl), tonumber(n)
-  book, block = book == '1', block == '1'
+  local member, policy, slack, horizon, book, tmin, late, deadline, sttl, nonce, block,
+    consent, category, exempt, lastttl, notettl, notev, n, nc, nh = arg(20)
+  slack, horizon, late, sttl = tonumber(slack), tonumber(horizon), tonumber(late), tonumber(sttl)
+  book, block, consent, exempt = book == '1', block == '1', consent == '1', exempt == '1'
+  lastttl, notettl, n, nc, nh = tonumber(lastttl), tonumber(notettl), tonumber(n), tonumber(nc), tonumber(nh)
   if deadline == '' then deadline = nil else deadline = tonumber(deadline) end
-  if not n then error('reserve: too few arguments') end
-  local limits, wps, drops = {}, {}, {}
+  local limits, wps, drops = cols(n, 3) -- wps: window_ms, made window + slack below
   for i = 1, n do
-    local limit, window, drop = arg(3)
-    limits[i], wps[i], drops[i] = tonumber(limit), tonumber(window) + slack, drop == '1'
+    limits[i], wps[i], drops[i] = tonumber(limits[i]), tonumber(wps[i]) + slack, drops[i] == '1'
   end
-  local nc, closed = tonumber(arg(1)), {}
-  for j = 1, nc do
-    local s, e = arg(2)
-    closed[2 * j - 1], closed[2 * j] = tonumber(s), tonumber(e)
-  end
-  local consent, category, exempt, lastttl, notettl, notev = arg(6)
-  consent, exempt, lastttl, notettl = consent == '1', exempt == '1', tonumber(lastttl), tonumber(notettl)
+  local closed = {}
+  if nc > 0 then closed = numbers(2 * nc) end
   local keys = {key(n)}
   ctr_read(keys)
-  local nh = tonumber(arg() or '0') or 0
   local skey, bkey, ckey, lastkey, notekey
   if policy ~= '' then
     skey = key()
@@ -124,7 +118,8 @@ local function reserve_op()
     if lastttl > 0 then lastkey = key() end
     if notettl > 0 then notekey = key() end
   end
-  local hkeys = {key(nh)}
+  local hkeys = none
+  if nh > 0 then hkeys = {key(nh)} end
 
   holds(closed, hkeys)
   local c = start(tmin, late)
@@ -139,7 +134,7 @@ local function reserve_op()
     if heldat then
       for i = 1, n do take(keys[i], m, heldat) end
     end
-    local b = blocked(bkey, ckey, category, exempt, attempt)
+    local b = (bkey or ckey) and blocked(bkey, ckey, category, exempt, attempt)
     if b then
       if heldat then call('DEL', skey) end
       return b
@@ -197,8 +192,7 @@ end
 -- reserve runs reserve_op and then, whatever it answers, takes back the optimistic counts of
 -- its bucketed keys that no entry used (ctr_settle).
 local function reserve()
-  ctr = {}
-  local ok, res = pcall(reserve_op)
+  local ok, res = pcall(reserve_op) -- main starts ctr empty for it
   ctr_settle()
   if not ok then error(res, 0) end
   return res

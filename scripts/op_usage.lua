@@ -15,11 +15,9 @@
 local function usage()
   local slack, n = arg(2)
   slack, n = tonumber(slack), tonumber(n)
-  local keys, limits, windows = {key(n)}, {}, {}
-  for i = 1, n do
-    local limit, window = arg(2)
-    limits[i], windows[i] = tonumber(limit), tonumber(window)
-  end
+  local keys = {key(n)}
+  local limits, windows = cols(n, 2)
+  for i = 1, n do limits[i], windows[i] = tonumber(limits[i]), tonumber(windows[i]) end
   ctr_read(keys)
   local out = {}
   for i = 1, n do

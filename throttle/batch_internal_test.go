@@ -35,10 +35,12 @@ func reserveCalls(t *testing.T) (*Limiter, *redis.Client, func(id string, args [
 	}
 }
 
-// reserveArgs is a reserve operation's whole ARGV for id: policy at-least-once, one rule of
-// 1/60 s, no closed intervals, consent, note, counters or holds.
+// reserveArgs is a reserve operation's whole ARGV for id, as its encoder writes it: policy
+// at-least-once, one rule of 1/60 s, no closed intervals, consent, note, counters or holds.
 func reserveArgs(id string) []any {
-	return []any{id, "f", 0, 0, "0", "", 0, "", 60000, "", "0", 1, 1, 60000, "0", 0, "0", "", "0", 0, 0, ""}
+	o := reserveOp{member: id, policy: AtLeastOnce, stateTTL: time.Minute, table: time.Now,
+		limits: []Limit{{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 1, Window: time.Minute}}}}
+	return o.build().args
 }
 
 // One batch carries several independent ops: each answers for itself, a
@@ -71,8 +73,8 @@ func TestBatchIsolatesOps(t *testing.T) {
 func TestShortReserveFailsAlone(t *testing.T) {
 	t.Parallel()
 	l, _, mk := reserveCalls(t)
-	// Cut in the rules (no count of closed intervals) and after them (no note).
-	calls := []*call{mk("short1", reserveArgs("short1")[:14]), mk("short2", reserveArgs("short2")[:20]), mk("a", nil)}
+	// Cut in the fixed values (no count of rules) and in the rules (no drop flag).
+	calls := []*call{mk("short1", reserveArgs("short1")[:14]), mk("short2", reserveArgs("short2")[:22]), mk("a", nil)}
 	l.batch.exec(context.Background(), calls)
 	for _, sc := range calls[:2] {
 		if sc.err == nil || !strings.Contains(sc.err.Error(), "reserve: too few arguments") {

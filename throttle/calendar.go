@@ -114,9 +114,9 @@ func counterArgsLen(limits []Limit) int {
 	for _, lim := range limits {
 		switch r := lim.Rule; {
 		case r.Calendar != "":
-			n += 4 + tableLen(r.Calendar)
+			n += 3 + tableLen(r.Calendar)
 		case r.Buckets > 0:
-			n += 4
+			n += 3
 		}
 	}
 	return n
@@ -124,10 +124,11 @@ func counterArgsLen(limits []Limit) int {
 
 // counters writes the descriptors of limits' counter rules (the
 // "counters" of scripts/limiter_counter.lua): their count, then per rule
-// its 1-based index, its kind ("b" or "c"), the bucket length or the
-// nominal window in ms, and the number of boundaries that follow (none for
-// a bucketed rule). from gives the earliest instant the operation may look
-// at (read only for a calendar rule).
+// its 1-based index, the bucket length (a bucketed rule) or the nominal
+// window (a calendar rule) in ms, and the number of period boundaries that
+// follow: none for a bucketed rule, which is how the script tells the two
+// apart. from gives the earliest instant the operation may look at (read
+// only for a calendar rule).
 func counters(e *enc, limits []Limit, from func() time.Time) {
 	n := 0
 	for _, lim := range limits {
@@ -142,7 +143,6 @@ func counters(e *enc, limits []Limit, from func() time.Time) {
 		case r.Calendar != "":
 			b := boundaries(r, from())
 			e.arg("index", i+1)
-			e.arg("kind", "c")
 			e.arg("ms", r.Window.Milliseconds())
 			e.arg("nb", len(b))
 			for _, x := range b {
@@ -150,7 +150,6 @@ func counters(e *enc, limits []Limit, from func() time.Time) {
 			}
 		case r.Buckets > 0:
 			e.arg("index", i+1)
-			e.arg("kind", "b")
 			e.arg("ms", r.BucketLen().Milliseconds())
 			e.arg("nb", 0)
 		}

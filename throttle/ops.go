@@ -81,7 +81,7 @@ func (o *reserveOp) code() string { return opReserve }
 func (o *reserveOp) build() *op {
 	opts := o.opts
 	e := newEnc(opReserve, len(o.rules)+stateKeys(o.policy, opts),
-		12+3*len(o.limits)+1+2*len(opts.Closed)+6+counterArgsLen(o.limits)+1)
+		20+3*len(o.limits)+2*len(opts.Closed)+counterArgsLen(o.limits))
 	o.encode(&e)
 	return &e.op
 }
@@ -120,13 +120,6 @@ func (o *reserveOp) encode(e *enc) {
 	e.arg("state_ttl_ms", o.stateTTL.Milliseconds())
 	e.arg("nonce", opts.Nonce)
 	e.arg("block", boolArg(opts.Block != ""))
-	e.arg("n", len(o.limits))
-	for _, lim := range o.limits {
-		e.arg("limit", lim.Rule.Limit)
-		e.arg("window_ms", lim.Rule.Window.Milliseconds())
-		e.arg("drop", boolArg(lim.Drop))
-	}
-	closed(e, opts.Closed)
 	if cc != nil {
 		e.arg("consent", "1")
 		e.arg("category", cc.Category)
@@ -145,8 +138,16 @@ func (o *reserveOp) encode(e *enc) {
 		e.arg("note_ttl_ms", 0)
 		e.arg("note_value", "")
 	}
-	counters(e, o.limits, o.from)
+	e.arg("n", len(o.limits))
+	e.arg("nc", len(opts.Closed))
 	e.arg("nh", len(opts.Holds))
+	for _, lim := range o.limits {
+		e.arg("limit", lim.Rule.Limit)
+		e.arg("window_ms", lim.Rule.Window.Milliseconds())
+		e.arg("drop", boolArg(lim.Drop))
+	}
+	closed(e, opts.Closed)
+	counters(e, o.limits, o.from)
 }
 
 // from is where a calendar rule's table of boundaries starts: a little
@@ -159,9 +160,8 @@ func (o *reserveOp) from() time.Time {
 	return t
 }
 
-// closed writes the closed intervals: their count, then each one's ends.
+// closed writes the closed intervals' ends (their count goes before).
 func closed(e *enc, ivs []Interval) {
-	e.arg("nc", len(ivs))
 	for _, iv := range ivs {
 		e.arg("start_ms", iv.Start.UnixMilli())
 		e.arg("end_ms", iv.End.UnixMilli())
@@ -196,6 +196,7 @@ func (o *placeOp) encode(e *enc) {
 	e.arg("slack_ms", o.slack.Milliseconds())
 	e.arg("tmin_ms", timeArg(o.tmin))
 	e.arg("lead_ms", o.lead.Milliseconds())
+	e.arg("nc", len(o.closed))
 	for _, lim := range o.limits {
 		e.arg("limit", lim.Rule.Limit)
 		e.arg("window_ms", lim.Rule.Window.Milliseconds())
