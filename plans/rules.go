@@ -42,7 +42,11 @@ const (
 	KindReply                     // sms:reply-stop|start|help=TEXT — the reply to a keyword
 	KindKeywords                  // sms:keywords-stop|start|help=WORD … — words besides the standard ones
 	KindConcurrency               // CHANNEL[.CATEGORY]:SCOPE:concurrency=N — at most N sends in flight at once
+	KindWeight                    // TENANT/weight=N — the tenant's share of a lane's dequeues, under contention
 )
+
+// MaxWeight bounds a tenant's weight (KindWeight).
+const MaxWeight = 1000
 
 // Rerun policies (KindRerun).
 const (
@@ -65,6 +69,7 @@ type Entry struct {
 	Zone      string        // KindZone: an IANA zone name
 	Target    string        // KindUnsubscribe: https URL and/or mailto, {id} replaced by the notification id
 	Shard     int           // KindShard: the shard index (below SLUICE_QUEUE_SHARDS)
+	Weight    int           // KindWeight: 1 to MaxWeight
 	OptOut    string        // KindOptOut: OptOutAll or OptOutCategory
 	Reply     string        // KindReply, KindKeywords: which keyword (stop, start, help)
 	Text      string        // KindReply: the reply
@@ -85,6 +90,10 @@ func (e Entry) String() string {
 	}
 	if e.Kind == KindShard {
 		b.WriteString("shard=" + strconv.Itoa(e.Shard))
+		return b.String()
+	}
+	if e.Kind == KindWeight {
+		b.WriteString("weight=" + strconv.Itoa(e.Weight))
 		return b.String()
 	}
 	if q, ok := e.queuedCapString(); ok {
@@ -136,6 +145,7 @@ type Policy struct {
 	entries    []Entry
 	categories map[string]bool // the categories the entries name
 	pins       tasks.Pins      // TENANT/shard=K
+	weights    map[string]int  // TENANT/weight=N
 }
 
 // Names reports whether an entry of the policy names category.
@@ -144,7 +154,7 @@ func (p Policy) Names(category string) bool { return p.categories[category] }
 // index records what the entries name; every constructor calls it.
 func (p *Policy) index() {
 	p.categories = map[string]bool{}
-	p.pins = nil
+	p.pins, p.weights = nil, nil
 	for _, e := range p.entries {
 		if e.Category != "" {
 			p.categories[e.Category] = true
@@ -154,6 +164,12 @@ func (p *Policy) index() {
 				p.pins = tasks.Pins{}
 			}
 			p.pins[e.Tenant] = e.Shard
+		}
+		if e.Kind == KindWeight && e.Tenant != "" {
+			if p.weights == nil {
+				p.weights = map[string]int{}
+			}
+			p.weights[e.Tenant] = e.Weight
 		}
 	}
 }
@@ -173,6 +189,7 @@ func (p *Policy) index() {
 //	[TENANT/]email[.CATEGORY]:unsubscribe=TARGET            default List-Unsubscribe ({id} = id)
 //	[TENANT/]email[.CATEGORY]:unsubscribe=hosted            Sluice's own one-click unsubscribe link
 //	TENANT/shard=K                                          the tenant's queues get shard K to themselves
+//	TENANT/weight=N                                         the tenant's share of a lane under contention (default 1)
 //	[TENANT/]max-queued=N, max-queued-bytes=N               caps on queued work (queued.go)
 //	[TENANT/]CHANNEL.CATEGORY:consent=exempt                goes after an opt-out of every category
 //	[TENANT/]CHANNEL:optout=all|category                    what an opt-out covers (default all)
@@ -284,6 +301,7 @@ func (k entryKind) matches(word string) bool {
 // tenantKinds are the entries without a channel, [TENANT/]WORD=VALUE.
 var tenantKinds = []entryKind{
 	{name: "shard", parse: parseShard},
+	{name: "weight", parse: parseWeight},
 	{name: "max-queued", parse: parseQueuedCap},
 	{name: "max-queued-bytes", parse: parseQueuedCap},
 	{name: "tz", parse: parseZone},
@@ -381,6 +399,18 @@ func parseShard(e Entry, t entryText) (Entry, error) {
 		return e, fmt.Errorf("shard %q: want a shard number from 0 to %d (below SLUICE_QUEUE_SHARDS)", t.value, tasks.MaxShards-1)
 	}
 	e.Kind, e.Shard = KindShard, k
+	return e, nil
+}
+
+// parseWeight reads TENANT/weight=N: the tenant's share of each lane's
+// dequeues while other tenants have work waiting in it, against a default
+// of 1. Like shard=K it needs no TENANT/ in a tenant's plan.
+func parseWeight(e Entry, t entryText) (Entry, error) {
+	w, err := strconv.Atoi(t.value)
+	if !t.hasValue || err != nil || w < 1 || w > MaxWeight {
+		return e, fmt.Errorf("weight %q: want a whole number from 1 to %d (the default is 1)", t.value, MaxWeight)
+	}
+	e.Kind, e.Weight = KindWeight, w
 	return e, nil
 }
 
@@ -519,15 +549,22 @@ func parseDuration(s string) (time.Duration, error) {
 }
 
 // CheckDefaults reports entries that only a tenant can have, written
-// without one in the deployment's rules (SLUICE_RULES): shard=K.
+// without one in the deployment's rules (SLUICE_RULES): shard=K, weight=N.
 func (p Policy) CheckDefaults() error {
 	for _, e := range p.entries {
 		if e.Kind == KindShard && e.Tenant == "" {
 			return fmt.Errorf("%w: %q pins one tenant's queues: write it as TENANT/shard=K (or put shard=K in the tenant's plan)", ErrBadRules, e.String())
 		}
+		if e.Kind == KindWeight && e.Tenant == "" {
+			return fmt.Errorf("%w: %q weighs one tenant: write it as TENANT/weight=N (or put weight=N in the tenant's plan)", ErrBadRules, e.String())
+		}
 	}
 	return nil
 }
+
+// Weights are the tenants whose share of a lane is not the default 1
+// (TENANT/weight=N). The map is shared: do not change it.
+func (p Policy) Weights() map[string]int { return p.weights }
 
 // Pins are the tenants the rules give shards of their own (TENANT/shard=K).
 // The map is shared: do not change it.

@@ -371,3 +371,38 @@ func TestParseConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// weight=N gives a tenant its share of a lane under contention: read in
+// SLUICE_RULES with TENANT/ (never without) and in a tenant's plan, 1 to
+// MaxWeight, printed back as written.
+func TestWeight(t *testing.T) {
+	p, err := plans.Parse("acme/weight=4,sms:recipient=1/1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := p.Weights(); len(w) != 1 || w["acme"] != 4 {
+		t.Fatalf("weights %v, want acme 4", w)
+	}
+	if s := p.String(); s != "acme/weight=4,sms:recipient=1/1m" {
+		t.Fatalf("printed %q", s)
+	}
+	plan, err := plans.Parse("weight=9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := p.With("globex", plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := with.Weights(); w["acme"] != 4 || w["globex"] != 9 {
+		t.Fatalf("with globex's plan: %v", w)
+	}
+	if err := plan.CheckDefaults(); err == nil || !strings.Contains(err.Error(), "TENANT/weight=N") {
+		t.Fatalf("weight=9 in the deployment's rules: %v", err)
+	}
+	for _, bad := range []string{"acme/weight=0", "acme/weight=1001", "acme/weight=2.5", "acme/weight"} {
+		if _, err := plans.Parse(bad); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), "weight") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
