@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/scripts"
 )
 
 // BatchHold is how far ahead a batch's notifications are scheduled while
@@ -19,14 +20,10 @@ const BatchHold = 5 * time.Minute
 
 // Batch enqueues notifications all or nothing, even with workers running:
 // each one is enqueued scheduled BatchHold ahead, so no worker can take it
-// while the rest are still being enqueued; Release then moves them all to
-// their queues' pending lists (in the order added, one script per queue),
-// and Abort deletes them instead. A Batch is not safe for concurrent use.
-//
-// Release does in one script per queue what Asynq's forwarder does when a
-// scheduled task comes due (ZREM from scheduled, LPUSH to pending, state
-// and pending_since set); TestBatchReleaseIsAsynqsForward pins that to the
-// Asynq version in go.mod.
+// while the rest are still being enqueued; Release then moves them all
+// into their tenants' waiting rooms (Room; in the order added, one script
+// per queue, the scripts in one round trip), and Abort deletes them
+// instead. A Batch is not safe for concurrent use.
 type Batch struct {
 	c    *asynq.Client
 	rdb  redis.UniversalClient
@@ -36,8 +33,8 @@ type Batch struct {
 }
 
 type heldTask struct {
-	queue, id string
-	adopted   bool // enqueued by an earlier attempt: released, never deleted
+	queue, tenant, id string
+	adopted           bool // enqueued by an earlier attempt: released, never deleted
 }
 
 // NewBatch returns an empty batch that enqueues through c and releases
@@ -57,15 +54,15 @@ func (b *Batch) Add(ctx context.Context, n Notification, queue string, opts ...a
 	if err != nil {
 		return nil, err
 	}
-	b.held = append(b.held, heldTask{queue: queue, id: n.ID})
+	b.held = append(b.held, heldTask{queue: queue, tenant: n.Tenant, id: n.ID})
 	return info, nil
 }
 
-// Adopt adds a task already enqueued (by an earlier attempt of the same
-// batch) to the batch: Release makes it due if it is still held, and
-// leaves it alone otherwise; Abort never deletes it.
-func (b *Batch) Adopt(queue, id string) {
-	b.held = append(b.held, heldTask{queue: queue, id: id, adopted: true})
+// Adopt adds a task of tenant already enqueued (by an earlier attempt of
+// the same batch) to the batch: Release moves it into the room if it is
+// still held, and leaves it alone otherwise; Abort never deletes it.
+func (b *Batch) Adopt(queue, tenant, id string) {
+	b.held = append(b.held, heldTask{queue: queue, tenant: tenant, id: id, adopted: true})
 }
 
 // Fresh returns the ids the batch enqueued itself (not adopted): what an
@@ -83,47 +80,54 @@ func (b *Batch) Fresh() []string {
 // Len is how many tasks the batch holds.
 func (b *Batch) Len() int { return len(b.held) }
 
-// releaseHeld moves the held ids of one queue to its pending list, in
-// order, as Asynq's forwarder moves a due scheduled task; ids no longer
-// in the scheduled set (released already, adopted tasks already due) are
-// left alone. It returns how many it moved.
-//
-// KEYS[1] asynq:{q}:scheduled  KEYS[2] asynq:{q}:pending
-// ARGV[1] asynq:{q}:t:         ARGV[2] now, Unix ns (pending_since)
-// ARGV[3..] task ids
-var releaseHeld = redis.NewScript(`
-local moved = 0
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  if redis.call('ZREM', KEYS[1], id) == 1 then
-    redis.call('LPUSH', KEYS[2], id)
-    redis.call('HSET', ARGV[1] .. id, 'state', 'pending', 'pending_since', ARGV[2])
-    moved = moved + 1
-  end
-end
-return moved
-`)
-
-// Release makes every task of the batch due now. On an error some queues
-// may be released and others still held: those come due when BatchHold
-// ends, so every notification still goes.
+// Release moves every task of the batch into its tenant's waiting room,
+// where the workers dispatch it. Tasks no longer held (released already,
+// adopted tasks already due) are left alone. On an error some queues may
+// be released and others still held: those come due when BatchHold ends
+// (straight into their queues' pending lists), so every notification still
+// goes.
 func (b *Batch) Release(ctx context.Context) error {
 	var order []string
-	ids := map[string][]any{}
+	byQueue := map[string][]heldTask{}
 	for _, h := range b.held {
-		q := h.queue
-		if _, ok := ids[q]; !ok {
-			order = append(order, q)
+		if _, ok := byQueue[h.queue]; !ok {
+			order = append(order, h.queue)
 		}
-		ids[q] = append(ids[q], h.id)
+		byQueue[h.queue] = append(byQueue[h.queue], h)
 	}
-	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	type call struct {
+		queue string
+		cmd   *redis.Cmd
+		keys  []string
+		args  []any
+	}
+	var calls []call
+	_, _ = b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, q := range order {
+			room := RoomOf(q)
+			all := byQueue[q]
+			for len(all) > 0 {
+				part := all[:min(len(all), MaxRoomBatch)]
+				all = all[len(part):]
+				keys := []string{room.Groups, room.Fair, room.Clock, room.Scheduled}
+				args := []any{len(part)}
+				for _, h := range part {
+					keys = append(keys, room.Task(h.id), room.Group(h.tenant))
+					args = append(args, h.id, h.tenant, "")
+				}
+				calls = append(calls, call{q, scripts.FairEnqueue.EvalSha(ctx, pipe, keys, args...), keys, args})
+			}
+		}
+		return nil
+	})
 	var errs []error
-	for _, q := range order {
-		p := "asynq:{" + q + "}:"
-		argv := append([]any{p + "t:", now}, ids[q]...)
-		if err := releaseHeld.Run(ctx, b.rdb, []string{p + "scheduled", p + "pending"}, argv...).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("tasks: release batch in %s: %w", q, err))
+	for _, c := range calls {
+		err := c.cmd.Err()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = scripts.FairEnqueue.Eval(ctx, b.rdb, c.keys, c.args...).Err()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tasks: release batch in %s: %w", c.queue, err))
 		}
 	}
 	b.held = nil

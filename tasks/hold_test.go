@@ -2,7 +2,6 @@ package tasks_test
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -32,10 +31,12 @@ type counting struct {
 	ran chan string
 }
 
+// runServer runs it as a worker does: through the fair dispatch of the
+// tenants' waiting rooms (internal/fairq).
 func runServer(t *testing.T, rdb *redis.Client) *counting {
 	t.Helper()
 	c := &counting{ran: make(chan string, 64)}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{holdQueue: 1}, LogLevel: asynq.FatalLevel,
+	srv := asynq.NewServerFromRedisClient(fairClient(t, rdb, holdQueue), asynq.Config{Concurrency: 1, Queues: map[string]int{holdQueue: 1}, LogLevel: asynq.FatalLevel,
 		TaskCheckInterval: 20 * time.Millisecond, DelayedTaskCheckInterval: 50 * time.Millisecond})
 	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
@@ -153,80 +154,18 @@ func TestBatchAdopt(t *testing.T) {
 	if _, err := retry.Add(ctx, n, holdQueue); err == nil {
 		t.Fatal("the same id enqueued twice")
 	}
-	retry.Adopt(holdQueue, n.ID)
+	retry.Adopt(holdQueue, n.Tenant, n.ID)
 	if _, err := retry.Abort(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := insp.GetTaskInfo(holdQueue, n.ID); err != nil {
 		t.Fatalf("Abort deleted an adopted task: %v", err)
 	}
-	retry.Adopt(holdQueue, n.ID)
+	retry.Adopt(holdQueue, n.Tenant, n.ID)
 	if err := retry.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ti, err := insp.GetTaskInfo(holdQueue, n.ID); err != nil || ti.State != asynq.TaskStatePending {
-		t.Fatalf("adopted task after Release: %+v, %v; want pending", ti, err)
-	}
-}
-
-// Release moves a held task as Asynq's forwarder moves a scheduled task
-// that came due: the same fields in its hash (the encoded task and the
-// pending_since instant aside), at the same end of the pending list. This
-// pins the keys and fields Release writes to the Asynq version in go.mod.
-func TestBatchReleaseIsAsynqsForward(t *testing.T) {
-	_, rdb := redistest.New(t)
-	ctx := context.Background()
-	client := asynq.NewClientFromRedisClient(rdb)
-	insp := asynq.NewInspectorFromRedisClient(rdb)
-	// Asynq's way: a paused queue's server still forwards due tasks.
-	if _, err := client.Enqueue(asynq.NewTask("x", nil), asynq.Queue(holdQueue)); err != nil {
-		t.Fatal(err) // the queue must exist to be paused
-	}
-	if err := insp.PauseQueue(holdQueue); err != nil {
-		t.Fatal(err)
-	}
-	theirs := holdSMS(1)
-	if _, err := tasks.Enqueue(ctx, client, nil, theirs, asynq.Queue(holdQueue), asynq.ProcessIn(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Queues: map[string]int{holdQueue: 1}, LogLevel: asynq.FatalLevel, DelayedTaskCheckInterval: 50 * time.Millisecond})
-	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	deadline := time.Now().Add(10 * time.Second)
-	for rdb.HGet(ctx, holdKey("t:"+theirs.ID), "state").Val() != "pending" {
-		if time.Now().After(deadline) {
-			t.Fatal("Asynq's forwarder never made the scheduled task pending")
-		}
-		time.Sleep(20 * time.Millisecond) // Asynq signals nothing
-	}
-	// The batch's way.
-	ours := holdSMS(2)
-	b := tasks.NewBatch(client, rdb, nil)
-	if _, err := b.Add(ctx, ours, holdQueue); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	read := func(id string) map[string]string {
-		h := rdb.HGetAll(ctx, holdKey("t:"+id)).Val()
-		if h["pending_since"] == "" {
-			t.Errorf("task %s has no pending_since", id)
-		}
-		delete(h, "msg")
-		delete(h, "pending_since")
-		return h
-	}
-	if a, b := read(theirs.ID), read(ours.ID); !maps.Equal(a, b) {
-		t.Fatalf("task hash after Asynq's forward %v, after Release %v", a, b)
-	}
-	pending := rdb.LRange(ctx, holdKey("pending"), 0, -1).Val()
-	if len(pending) != 3 || pending[0] != ours.ID || pending[1] != theirs.ID {
-		t.Fatalf("pending list %v: want the released task pushed where Asynq pushed the forwarded one (LPUSH, newest first)", pending)
-	}
-	if n := rdb.ZCard(ctx, holdKey("scheduled")).Val(); n != 0 {
-		t.Fatalf("%d tasks left in the scheduled set", n)
+	if ti, err := insp.GetTaskInfo(holdQueue, n.ID); err != nil || ti.State != asynq.TaskStateAggregating || ti.Group != n.Tenant {
+		t.Fatalf("adopted task after Release: %+v, %v; want waiting in its tenant's room", ti, err)
 	}
 }

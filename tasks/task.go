@@ -39,11 +39,13 @@ var ErrDuplicate = errors.New("duplicate notification id")
 // DefaultMaxRetry unless given) in the task header HeaderRetryBudget and
 // gives Asynq one more; the worker archives on real failures by that header.
 //
-// Queue: the task goes to its lane's shard of DefaultLayout, the lane by
+// Queue: the task goes to its tenant's waiting room (Room: Asynq's group
+// of the tenant) in its lane's shard of DefaultLayout, the lane by
 // DefaultLane (the category's convention); asynq.Queue overrides it — a
 // producer with another layout, or with the rules (plans.Policy.Queue),
-// passes its route that way. A worker moves a task whose queue is not the
-// route under the rules in force, at its first check.
+// passes its route that way. The workers dispatch each lane's rooms fairly
+// between tenants; a worker moves a task whose queue is not the route
+// under the rules in force, at its first check.
 //
 // NewTask carries no trace context; NewTaskContext does.
 func NewTask(n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, error) {
@@ -54,6 +56,28 @@ func NewTask(n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, 
 // headers (see InjectTrace): the worker's spans for the task join the
 // caller's trace.
 func NewTaskContext(ctx context.Context, n Notification, keys *Keyring, opts ...asynq.Option) (*asynq.Task, error) {
+	p, err := prepare(ctx, n, keys, opts)
+	if err != nil {
+		return nil, err
+	}
+	// The tenant's group is its waiting room (Room): the workers dispatch
+	// each lane's rooms fairly. A task enqueued scheduled (ProcessAt,
+	// ProcessIn) goes straight to its queue when due instead.
+	return asynq.NewTaskWithHeaders(p.typ, p.payload, p.headers, append([]asynq.Option{asynq.Group(p.n.Tenant)}, p.opts...)...), nil
+}
+
+// prepared is a notification made ready to enqueue: its task's type,
+// sealed payload, headers and options (the queue, the retry budget plus
+// one, the timeout, the retention and the id last).
+type prepared struct {
+	n       Notification
+	typ     string
+	payload []byte
+	headers map[string]string
+	opts    []asynq.Option
+}
+
+func prepare(ctx context.Context, n Notification, keys *Keyring, opts []asynq.Option) (prepared, error) {
 	n = n.Normalized()
 	if n.ID == "" {
 		n.ID = NewID()
@@ -62,15 +86,15 @@ func NewTaskContext(ctx context.Context, n Notification, keys *Keyring, opts ...
 		n.EnqueuedAt = time.Now().UTC().Truncate(time.Millisecond)
 	}
 	if !n.ExpiresAt.IsZero() && !n.ExpiresAt.After(time.Now()) {
-		return nil, invalid("expires_at", "is already past")
+		return prepared{}, invalid("expires_at", "is already past")
 	}
 	typ, err := n.Channel.TaskType()
 	if err != nil {
-		return nil, err
+		return prepared{}, err
 	}
 	payload, err := n.Encode()
 	if err != nil {
-		return nil, err
+		return prepared{}, err
 	}
 	if keys != nil {
 		payload = keys.Seal(n.ID, typ, payload)
@@ -90,7 +114,7 @@ func NewTaskContext(ctx context.Context, n Notification, keys *Keyring, opts ...
 	all = append(all, asynq.MaxRetry(budget+1), asynq.TaskID(n.ID))
 	headers := map[string]string{HeaderRetryBudget: strconv.Itoa(budget)}
 	InjectTrace(ctx, headers)
-	return asynq.NewTaskWithHeaders(typ, payload, headers, all...), nil
+	return prepared{n: n, typ: typ, payload: payload, headers: headers, opts: all}, nil
 }
 
 // Open returns the notification of a task's payload: sealed payloads are

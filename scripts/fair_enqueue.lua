@@ -1,0 +1,60 @@
+-- fair_enqueue.lua — adds notifications to their tenants' waiting rooms in one Asynq queue
+-- (a lane's shard), for the fair dispatch of fair_refill.lua. All or nothing: one script.
+--
+-- A waiting notification is an Asynq task in its tenant's group (Asynq's aggregating state,
+-- which no Asynq server dequeues without a GroupAggregator, and which asynqmon shows under the
+-- queue's groups): the task hash asynq:{Q}:t:<id> {msg, state = aggregating, group = tenant},
+-- the id in the group's sorted set asynq:{Q}:g:<tenant>, the tenant in asynq:{Q}:groups.
+--
+-- KEYS[1]   -> asynq:{Q}:groups       (set: tenants with a group)
+-- KEYS[2]   -> asynq:{Q}:fair         (sorted set: tenant -> virtual start of its next dispatch)
+-- KEYS[3]   -> asynq:{Q}:fair:clock   (string: the virtual time of the last dispatch)
+-- KEYS[4]   -> asynq:{Q}:scheduled    (where a held batch waits: see below)
+-- KEYS[5..] -> per notification, in order: its task hash, then its tenant's group
+-- ARGV[1]   -> number of notifications n
+-- ARGV then, per notification: id, tenant, msg (Asynq's encoded TaskMessage), or "" for a
+--              task already enqueued held (scheduled, a batch's: tasks.Batch): it is moved
+--              from the scheduled set into the room, if it is still there
+--
+-- The score in a group is the Redis clock in seconds with microseconds, raised past the
+-- group's last score when needed, so a tenant's notifications leave in the order they came
+-- (Asynq's own AddToGroup scores whole seconds: the two interleave by second).
+-- A tenant new to the room starts at the clock: it waits for no one's backlog.
+--
+-- Returns an array of n integers: 1 added, 0 refused (the id is already enqueued; a held task
+-- no longer held).
+local n = tonumber(ARGV[1])
+local now = redis.call('TIME')
+local score = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local clock = redis.call('GET', KEYS[3]) or '0'
+local out = {}
+for i = 1, n do
+  local id, tenant, msg = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  local task, group = KEYS[2 * i + 3], KEYS[2 * i + 4]
+  local added
+  if msg == '' then
+    added = redis.call('ZREM', KEYS[4], id) == 1
+    if added then
+      redis.call('HSET', task, 'state', 'aggregating', 'group', tenant)
+    end
+  else
+    added = redis.call('EXISTS', task) == 0
+    if added then
+      redis.call('HSET', task, 'msg', msg, 'state', 'aggregating', 'group', tenant)
+    end
+  end
+  if not added then
+    out[i] = 0
+  else
+    local s = score
+    local last = redis.call('ZRANGE', group, -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) >= s then
+      s = tonumber(last[2]) + 0.000001
+    end
+    redis.call('ZADD', group, string.format('%.6f', s), id)
+    redis.call('SADD', KEYS[1], tenant)
+    redis.call('ZADD', KEYS[2], 'NX', clock, tenant)
+    out[i] = 1
+  end
+end
+return out

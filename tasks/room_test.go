@@ -1,0 +1,132 @@
+package tasks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/fairq"
+	"github.com/sluicehq/sluice/internal/pollgate"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// fairClient is a client for Asynq servers on queues, with the fair
+// dispatch of the waiting rooms a worker puts on its own.
+func fairClient(t *testing.T, rdb *redis.Client, queues ...string) redis.UniversalClient {
+	t.Helper()
+	d := fairq.New(rdb, fairq.Options{Queues: queues, Recheck: 20 * time.Millisecond})
+	c, err := pollgate.Clone(rdb, d.Hook())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// What a Producer writes is what asynq.Client writes for the same
+// notification and options into a tenant's group: Asynq's inspector reads
+// the same task from both (the id aside). This pins the message encoding
+// and the room's keys to the Asynq version in go.mod.
+func TestAsynqReadsRoomMessages(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	keys, _ := tasks.ParseKeyring(tasks.NewKeySpec("room"))
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	deadline := time.Now().Add(time.Hour).Truncate(time.Second)
+	for _, opts := range [][]asynq.Option{
+		{asynq.Queue(holdQueue)},
+		{asynq.Queue(holdQueue), asynq.MaxRetry(3), asynq.Timeout(time.Minute), asynq.Retention(time.Hour)},
+		{asynq.Queue(holdQueue), asynq.Deadline(deadline), asynq.Timeout(0)},
+	} {
+		theirs, ours := holdSMS(1), holdSMS(2)
+		theirs.Headers = nil
+		if _, err := tasks.Enqueue(ctx, asynq.NewClientFromRedisClient(rdb), keys, theirs, opts...); err != nil {
+			t.Fatal(err)
+		}
+		info, err := tasks.NewProducer(rdb, keys).Enqueue(ctx, ours, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := insp.GetTaskInfo(holdQueue, theirs.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := insp.GetTaskInfo(holdQueue, ours.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.State != asynq.TaskStateAggregating || a.Group != "acme" {
+			t.Fatalf("asynq.Client's task: %+v, want aggregating in group acme", a)
+		}
+		norm := func(i *asynq.TaskInfo) *asynq.TaskInfo {
+			c := *i
+			c.ID, c.Payload, c.NextProcessAt = "", nil, time.Time{}
+			delete(c.Headers, "traceparent")
+			return &c
+		}
+		if d := cmp.Diff(norm(a), norm(b)); d != "" {
+			t.Fatalf("options %v: the inspector reads another task (-asynq.Client +Producer):\n%s", opts, d)
+		}
+		if d := cmp.Diff(norm(b), norm(info)); d != "" {
+			t.Fatalf("Enqueue's TaskInfo is not the stored task's (-stored +returned):\n%s", d)
+		}
+		if n, err := tasks.Open(keys, ours.ID, b.Type, b.Payload, false); err != nil || n.ID != ours.ID {
+			t.Fatalf("the stored payload does not open: %v", err)
+		}
+	}
+	waiting, err := insp.ListAggregatingTasks(holdQueue, "acme")
+	if err != nil || len(waiting) != 6 {
+		t.Fatalf("asynqmon's list of acme's waiting tasks: %d, %v", len(waiting), err)
+	}
+	if _, err := tasks.NewProducer(rdb, keys).Enqueue(ctx, holdSMS(3), asynq.Queue(holdQueue), asynq.ProcessIn(time.Minute)); err == nil {
+		t.Fatal("a Producer took ProcessIn, which a room cannot hold")
+	}
+}
+
+// A tenant's notifications leave its room in the order they came, one
+// producer or many, and a duplicate id is refused while the first waits.
+func TestRoomKeepsEnqueueOrder(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	p := tasks.NewProducer(rdb, nil)
+	var want []string
+	var items []tasks.Item
+	for i := range 50 {
+		n := holdSMS(i % 10)
+		n.ID = fmt.Sprintf("custom-%c-%d", 'z'-i%26, i) // ids in no order
+		items = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(holdQueue)}})
+		want = append(want, n.ID)
+	}
+	res, err := p.EnqueueMany(ctx, items[:20])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items[20:] {
+		if _, err := p.Enqueue(ctx, it.N, it.Opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if _, err := p.Enqueue(ctx, items[3].N, items[3].Opts...); !errorsIsDuplicate(err) {
+		t.Fatalf("a waiting id enqueued again: %v", err)
+	}
+	c := runServer(t, rdb)
+	c.wait(t, want[len(want)-1])
+	if got := c.seen(); !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
+}
+
+func errorsIsDuplicate(err error) bool { return errors.Is(err, tasks.ErrDuplicate) }
