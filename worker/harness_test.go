@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/scripts"
 
 	"testing"
 	"time"
@@ -243,4 +244,16 @@ func mustKeys(t *testing.T) *tasks.Keyring {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// dispatch moves every notification waiting in queue's rooms into its
+// pending list, as a worker's fair dispatch does (tests that then handle
+// the pending list themselves).
+func dispatch(t *testing.T, rdb redis.UniversalClient, queue string) {
+	t.Helper()
+	r := tasks.RoomOf(queue)
+	if err := scripts.FairRefill.Run(context.Background(), rdb, []string{r.Pending, r.Groups, r.Fair, r.Clock},
+		1<<30, 1<<30, r.TaskPrefix, r.GroupPrefix, time.Now().UnixNano()).Err(); err != nil {
+		t.Fatal(err)
+	}
 }

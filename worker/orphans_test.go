@@ -33,6 +33,7 @@ func TestOrphanedTaskIsRequeued(t *testing.T) {
 	n := tasks.NewSMS("acme", "+14155550190", "orphaned by a lost dequeue")
 	b.enqueue(t, n)
 	p := "asynq:{" + b.cfg.Layout().Route("acme", tasks.LaneStandard, nil) + "}:"
+	dispatch(t, b.rdb, b.cfg.Layout().Route("acme", tasks.LaneStandard, nil)) // out of its room, as a worker would
 	lease := time.Now().Add(30 * time.Second).Unix()
 	if err := loseDequeue.Run(context.Background(), b.rdb, []string{p + "pending", p + "active", p + "lease"}, p+"t:", lease).Err(); err != nil {
 		t.Fatal(err)

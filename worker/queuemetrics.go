@@ -15,7 +15,9 @@ import (
 
 // Queue depths and latency, read from Redis at each scrape.
 //
-// Asynq keeps a queue q in keys of its own (asynq v0.26): the list
+// Asynq keeps a queue q in keys of its own (asynq v0.26) — the tenants'
+// waiting rooms (tasks.Room: a group per tenant, read by one script per
+// queue, tasks.ReadWaiting), the list
 // asynq:{q}:pending (enqueued on the left, dequeued from the right), the list
 // asynq:{q}:active, the sorted sets asynq:{q}:scheduled, :retry (Sluice's
 // throttled tasks wait there for their slot) and :archived, and a hash per
@@ -30,16 +32,16 @@ import (
 
 var (
 	queueTasksDesc = prometheus.NewDesc("sluice_queue_tasks",
-		"Tasks in each Asynq queue the workers serve, by state: pending (waiting for a worker), active, scheduled, retry (throttled tasks waiting for their slot, and failed sends waiting for their retry) and archived. Read from Redis at each scrape: every worker reports the same values.",
+		"Tasks in each Asynq queue the workers serve, by state: waiting (in their tenants' waiting rooms, dispatched fairly between tenants), pending (dispatched, waiting for a worker), active, scheduled, retry (throttled tasks waiting for their slot, and failed sends waiting for their retry) and archived. Read from Redis at each scrape: every worker reports the same values.",
 		[]string{"queue", "lane", "state"}, nil)
 	queueLatencyDesc = prometheus.NewDesc("sluice_queue_latency_seconds",
-		"Age of the oldest pending task of each queue (since it was enqueued or became due), 0 when none is pending: how long work waits for a worker, never the wait for a quota slot.",
+		"Age of the oldest task of each queue waiting for a worker (since it was enqueued, into a waiting room or the pending list, or became due), 0 when none waits: how long work waits for a worker, never the wait for a quota slot.",
 		[]string{"queue", "lane"}, nil)
 )
 
 // queueStates are the states sluice_queue_tasks reports, in the order they
 // are read.
-var queueStates = []string{"pending", "active", "scheduled", "retry", "archived"}
+var queueStates = []string{"pending", "active", "scheduled", "retry", "archived", "waiting"}
 
 type queueCollector struct {
 	rdb     redis.UniversalClient
@@ -65,16 +67,19 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	queues := c.layout.Queues()
 	type reads struct {
-		counts [5]*redis.IntCmd
-		oldest *redis.StringCmd
+		counts  [5]*redis.IntCmd
+		oldest  *redis.StringCmd
+		waiting tasks.Waiting
 	}
 	rs := make([]reads, len(queues))
+	waiting := make([]*redis.Cmd, len(queues))
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
 			k := "asynq:{" + q + "}:"
 			rs[i].counts = [5]*redis.IntCmd{p.LLen(ctx, k+"pending"), p.LLen(ctx, k+"active"),
 				p.ZCard(ctx, k+"scheduled"), p.ZCard(ctx, k+"retry"), p.ZCard(ctx, k+"archived")}
 			rs[i].oldest = p.LIndex(ctx, k+"pending", -1)
+			waiting[i] = tasks.WaitingCmd(ctx, p, q)
 		}
 		return nil
 	})
@@ -84,6 +89,17 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if !c.answered(cmds) {
 		return
+	}
+	for i, q := range queues {
+		w, err := tasks.ParseWaiting(waiting[i])
+		if err != nil && redis.HasErrorPrefix(waiting[i].Err(), "NOSCRIPT") {
+			w, err = tasks.ReadWaiting(ctx, c.rdb, q) // the script, sent in full once
+		}
+		if err != nil {
+			c.log.Debug("queue metrics: Redis did not answer; not reporting them this scrape", "err", err)
+			return
+		}
+		rs[i].waiting = w
 	}
 	since := make([]*redis.StringCmd, len(queues))
 	cmds = cmds[:0]
@@ -105,14 +121,18 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		if l, _, ok := c.layout.Parse(q); ok {
 			lane = string(l)
 		}
-		for j, state := range queueStates {
+		for j, state := range queueStates[:5] {
 			ch <- prometheus.MustNewConstMetric(queueTasksDesc, prometheus.GaugeValue, float64(rs[i].counts[j].Val()), q, lane, state)
 		}
+		ch <- prometheus.MustNewConstMetric(queueTasksDesc, prometheus.GaugeValue, float64(rs[i].waiting.Count), q, lane, "waiting")
 		age := 0.0
 		if since[i] != nil {
 			if ns, err := strconv.ParseInt(since[i].Val(), 10, 64); err == nil && ns > 0 {
 				age = max(0, now.Sub(time.Unix(0, ns)).Seconds())
 			}
+		}
+		if o := rs[i].waiting.Oldest; !o.IsZero() {
+			age = max(age, now.Sub(o).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(queueLatencyDesc, prometheus.GaugeValue, age, q, lane)
 	}

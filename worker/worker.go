@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/fairq"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/pollgate"
@@ -76,6 +77,7 @@ type Worker struct {
 	servers       []*asynq.Server       // the priority lane's, then standard and bulk's
 	asynqRDB      redis.UniversalClient // the servers' client, through the gate
 	gate          *pollgate.Gate        // nil: QUEUE_RECHECK=0, every queue polled
+	fair          *fairq.Dispatcher     // each lane's waiting rooms, dispatched fairly
 	mux           *asynq.ServeMux
 	metrics       *Metrics
 	registry      *prometheus.Registry
@@ -131,15 +133,24 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	}
 	w.client = asynq.NewClientFromRedisClient(w.rdb)
 	w.layout = cfg.Layout()
-	w.asynqRDB = w.rdb
+	// The Asynq servers' client: the fair dispatch first (each lane's
+	// waiting rooms served fairly between tenants), then the queue gate
+	// (idle queues answered without a round trip).
+	w.fair = fairq.New(w.rdb, fairq.Options{Queues: w.layout.Queues(), Layout: w.layout,
+		Weights:  func() map[string]int { return w.plans.Policy().Weights() },
+		Notified: func() bool { return w.gate != nil && w.gate.Active() },
+		Recheck:  cfg.PollInterval, Logger: w.log.With("component", "fair")})
 	if cfg.QueueRecheck > 0 {
 		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Prefixes: []string{w.layout.KeyPrefix()},
-			Logger: w.log.With("component", "queue-gate")})
-		if w.asynqRDB, err = w.gate.Client(); err != nil {
+			Logger: w.log.With("component", "queue-gate"), OnWrite: w.fair.OnWrite, OnForget: w.fair.Forget})
+		if w.asynqRDB, err = w.gate.Client(w.fair.Hook()); err != nil {
 			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", config.ErrConfig, config.EnvPrefix, err)
 		}
 		registerGateMetrics(w.registry, w.gate)
+	} else if w.asynqRDB, err = pollgate.Clone(w.rdb, w.fair.Hook()); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
+	registerFairMetrics(w.registry, w.fair)
 	w.registry.MustRegister(newQueueCollector(w.rdb, w.layout, w.log.With("component", "queue-metrics")))
 	w.servers = w.newServers()
 	w.mux = asynq.NewServeMux()

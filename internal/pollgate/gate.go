@@ -64,6 +64,14 @@ type Options struct {
 	// prefix (25 queues' worth doubled a saturated worker's Redis CPU), so
 	// a layout passes the one or two that cover all its queues.
 	Prefixes []string
+	// OnWrite, if set, hears of every key under Prefixes that Redis
+	// reported written, tracked or not (the fair dispatch learns of work
+	// arriving in a waiting room this way). It must not block.
+	OnWrite func(keys []string)
+	// OnForget, if set, hears that the gate forgot what it knew (a
+	// subscription came up again, a message was lost): writes may have
+	// gone unreported meanwhile. It must not block.
+	OnForget func()
 }
 
 // Stats counts what the gate did; see Gate.Stats.
@@ -107,6 +115,8 @@ type Gate struct {
 	log       *slog.Logger
 	now       func() time.Time
 	prefixes  []string
+	onWrite   func([]string)
+	onForget  func()
 	mu        sync.Mutex
 	keys      map[string]*state
 	actMu     sync.Mutex    // orders turning active on (Run) and off (a subscription's error)
@@ -121,7 +131,8 @@ type Gate struct {
 // New returns a gate for the given Asynq queues. rdb is used for its
 // probes and subscriptions; it must not carry the gate's own hook.
 func New(rdb redis.UniversalClient, queues []string, opts Options) *Gate {
-	g := &Gate{rdb: rdb, recheck: opts.Recheck, house: opts.Housekeeping, log: opts.Logger, now: opts.Now, keys: map[string]*state{}, kick: make(chan struct{}, 1)}
+	g := &Gate{rdb: rdb, recheck: opts.Recheck, house: opts.Housekeeping, log: opts.Logger, now: opts.Now, keys: map[string]*state{}, kick: make(chan struct{}, 1),
+		onWrite: opts.OnWrite, onForget: opts.OnForget}
 	if g.recheck <= 0 {
 		g.recheck = 10 * time.Second
 	}
@@ -173,6 +184,9 @@ func (g *Gate) forgetAll() {
 		s.known = false
 	}
 	g.mu.Unlock()
+	if g.onForget != nil {
+		g.onForget()
+	}
 }
 
 // invalidate records that Redis reported keys written.
@@ -191,6 +205,9 @@ func (g *Gate) invalidate(keys []string) {
 		s.known = false
 	}
 	g.mu.Unlock()
+	if g.onWrite != nil {
+		g.onWrite(keys)
+	}
 }
 
 // fresh reports whether s is known and young enough to trust. g.mu held.
@@ -364,10 +381,17 @@ func (g *Gate) Hook() redis.Hook { return hook{g} }
 
 // Client returns a new client on the options of the gate's own client,
 // with the gate's hook: for the Asynq servers, so that the gate's client
-// (and whoever else shares it) goes untouched. Close it after them.
-func (g *Gate) Client() (redis.UniversalClient, error) {
+// (and whoever else shares it) goes untouched. Close it after them. The
+// outer hooks, if any, come before the gate's: they see every call first.
+func (g *Gate) Client(outer ...redis.Hook) (redis.UniversalClient, error) {
+	return Clone(g.rdb, append(outer, g.Hook())...)
+}
+
+// Clone returns a new client on the options of rdb (a single-node or a
+// Cluster client) with hooks, the first outermost. Close it after its users.
+func Clone(rdb redis.UniversalClient, hooks ...redis.Hook) (redis.UniversalClient, error) {
 	var c redis.UniversalClient
-	switch r := g.rdb.(type) {
+	switch r := rdb.(type) {
 	case *redis.Client:
 		c = redis.NewClient(cloneOptions(r.Options()))
 	case *redis.ClusterClient:
@@ -379,9 +403,11 @@ func (g *Gate) Client() (redis.UniversalClient, error) {
 		}
 		c = redis.NewClusterClient(&o)
 	default:
-		return nil, fmt.Errorf("pollgate: %T is neither a single-node nor a Cluster client", g.rdb)
+		return nil, fmt.Errorf("pollgate: %T is neither a single-node nor a Cluster client", rdb)
 	}
-	c.AddHook(g.Hook())
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
 	return c, nil
 }
 

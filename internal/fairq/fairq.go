@@ -1,0 +1,424 @@
+// Package fairq dispatches each lane's waiting notifications fairly
+// between tenants, so that each tenant waits only for its own backlog.
+//
+// Producers put a tenant's notifications in its waiting room in its
+// lane's shard (tasks.Room: Asynq's group of the tenant, in enqueue order).
+// A Dispatcher is a go-redis hook on the client the Asynq servers use. It
+// recognises Asynq's dequeue of a lane's shard (by the keys it names, as
+// internal/pollgate does) and answers it with a task of the lane chosen
+// fairly:
+//
+//   - Between the shards of a lane, by lottery weighted by the tenants
+//     waiting in each (the sum of their weights, as the shard's last
+//     refill reported): a tenant's share of the lane does not depend on
+//     how many others its name hashes next to.
+//   - Within a shard, by start-time fair queuing over its tenants
+//     (scripts/fair_refill.lua): before it dequeues from a shard whose
+//     pending list runs low, it tops the list up from the rooms, in the
+//     same round trip (a pipeline: the refill, then Asynq's own dequeue
+//     script, unchanged, on that shard's keys).
+//
+// Asynq then runs the task as any other: its message names its queue,
+// which every later step (lease, done, retry) uses. A task rescheduled or
+// retried comes back straight into its queue's pending list: it had its
+// turn. The legacy queue and queues without rooms are dequeued as Asynq
+// asked, topped up from rooms all the same.
+//
+// A shard that held nothing waiting is not asked again until a write to
+// one of its keys is reported (OnWrite, from internal/pollgate's
+// subscription), or, while no such reports come (Notified false), until
+// Recheck passes: an idle worker costs Redis nothing more.
+package fairq
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/scripts"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+// Options configure a Dispatcher. The zero value of each field is its default.
+type Options struct {
+	// Queues are the queues the hooked client's servers dequeue: the
+	// layout's lanes' shards are steered, the others dequeued as asked.
+	Queues []string
+	// Layout tells a lane's shards (default tasks.DefaultLayout).
+	Layout tasks.Layout
+	// Low and Target: a shard's pending list holding fewer than Low tasks
+	// is topped up to Target from its rooms before a dequeue. Defaults 8
+	// and 16. A tenant arriving behind a flood waits for at most Target of
+	// it.
+	Low, Target int
+	// Weights returns the tenants whose weight is not 1 (the plans in
+	// force, plans.Policy.Weights); nil: every tenant weighs 1.
+	Weights func() map[string]int
+	// Notified reports whether writes are being reported (OnWrite): while
+	// it is false, what a shard held is trusted for Recheck only. Nil:
+	// never.
+	Notified func() bool
+	// Recheck bounds how long "nothing waits in this shard" is trusted
+	// without reports. Default 1s.
+	Recheck time.Duration
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Stats counts what a Dispatcher did.
+type Stats struct {
+	Refills   uint64 // refills sent (each with a dequeue)
+	Moved     uint64 // tasks moved from rooms into pending lists
+	Redirects uint64 // dequeues answered from another shard of the lane than Asynq asked
+}
+
+// Dispatcher is the fair dispatch of a worker's Asynq servers.
+type Dispatcher struct {
+	rdb      redis.UniversalClient // unhooked: for the refill pipelines
+	o        Options
+	mu       sync.Mutex
+	shards   map[string]*shard
+	lanes    map[tasks.Lane][]*shard
+	rand     *rand.Rand
+	refills  atomic.Uint64
+	moved    atomic.Uint64
+	redirect atomic.Uint64
+}
+
+// shard is what the dispatcher knows of one queue. Guarded by mu.
+type shard struct {
+	queue   string
+	lane    tasks.Lane // "" for a queue that is not a lane's shard
+	room    tasks.Room
+	known   bool      // the fields below are what Redis last said (less own dequeues)
+	at      time.Time // when known was set
+	weight  float64   // the sum of the weights of the tenants waiting in its rooms
+	pending int       // its pending list's length
+}
+
+// New returns a dispatcher for the queues of o. rdb is used for the
+// refills; it must not carry the dispatcher's own hook.
+func New(rdb redis.UniversalClient, o Options) *Dispatcher {
+	if o.Layout.Shards == 0 && o.Layout.Base == "" {
+		o.Layout = tasks.DefaultLayout
+	}
+	if o.Low <= 0 {
+		o.Low = 8
+	}
+	if o.Target < o.Low {
+		o.Target = max(16, 2*o.Low)
+	}
+	if o.Recheck <= 0 {
+		o.Recheck = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	d := &Dispatcher{rdb: rdb, o: o, shards: map[string]*shard{}, lanes: map[tasks.Lane][]*shard{},
+		rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	for _, q := range o.Queues {
+		s := &shard{queue: q, room: tasks.RoomOf(q)}
+		if lane, _, ok := o.Layout.Parse(q); ok {
+			s.lane = lane
+			d.lanes[lane] = append(d.lanes[lane], s)
+		}
+		d.shards[q] = s
+	}
+	return d
+}
+
+// Stats returns the counts so far.
+func (d *Dispatcher) Stats() Stats {
+	return Stats{Refills: d.refills.Load(), Moved: d.moved.Load(), Redirects: d.redirect.Load()}
+}
+
+// Waiting returns, per queue, the sum of the weights of the tenants the
+// last refill found waiting (0 for a queue not asked yet).
+func (d *Dispatcher) Waiting() map[string]float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]float64, len(d.shards))
+	for q, s := range d.shards {
+		out[q] = s.weight
+	}
+	return out
+}
+
+// OnWrite takes the keys Redis reported written (internal/pollgate's
+// Options.OnWrite): a shard known to hold nothing is asked again.
+func (d *Dispatcher) OnWrite(keys []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range keys {
+		q, ok := queueOf(k)
+		if !ok {
+			continue
+		}
+		if s := d.shards[q]; s != nil && s.known && s.weight == 0 && s.pending == 0 {
+			s.known = false
+		}
+	}
+}
+
+// Forget drops what the dispatcher knows (internal/pollgate's OnForget:
+// writes may have gone unreported).
+func (d *Dispatcher) Forget() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.shards {
+		s.known = false
+	}
+}
+
+// queueOf is the queue of an Asynq key "asynq:{<queue>}:…".
+func queueOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "asynq:{")
+	if !ok {
+		return "", false
+	}
+	q, _, ok := strings.Cut(rest, "}:")
+	return q, ok
+}
+
+// Hook returns the go-redis hook to add, before any other, to the client
+// the Asynq servers use.
+func (d *Dispatcher) Hook() redis.Hook { return hook{d} }
+
+type hook struct{ d *Dispatcher }
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c, ok := cmd.(*redis.Cmd)
+		if !ok {
+			return next(ctx, cmd)
+		}
+		s := h.d.dequeueOf(c)
+		if s == nil {
+			return next(ctx, cmd)
+		}
+		return h.d.dequeue(ctx, c, s, next)
+	}
+}
+
+// dequeueOf recognises Asynq's dequeue script by the keys it names
+// (asynq v0.26: KEYS pending, paused, active, lease of one queue; ARGV the
+// lease's expiry, the task key prefix) and returns its queue's shard.
+func (d *Dispatcher) dequeueOf(c *redis.Cmd) *shard {
+	args := c.Args()
+	if len(args) != 9 {
+		return nil
+	}
+	if name, _ := args[0].(string); name != "evalsha" && name != "eval" {
+		return nil
+	}
+	if n, ok := args[2].(int); !ok || n != 4 {
+		return nil
+	}
+	pending, _ := args[3].(string)
+	q, ok := queueOf(pending)
+	if !ok || pending != "asynq:{"+q+"}:pending" || args[4] != "asynq:{"+q+"}:paused" {
+		return nil
+	}
+	return d.shards[q]
+}
+
+// dequeue answers c, Asynq's dequeue of asked, with a task of the shard of
+// asked's lane the lottery picks, trying the lane's shards known to hold
+// work until one gives a task; with none, it lets c through as Asynq made it.
+func (d *Dispatcher) dequeue(ctx context.Context, c *redis.Cmd, asked *shard, next redis.ProcessHook) error {
+	tried := map[*shard]bool{}
+	for range 2 * (len(d.lanes[asked.lane]) + 1) {
+		s, refill := d.pick(asked, tried)
+		if s == nil {
+			break
+		}
+		val, err := d.take(ctx, c, s, refill, next)
+		if err == nil {
+			if s != asked {
+				d.redirect.Add(1)
+			}
+			c.SetVal(val)
+			return nil
+		}
+		if !errors.Is(err, redis.Nil) {
+			c.SetErr(err)
+			return err
+		}
+		if refill {
+			tried[s] = true // empty even after a refill: not again this time
+		}
+	}
+	return next(ctx, c)
+}
+
+// pick draws the shard to dequeue from: asked itself for a queue that is
+// not a lane's shard, else one of its lane's shards by lottery weighted by
+// the tenants waiting in each (a shard with only pending tasks, or not
+// known, weighs 1). It says whether to refill first. Nil: nothing is known
+// to wait.
+func (d *Dispatcher) pick(asked *shard, tried map[*shard]bool) (*shard, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.o.Now()
+	trust := d.o.Notified != nil && d.o.Notified()
+	fresh := func(s *shard) bool { return s.known && (trust || now.Sub(s.at) < d.o.Recheck) }
+	candidates := []*shard{asked}
+	if asked.lane != "" {
+		candidates = d.lanes[asked.lane]
+	}
+	var total float64
+	weights := make([]float64, len(candidates))
+	for i, s := range candidates {
+		switch {
+		case tried[s]:
+		case s.weight > 0: // stale or not: its tenants' weight, last known
+			weights[i] = s.weight
+		case !fresh(s), s.pending > 0:
+			weights[i] = 1
+		}
+		total += weights[i]
+	}
+	if total == 0 {
+		return nil, false
+	}
+	x := d.rand.Float64() * total
+	for i, s := range candidates {
+		if x < weights[i] || i == len(candidates)-1 && weights[i] > 0 {
+			return s, !fresh(s) || s.pending < d.o.Low
+		}
+		x -= weights[i]
+	}
+	for i := len(candidates) - 1; i >= 0; i-- { // rounding: the last with weight
+		if weights[i] > 0 {
+			return candidates[i], !fresh(candidates[i]) || candidates[i].pending < d.o.Low
+		}
+	}
+	return nil, false
+}
+
+// take runs Asynq's dequeue (c's script, on s's keys), after a refill of s
+// when refill, and returns its reply: a task's message or redis.Nil.
+func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bool, next redis.ProcessHook) (any, error) {
+	args := append([]any(nil), c.Args()...)
+	p := "asynq:{" + s.queue + "}:"
+	args[3], args[4], args[5], args[6], args[8] = p+"pending", p+"paused", p+"active", p+"lease", p+"t:"
+	deq := redis.NewCmd(ctx, args...)
+	if !refill {
+		if err := next(ctx, deq); err != nil {
+			if errors.Is(err, redis.Nil) {
+				d.learn(s, nil, true)
+			}
+			return nil, err
+		}
+		d.learn(s, nil, false)
+		return deq.Val(), nil
+	}
+	r, err := d.refill(ctx, s, deq)
+	if err != nil {
+		return nil, err
+	}
+	if err := deq.Err(); err != nil {
+		d.learn(s, r, errors.Is(err, redis.Nil))
+		return nil, err
+	}
+	d.learn(s, r, false)
+	return deq.Val(), nil
+}
+
+// refillReply is what fair_refill.lua answered.
+type refillReply struct {
+	moved, pending, tenants int64
+	weight                  float64
+}
+
+// refill sends the refill of s and deq in one pipeline, loading the refill
+// script where Redis does not have it. deq's own error (Asynq's script not
+// loaded: Asynq sends it again in full) is left in deq.
+func (d *Dispatcher) refill(ctx context.Context, s *shard, deq *redis.Cmd) (*refillReply, error) {
+	keys := []string{s.room.Pending, s.room.Groups, s.room.Fair, s.room.Clock}
+	args := []any{d.o.Low, d.o.Target, s.room.TaskPrefix, s.room.GroupPrefix, strconv.FormatInt(d.o.Now().UnixNano(), 10)}
+	if d.o.Weights != nil {
+		for tenant, w := range d.o.Weights() {
+			args = append(args, tenant, w)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		var rc *redis.Cmd
+		_, _ = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			rc = scripts.FairRefill.EvalSha(ctx, p, keys, args...)
+			_ = p.Process(ctx, deq)
+			return nil
+		})
+		vals, err := rc.Slice()
+		if err == nil {
+			d.refills.Add(1)
+		}
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := scripts.FairRefill.Load(ctx, d.rdb).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		r, err := parseRefill(vals)
+		if err == nil {
+			d.moved.Add(uint64(r.moved))
+		}
+		return r, err
+	}
+}
+
+func parseRefill(vals []any) (*refillReply, error) {
+	if len(vals) != 4 {
+		return nil, errors.New("fairq: refill: unexpected reply")
+	}
+	var r refillReply
+	var ok [3]bool
+	r.moved, ok[0] = vals[0].(int64)
+	r.pending, ok[1] = vals[1].(int64)
+	r.tenants, ok[2] = vals[2].(int64)
+	w, _ := vals[3].(string)
+	var err error
+	if r.weight, err = strconv.ParseFloat(w, 64); err != nil || !ok[0] || !ok[1] || !ok[2] {
+		return nil, errors.New("fairq: refill: unexpected reply")
+	}
+	return &r, nil
+}
+
+// learn records what a refill (r, if any) and a dequeue (empty: it found
+// nothing) of s said.
+func (d *Dispatcher) learn(s *shard, r *refillReply, empty bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r != nil {
+		s.known, s.at, s.weight, s.pending = true, d.o.Now(), r.weight, int(r.pending)
+	}
+	switch {
+	case empty:
+		s.pending = 0
+		if r == nil && s.weight == 0 {
+			s.known, s.at = true, d.o.Now()
+		}
+	case s.pending > 0:
+		s.pending--
+	}
+}

@@ -1,0 +1,345 @@
+package fairq_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/fairq"
+	"github.com/sluicehq/sluice/internal/pollgate"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/tasks"
+)
+
+var layout = tasks.Layout{Base: "fairtest", Shards: 4}
+
+// run is an Asynq server on every queue of layout, through a dispatcher,
+// recording the tenant of every task it runs, in order.
+type run struct {
+	d    *fairq.Dispatcher
+	mu   sync.Mutex
+	seq  []string // "tenant/id" in the order run
+	ran  chan struct{}
+	stop func()
+}
+
+func serve(t *testing.T, rdb *redis.Client, o fairq.Options) *run {
+	t.Helper()
+	o.Queues, o.Layout = layout.Queues(), layout
+	if o.Recheck == 0 {
+		o.Recheck = 10 * time.Millisecond
+	}
+	r := &run{d: fairq.New(rdb, o), ran: make(chan struct{}, 1<<16)}
+	c, err := pollgate.Clone(rdb, r.d.Hook())
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues := map[string]int{}
+	for _, q := range layout.Queues() {
+		queues[q] = 1
+	}
+	srv := asynq.NewServerFromRedisClient(c, asynq.Config{Concurrency: 1, Queues: queues, LogLevel: asynq.FatalLevel,
+		TaskCheckInterval: 5 * time.Millisecond})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		n, err := tasks.Decode(task.Payload())
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.seq = append(r.seq, n.Tenant+"/"+id)
+		r.mu.Unlock()
+		r.ran <- struct{}{}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	r.stop = func() { once.Do(func() { srv.Shutdown(); c.Close() }) }
+	t.Cleanup(r.stop)
+	return r
+}
+
+// wait blocks until n tasks ran in all.
+func (r *run) wait(t *testing.T, n int) []string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		r.mu.Lock()
+		got := len(r.seq)
+		r.mu.Unlock()
+		if got >= n {
+			break
+		}
+		select {
+		case <-r.ran:
+		case <-timeout:
+			t.Fatalf("%d tasks ran in 60 s, want %d", got, n)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.seq...)
+}
+
+// fill enqueues n notifications of tenant into its room of lane, in
+// batches, and returns their ids in order.
+func fill(t *testing.T, p *tasks.Producer, tenant string, lane tasks.Lane, n int) []string {
+	t.Helper()
+	var ids []string
+	for n > 0 {
+		var items []tasks.Item
+		for range min(n, 500) {
+			nt := tasks.NewSMS(tenant, "+14155550100", "x")
+			nt.ID = tasks.NewID()
+			ids = append(ids, nt.ID)
+			items = append(items, tasks.Item{N: nt, Opts: []asynq.Option{asynq.Queue(layout.Route(tenant, lane, nil))}})
+		}
+		res, err := p.EnqueueMany(context.Background(), items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		n -= len(items)
+	}
+	return ids
+}
+
+func tenantOf(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// tenantsOn returns k tenant names that layout routes to shard of lane.
+func tenantsOn(shard, k int, prefix string) []string {
+	var out []string
+	for i := 0; len(out) < k; i++ {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		if layout.Shard(name, nil) == shard {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Two tenants of one shard, one with 500 waiting and one with 5: the small
+// one is served alternately with the big one, not after it, and each
+// tenant's notifications run in their enqueue order, each once.
+func TestEachTenantWaitsOnlyForItsOwnBacklog(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	p := tasks.NewProducer(rdb, nil)
+	two := tenantsOn(0, 2, "t")
+	big := fill(t, p, two[0], tasks.LaneStandard, 500)
+	small := fill(t, p, two[1], tasks.LaneStandard, 5)
+	r := serve(t, rdb, fairq.Options{})
+	seq := r.wait(t, 505)
+	last := 0
+	for i, s := range seq {
+		if tenantOf(s) == two[1] {
+			last = i
+		}
+	}
+	if last > 2*len(small)+1 {
+		t.Fatalf("the small tenant's last notification ran %d-th, want within the first %d (served in turn with the big one)", last+1, 2*len(small)+2)
+	}
+	checkOrderAndOnce(t, seq, map[string][]string{two[0]: big, two[1]: small})
+}
+
+func checkOrderAndOnce(t *testing.T, seq []string, want map[string][]string) {
+	t.Helper()
+	got := map[string][]string{}
+	seen := map[string]bool{}
+	for _, s := range seq {
+		if seen[s] {
+			t.Fatalf("%s ran twice", s)
+		}
+		seen[s] = true
+		tenant := tenantOf(s)
+		got[tenant] = append(got[tenant], s[len(tenant)+1:])
+	}
+	for tenant, ids := range want {
+		if len(got[tenant]) != len(ids) {
+			t.Fatalf("%s: %d ran, want %d", tenant, len(got[tenant]), len(ids))
+		}
+		for i := range ids {
+			if got[tenant][i] != ids[i] {
+				t.Fatalf("%s: the %d-th to run is %s, want %s (enqueue order)", tenant, i+1, got[tenant][i], ids[i])
+			}
+		}
+	}
+}
+
+// A tenant that enqueues one notification while another's flood is being
+// dispatched waits for at most the dispatch window (Target) and what is in
+// flight, not for the flood.
+func TestANewcomerJumpsTheFlood(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	p := tasks.NewProducer(rdb, nil)
+	two := tenantsOn(1, 2, "f")
+	fill(t, p, two[0], tasks.LaneStandard, 3000)
+	r := serve(t, rdb, fairq.Options{Target: 16, Low: 8})
+	before := len(r.wait(t, 200))
+	one := fill(t, p, two[1], tasks.LaneStandard, 1)
+	seq := r.wait(t, before+100)
+	for i, s := range seq[before:] {
+		if s == two[1]+"/"+one[0] {
+			if i > 16+2 {
+				t.Fatalf("the newcomer ran after %d of the flood's notifications, want at most the window (16) and those in flight", i)
+			}
+			return
+		}
+	}
+	t.Fatalf("the newcomer did not run among the next 100")
+}
+
+// Weights: while both wait, a tenant of weight 3 gets 3 dispatches for
+// each of a tenant of weight 1; alone, a tenant gets every dispatch.
+func TestWeightsAndWorkConserving(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	p := tasks.NewProducer(rdb, nil)
+	two := tenantsOn(2, 2, "w")
+	fill(t, p, two[0], tasks.LaneStandard, 400)
+	fill(t, p, two[1], tasks.LaneStandard, 400)
+	r := serve(t, rdb, fairq.Options{Weights: func() map[string]int { return map[string]int{two[0]: 3} }})
+	seq := r.wait(t, 400)
+	heavy := 0
+	for _, s := range seq[:400] {
+		if tenantOf(s) == two[0] {
+			heavy++
+		}
+	}
+	if heavy < 297 || heavy > 303 {
+		t.Fatalf("of the first 400, the weight-3 tenant got %d, want 300 (3:1)", heavy)
+	}
+	seq = r.wait(t, 800) // the rest: the heavy one's 100, then the light one's alone
+	if tenantOf(seq[799]) != two[1] {
+		t.Fatalf("the last to run is %s's", tenantOf(seq[799]))
+	}
+}
+
+// Across shards: three tenants on one shard and one alone on another each
+// get a quarter of the lane, not one half for the lone tenant and a sixth
+// for the others (shards drawn by the tenants waiting in each).
+func TestSharesAcrossShards(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	p := tasks.NewProducer(rdb, nil)
+	crowd, alone := tenantsOn(0, 3, "c"), tenantsOn(3, 1, "a")
+	for _, tn := range append(crowd, alone...) {
+		fill(t, p, tn, tasks.LaneStandard, 1500)
+	}
+	r := serve(t, rdb, fairq.Options{})
+	seq := r.wait(t, 2000)
+	count := map[string]int{}
+	for _, s := range seq[:2000] {
+		count[tenantOf(s)]++
+	}
+	var xs []float64
+	for _, tn := range append(crowd, alone...) {
+		share := float64(count[tn]) / 2000
+		if math.Abs(share-0.25) > 0.25*0.2 {
+			t.Errorf("%s got %.3f of the lane, want 0.25 ±20%% (counts %v)", tn, share, count)
+		}
+		xs = append(xs, float64(count[tn]))
+	}
+	if j := jain(xs); j < 0.95 {
+		t.Errorf("Jain's index %.3f, want ≥ 0.95", j)
+	}
+	if r.d.Stats().Redirects == 0 {
+		t.Error("no dequeue was redirected: the shards were not steered")
+	}
+}
+
+func jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	return s * s / (float64(len(xs)) * s2)
+}
+
+// Tasks enqueued the way earlier releases did — straight into a shard's
+// pending list, into the legacy queue, or scheduled — are served, each
+// once, beside the rooms.
+func TestTasksOutsideTheRoomsAreServed(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	client := asynq.NewClientFromRedisClient(rdb)
+	want := map[string]bool{}
+	plain := func(queue string, opts ...asynq.Option) {
+		n := tasks.NewSMS("old", "+14155550100", "x")
+		n.ID = tasks.NewID()
+		// NewTask puts it in a room; a plain Asynq task of earlier
+		// releases did not: enqueue the bare task.
+		task, err := tasks.NewTask(n, nil, asynq.Queue(queue))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.EnqueueContext(ctx, asynq.NewTask(task.Type(), task.Payload()), append(opts, asynq.Queue(queue), asynq.TaskID(n.ID))...); err != nil {
+			t.Fatal(err)
+		}
+		want["old/"+n.ID] = true
+	}
+	for i := range 10 {
+		plain(layout.Queue(tasks.LaneStandard, i%4))
+		plain(layout.Legacy())
+		plain(layout.Queue(tasks.LaneBulk, i%4), asynq.ProcessIn(200*time.Millisecond))
+	}
+	p := tasks.NewProducer(rdb, nil)
+	for _, id := range fill(t, p, "new", tasks.LaneStandard, 10) {
+		want["new/"+id] = true
+	}
+	r := serve(t, rdb, fairq.Options{})
+	seq := r.wait(t, len(want))
+	for _, s := range seq {
+		if !want[s] {
+			t.Fatalf("%s ran unexpectedly (or twice)", s)
+		}
+		delete(want, s)
+	}
+}
+
+// With writes reported (Notified), a shard found empty is not asked again
+// — an idle worker costs Redis nothing more — until a write to it is
+// reported.
+func TestIdleCostsNothing(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	var d *fairq.Dispatcher
+	r := serve(t, rdb, fairq.Options{Notified: func() bool { return true }})
+	d = r.d
+	time.Sleep(200 * time.Millisecond) // the server polls every 5 ms meanwhile
+	before := d.Stats().Refills
+	if before > uint64(len(layout.Queues())) {
+		t.Fatalf("%d refills while idle, want at most one per queue (%d) to learn each is empty", before, len(layout.Queues()))
+	}
+	time.Sleep(200 * time.Millisecond)
+	if after := d.Stats().Refills; after != before {
+		t.Fatalf("%d refills while idle after learning every queue empty", after-before)
+	}
+	p := tasks.NewProducer(rdb, nil)
+	id := fill(t, p, "late", tasks.LaneBulk, 1)
+	d.OnWrite([]string{tasks.RoomOf(layout.Route("late", tasks.LaneBulk, nil)).Group("late")})
+	if seq := r.wait(t, 1); seq[0] != "late/"+id[0] {
+		t.Fatalf("ran %v", seq)
+	}
+}
