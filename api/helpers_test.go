@@ -197,6 +197,26 @@ func (b *bundle) queued(t *testing.T) []*asynq.TaskInfo {
 			all = append(all, ts...)
 		}
 	}
+	return append(all, waiting(t, b.insp, b.wcfg.Layout())...)
+}
+
+// waiting lists the tasks in every tenant's waiting room (Asynq's groups).
+func waiting(t *testing.T, insp *asynq.Inspector, layout tasks.Layout) []*asynq.TaskInfo {
+	t.Helper()
+	var all []*asynq.TaskInfo
+	for _, q := range layout.Queues() {
+		groups, err := insp.Groups(q)
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			t.Fatal(err)
+		}
+		for _, g := range groups {
+			ts, err := insp.ListAggregatingTasks(q, g.Group, asynq.PageSize(1000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, ts...)
+		}
+	}
 	return all
 }
 

@@ -262,7 +262,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 				out[i].State = st.State
 			}
 			if held {
-				batch.Adopt(queue, n.ID) // left held by an earlier attempt: released with this one
+				batch.Adopt(queue, n.Tenant, n.ID) // left held by an earlier attempt: released with this one
 			}
 			continue
 		}

@@ -186,7 +186,7 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 		}
 	}
 	switch info.State {
-	case asynq.TaskStatePending:
+	case asynq.TaskStatePending, asynq.TaskStateAggregating: // dispatched, or in its tenant's waiting room
 		st.State = StateQueued
 		if rec != nil && rec.Kind == throttle.RecordDone {
 			st.State, st.SentAt, st.Slot = StateSent, rec.At, time.Time{}

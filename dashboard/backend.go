@@ -63,6 +63,8 @@ type Backend struct {
 type Inspector interface {
 	Queues() ([]string, error)
 	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
+	Groups(queue string) ([]*asynq.GroupInfo, error)
+	ListAggregatingTasks(queue, group string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	ListPendingTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	ListRetryTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	ListScheduledTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)

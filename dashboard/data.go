@@ -236,14 +236,45 @@ type uiScan struct {
 	Unreadable int  // payloads that did not open (not counted for any tenant)
 }
 
-// scanTasks reads the tasks Asynq holds for the queue — queued, waiting
-// (retry and scheduled) and archived, up to uiScanLimit of each — and keeps
-// those of tenant ("" keeps none, counting tenants only; "*" keeps all).
+// scanTasks reads the tasks Asynq holds for the queue — queued (in the
+// tenants' waiting rooms, and pending), waiting (retry and scheduled) and
+// archived, up to uiScanLimit of each — and keeps those of tenant (""
+// keeps none, counting tenants only; "*" keeps all).
 func (u *Dashboard) scanTasks(ctx context.Context, tenant string) (uiScan, error) {
 	sc := uiScan{Tenants: map[string]int{}}
-	policy := u.b.Plans.Policy()
-	now := time.Now()
-	lists := []struct {
+	s := scanning{u: u, sc: &sc, tenant: tenant, policy: u.b.Plans.Policy(), now: time.Now()}
+	queues := u.b.Settings.Layout().Queues()
+	if tenant != "" && tenant != "*" {
+		queues = u.b.Settings.Layout().Candidates(tenant, s.policy.Pins())
+	}
+	exist, err := u.b.Queues.Queues()
+	if err != nil {
+		return sc, fmt.Errorf("dashboard: queues: %w", err)
+	}
+	queues = slices.DeleteFunc(queues, func(q string) bool { return !slices.Contains(exist, q) })
+	left := uiScanLimit
+	for _, q := range queues {
+		groups := []string{tenant}
+		if tenant == "" || tenant == "*" {
+			gs, err := u.b.Queues.Groups(q)
+			if err != nil {
+				return sc, fmt.Errorf("dashboard: waiting rooms of %s: %w", q, err)
+			}
+			groups = groups[:0]
+			for _, g := range gs {
+				groups = append(groups, g.Group)
+			}
+		}
+		for _, g := range groups {
+			list := func(q string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error) {
+				return u.b.Queues.ListAggregatingTasks(q, g, opts...)
+			}
+			if err := s.pages(ctx, q, stateQueued, list, &left); err != nil {
+				return sc, err
+			}
+		}
+	}
+	for _, l := range []struct {
 		state string
 		list  func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	}{
@@ -251,60 +282,66 @@ func (u *Dashboard) scanTasks(ctx context.Context, tenant string) (uiScan, error
 		{stateWaiting, u.b.Queues.ListRetryTasks},
 		{stateWaiting, u.b.Queues.ListScheduledTasks},
 		{stateArchived, u.b.Queues.ListArchivedTasks},
-	}
-	queues := u.b.Settings.Layout().Queues()
-	if tenant != "" && tenant != "*" {
-		queues = u.b.Settings.Layout().Candidates(tenant, policy.Pins())
-	}
-	exist, err := u.b.Queues.Queues()
-	if err != nil {
-		return sc, fmt.Errorf("dashboard: queues: %w", err)
-	}
-	queues = slices.DeleteFunc(queues, func(q string) bool { return !slices.Contains(exist, q) })
-	for _, l := range lists {
+	} {
 		left := uiScanLimit // tasks of this state read, over every queue
-	queue:
 		for _, q := range queues {
-			for page := 1; ; page++ {
-				if left <= 0 {
-					sc.Truncated = true
-					break queue
-				}
-				if err := ctx.Err(); err != nil {
-					return sc, err
-				}
-				infos, err := l.list(q, asynq.PageSize(uiScanPage), asynq.Page(page))
-				if errors.Is(err, asynq.ErrQueueNotFound) {
-					continue queue
-				}
-				if err != nil {
-					return sc, fmt.Errorf("dashboard: list %s tasks of %s: %w", l.state, q, err)
-				}
-				full := len(infos) == uiScanPage
-				if len(infos) > left {
-					infos, sc.Truncated = infos[:left], true
-				}
-				left -= len(infos)
-				for _, info := range infos {
-					sc.Scanned++
-					n, err := tasks.Open(u.b.Keys, info.ID, info.Type, info.Payload, u.b.Settings.PayloadPlaintext == "accept")
-					if err != nil {
-						sc.Unreadable++
-						continue
-					}
-					sc.Tenants[n.Tenant]++
-					if tenant == "" || (tenant != "*" && n.Tenant != tenant) {
-						continue
-					}
-					sc.Tasks = append(sc.Tasks, u.uiTaskOf(policy, now, l.state, info, n))
-				}
-				if !full {
-					continue queue
-				}
+			if err := s.pages(ctx, q, l.state, l.list, &left); err != nil {
+				return sc, err
 			}
 		}
 	}
 	return sc, nil
+}
+
+// scanning is one pass of scanTasks.
+type scanning struct {
+	u      *Dashboard
+	sc     *uiScan
+	tenant string
+	policy plans.Policy
+	now    time.Time
+}
+
+// pages reads the tasks list gives of queue q, page by page, while left
+// (the tasks of this state still to read) lasts.
+func (s scanning) pages(ctx context.Context, q, state string, list func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error), left *int) error {
+	for page := 1; ; page++ {
+		if *left <= 0 {
+			s.sc.Truncated = true
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		infos, err := list(q, asynq.PageSize(uiScanPage), asynq.Page(page))
+		if errors.Is(err, asynq.ErrQueueNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dashboard: list %s tasks of %s: %w", state, q, err)
+		}
+		full := len(infos) == uiScanPage
+		if len(infos) > *left {
+			infos, s.sc.Truncated = infos[:*left], true
+		}
+		*left -= len(infos)
+		for _, info := range infos {
+			s.sc.Scanned++
+			n, err := tasks.Open(s.u.b.Keys, info.ID, info.Type, info.Payload, s.u.b.Settings.PayloadPlaintext == "accept")
+			if err != nil {
+				s.sc.Unreadable++
+				continue
+			}
+			s.sc.Tenants[n.Tenant]++
+			if s.tenant == "" || (s.tenant != "*" && n.Tenant != s.tenant) {
+				continue
+			}
+			s.sc.Tasks = append(s.sc.Tasks, s.u.uiTaskOf(s.policy, s.now, state, info, n))
+		}
+		if !full {
+			return nil
+		}
+	}
 }
 
 // uiTaskOf is how the dashboard lists a task. Its deadline is the one the
@@ -432,20 +469,21 @@ type uiQueue struct {
 	Name                                                   string
 	Lane                                                   string // a lane's row: its name; else ""
 	Shards                                                 int    // a lane's row: its shards (busy ones are listed after it)
-	Pending, Active, Scheduled, Retry, Archived, Completed int
+	Waiting, Pending, Active, Scheduled, Retry, Archived, Completed int
 	Latency                                                time.Duration
 	Paused                                                 bool
 	ProcessedToday, FailedToday                            int
 }
 
 func (q *uiQueue) add(info *asynq.QueueInfo) {
-	q.Pending, q.Active, q.Scheduled, q.Retry = q.Pending+info.Pending, q.Active+info.Active, q.Scheduled+info.Scheduled, q.Retry+info.Retry
+	q.Waiting, q.Pending, q.Active = q.Waiting+info.Aggregating, q.Pending+info.Pending, q.Active+info.Active
+	q.Scheduled, q.Retry = q.Scheduled+info.Scheduled, q.Retry+info.Retry
 	q.Archived, q.Completed = q.Archived+info.Archived, q.Completed+info.Completed
 	q.ProcessedToday, q.FailedToday = q.ProcessedToday+info.Processed, q.FailedToday+info.Failed
 	q.Latency, q.Paused = max(q.Latency, info.Latency), q.Paused || info.Paused
 }
 
-func (q uiQueue) Busy() bool { return q.Pending+q.Active+q.Scheduled+q.Retry+q.Archived > 0 }
+func (q uiQueue) Busy() bool { return q.Waiting+q.Pending+q.Active+q.Scheduled+q.Retry+q.Archived > 0 }
 
 // queueDepths lists each lane (its shards summed), after it the shards that
 // hold work, then the legacy queue and any other queue Asynq knows.

@@ -71,6 +71,7 @@ func queueInfo(t *testing.T, srv *redistest.Server) asynq.QueueInfo {
 			continue // a queue Asynq does not know yet holds nothing
 		}
 		sum.Size, sum.Pending, sum.Scheduled = sum.Size+qi.Size, sum.Pending+qi.Pending, sum.Scheduled+qi.Scheduled
+		sum.Aggregating += qi.Aggregating
 	}
 	return sum
 }
@@ -120,16 +121,16 @@ func TestEnqueueOne(t *testing.T) {
 	}
 	insp := asynq.NewInspectorFromRedisClient(srv.Client(t))
 	ti, err := insp.GetTaskInfo(tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil), "order-42")
-	if err != nil || ti.State != asynq.TaskStatePending {
-		t.Fatalf("order-42 not pending in acme's standard shard: %+v %v", ti, err)
+	if err != nil || ti.State != asynq.TaskStateAggregating || ti.Group != "acme" {
+		t.Fatalf("order-42 not waiting in acme's room of its standard shard: %+v %v", ti, err)
 	}
 	keys, _ := tasks.ParseKeyring(testKeys)
 	n, err := tasks.Open(keys, ti.ID, ti.Type, ti.Payload, false)
 	if err != nil || n.To != "+14155550100" {
 		t.Fatalf("payload %+v %v", n, err)
 	}
-	if qi := queueInfo(t, srv); qi.Pending != 1 || qi.Scheduled != 1 {
-		t.Fatalf("queue: pending %d scheduled %d", qi.Pending, qi.Scheduled)
+	if qi := queueInfo(t, srv); qi.Aggregating != 1 || qi.Pending != 0 || qi.Scheduled != 1 {
+		t.Fatalf("queue: waiting %d pending %d scheduled %d, want 1 waiting and 1 scheduled", qi.Aggregating, qi.Pending, qi.Scheduled)
 	}
 }
 
