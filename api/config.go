@@ -27,7 +27,7 @@ type Config struct {
 // Settings are the API's own SLUICE_API_* variables, with the tag
 // conventions of config (env, envDefault, desc, secret).
 type Settings struct {
-	Addr              string        `env:"API_ADDR" envDefault:":8081" desc:"Listen address of sluice api: /v1/notifications, /v1/quotas, /openapi.yaml, /metrics, /healthz, /readyz."`
+	Addr              string        `env:"API_ADDR" envDefault:":8081" desc:"Listen address of sluice api: the /v1 API, the providers' callbacks and webhooks, the unsubscribe links, the dashboard (/ui), /openapi.yaml, /metrics, /healthz, /readyz (every route: docs/api.md)."`
 	TokenKey          string        `env:"API_TOKEN_KEY" desc:"Required by sluice api and sluice tenant token. Key (≥ 32 bytes) of the HMAC-SHA256 that API tokens are stored under in Redis: Redis never holds a token, and a copy of Redis cannot be used to check guesses. Changing it revokes every token." secret:"true"`
 	AdminToken        string        `env:"API_ADMIN_TOKEN" desc:"Bearer token (≥ 32 characters) that may read every tenant's notifications and quotas and enqueue for the tenant a request names (?tenant=); empty: no admin access. Compared in constant time." secret:"true"`
 	Rate              string        `env:"API_RATE" envDefault:"50/1s" desc:"Requests per token, LIMIT/WINDOW, counted by Sluice's own limiter in Redis (exact across API replicas); past it: 429 with Retry-After."`

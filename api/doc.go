@@ -5,14 +5,30 @@
 //
 // # Endpoints
 //
+// Every route `sluice api` serves, the ones internal/app mounts beside the
+// API's own included, one line each: methods, then paths, then what it
+// does (TestRoutesDoc in internal/app keeps the list equal to the routes
+// the built server registers; ANY is a pattern without a method). The
+// dashboard's pages, under /ui, are listed in package dashboard.
+//
 //	POST /v1/notifications         one notification, or {"notifications": [...]} (1–500), all or nothing → 202
 //	GET  /v1/notifications/{id}    queued, waiting (reason, rule, slot), sending, sent, archived (reason), unknown;
 //	                               an SMS the provider reported on: delivered, undelivered or failed (error_code)
 //	GET  /v1/quotas                the windows of `sluice quota show --json`, under the plans in force
-//	POST /v1/callbacks/sms/{tenant}/{id}  the SMS provider's status callbacks, signed (X-Twilio-Signature) → 204
+//	GET  /v1/suppressions/{channel}/{recipient}        the recipient's suppressions and consent ledger (masked)
+//	POST, PUT /v1/suppressions/{channel}/{recipient}   record one opt-out, opt-in or undeliverable event (source api)
+//	DELETE /v1/suppressions/{channel}/{recipient}      opt back in to every category; the ledger keeps what was
+//	POST /v1/events/{channel}      up to 1000 events, each with its recipient (a provider's reports, an import), all checked first
+//	POST /v1/callbacks/sms/{tenant}/{id}      the Twilio-compatible provider's status callbacks, signed (X-Twilio-Signature) → 204
+//	POST /v1/inbound/sms/{tenant}             its incoming messages (STOP, START, HELP: package consent/inbound), signed alike
+//	POST /v1/callbacks/telnyx/{tenant}/{id}   Telnyx's delivery reports, signed (Ed25519)
+//	POST /v1/inbound/telnyx/{tenant}          Telnyx's incoming messages, signed alike
+//	POST /v1/webhooks/{provider}/{tenant}     an email provider's signed bounces and complaints (package webhook):
+//	                                          {provider} is ses, sendgrid, postmark or mailgun
+//	GET, POST /u/{token}           the one-click unsubscribe link of an email (package unsubscribe): a page, and RFC 8058's POST
+//	ANY  /v1/                      anything else under /v1: 405 with Allow on a known path, else 404 (problems)
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
 //	GET  /metrics, /healthz, /readyz
-//	     /ui…                      the dashboard (package dashboard), mounted beside the API by internal/app
 //
 // Routing is the standard library's method-and-path patterns; handlers are
 // methods of Server; middleware is func(http.Handler) http.Handler
@@ -30,7 +46,9 @@
 // # Routes mounted beside the API
 //
 // The API knows no other product: internal/app, which builds the process
-// `sluice api` runs, mounts the SMS provider's callbacks (sender/twilio) and the
+// `sluice api` runs, mounts the SMS providers' callbacks and incoming
+// messages (sender/twilio, sender/telnyx), the email providers' webhooks
+// (webhook/providers), the unsubscribe links (package unsubscribe) and the
 // dashboard (package dashboard) on the Server with Mount — behind the
 // access log and the metrics, not behind the token check or rate — or
 // MountBare (static files). A mounted handler names who a request acted
@@ -74,8 +92,10 @@
 // answers 404 for a notification without a limiter record. Statuses are
 // kept by package delivery, forward only; a first final one is counted in
 // sluice_delivery_outcomes_total, and a permanent failure whose code is in
-// SLUICE_SMS_SUPPRESS_CODES puts the recipient on the tenant's suppression
-// list, which the workers check before each SMS.
+// SLUICE_SMS_SUPPRESS_CODES marks the recipient undeliverable in package
+// consent (the tenant's suppressions), which the workers' quota check
+// reads before each send. Telnyx's routes do the same with its own
+// signature (sender/telnyx).
 //
 // # Rate limit
 //

@@ -135,8 +135,33 @@ func (s *Server) WatchPlans(ctx context.Context) error {
 func (s *Server) policy() plans.Policy { return s.plans.Policy() }
 
 // Handler returns the API's routes.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+func (s *Server) Handler() http.Handler { return s.mux().ServeMux }
+
+// Patterns lists the net/http pattern of every route Handler serves, the
+// mounted ones included, in the order they are registered: what the
+// endpoint lists of api/doc.go and dashboard/doc.go are checked against.
+func (s *Server) Patterns() []string { return s.mux().patterns }
+
+// patternMux is a ServeMux that remembers the patterns registered on it.
+type patternMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *patternMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *patternMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// mux builds the API's routes: its own (behind instrument, authenticate
+// and rateLimit), the mounted ones, the answers for everything else under
+// /v1/, and the document and probes.
+func (s *Server) mux() *patternMux {
+	mux := &patternMux{ServeMux: http.NewServeMux()}
 	api := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.instrument(s.authenticate(s.rateLimit(h))))
 	}

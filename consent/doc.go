@@ -118,8 +118,11 @@
 // hash here, so Store.MigrateDelivery moves every entry (SCAN, on every
 // Cluster master) into an Undeliverable mark of source provider, with the
 // same code and end, and a ledger event, and deletes the old key: the old
-// format is migrated, not kept. Until every worker runs the new check, the
-// limiter may read both keys (the old one as today's ReserveOptions.Block).
+// format is migrated, not kept. Workers run it once at start
+// (MigrateDeliveryOnce, whose marker of a completed run expires after
+// MigrationMarkerTTL, like every key that need not live forever). Until
+// every worker runs the new check, the limiter may read both keys (the
+// old one as today's ReserveOptions.Block).
 //
 // # Inbound SMS
 //

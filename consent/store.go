@@ -468,11 +468,19 @@ func (s *Store) MigrateDelivery(ctx context.Context) (int, error) {
 	return int(moved.Load()), nil
 }
 
+// MigrationMarkerTTL is how long MigrateDeliveryOnce remembers a completed
+// run. Every key Sluice writes expires unless it must not (a suppression
+// that never lapses, tokens, plans, credentials); this marker need not
+// live forever, because a run after it lapses is harmless: MigrateDelivery
+// is idempotent and nothing writes the old lists, so it finds them empty
+// and costs one SCAN of the keyspace a year.
+const MigrationMarkerTTL = 365 * 24 * time.Hour
+
 // MigrateDeliveryOnce runs MigrateDelivery unless a completed run is
-// recorded in Redis, and records a completed one: what workers call at
-// start (nothing writes the old lists any more, so one pass empties them;
-// `sluice suppression migrate` runs it again at will). ran is false when
-// an earlier run had completed.
+// recorded in Redis (for MigrationMarkerTTL), and records a completed one:
+// what workers call at start (nothing writes the old lists any more, so
+// one pass empties them; `sluice suppression migrate` runs it again at
+// will). ran is false when an earlier run had completed.
 func (s *Store) MigrateDeliveryOnce(ctx context.Context) (moved int, ran bool, err error) {
 	marker := s.lim.SubjectKey("sluice", "migrated:", "delivery-suppressions")
 	n, err := s.rdb.Exists(ctx, marker).Result()
@@ -486,7 +494,7 @@ func (s *Store) MigrateDeliveryOnce(ctx context.Context) (moved int, ran bool, e
 	if err != nil {
 		return moved, true, err
 	}
-	if err := s.rdb.Set(ctx, marker, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+	if err := s.rdb.Set(ctx, marker, time.Now().UTC().Format(time.RFC3339), MigrationMarkerTTL).Err(); err != nil {
 		return moved, true, fmt.Errorf("consent: migrate: record the run: %w", err)
 	}
 	return moved, true, nil

@@ -6,13 +6,21 @@
 //
 // # Pages
 //
+// Every route the dashboard mounts, one line each (methods, paths, what it
+// shows; ANY is a pattern without a method), kept equal to what it
+// registers by TestRoutesDoc in internal/app:
+//
 //	GET  /ui                          the admin's overview: every tenant's plan and tenant-wide windows, queue depths, what waits or was lost
+//	GET  /ui/tenant?tenant=…          the overview's "open a tenant" form: to that tenant's page
 //	GET  /ui/tenants/{tenant}         a tenant: plan and recent changes, windows (live), a chart per channel, messages waiting by reason, denials, drops, expiries
 //	GET  /ui/tenants/{tenant}/chart.svg?channel=sms|email   the last hour's sends per minute and how the longest window filled, as SVG drawn here
 //	POST /ui/tenants/{tenant}/recipient  a recipient's windows, quiet hours and messages, its consent and ledger (posted: never in a URL or a log; shown masked)
 //	GET, POST /ui/tenants/{tenant}/reset  the admin resets one tenant-wide window, after a confirmation page
 //	GET  /ui/live, /ui/tenants/{tenant}/live  the live figures (text/event-stream)
-//	GET, POST /ui/login, POST /ui/logout
+//	GET, POST /ui/login               sign in with an API token
+//	POST /ui/logout                   sign out (the session ends server-side)
+//	GET  /ui/static/{file}            the embedded stylesheet and script (mounted bare: no access log, no metrics)
+//	ANY  /ui/                         anything else: /ui/ itself redirects to /ui, the rest is a page saying there is no such page
 //
 // # What it depends on
 //

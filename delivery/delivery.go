@@ -1,10 +1,27 @@
 // Package delivery keeps what an SMS provider reports about a message
 // after it took it — the delivery status and error code of its status
-// callbacks — and the per-tenant suppression list that permanent failures
-// feed. Both live in Redis beside the limiter's record of the notification,
-// in its tenant's hash slot, under keys that hold no personal data: the
-// delivery record is keyed by the notification, a suppression by the
-// keyed hash the limiter stores recipients as.
+// callbacks — and the record of whom each SMS went to, which a callback is
+// checked against before it marks a number undeliverable. Both live in
+// Redis beside the limiter's record of the notification, in its tenant's
+// hash slot, under keys that hold no personal data: they are keyed by the
+// notification, and a recipient is stored as the limiter's keyed hash.
+//
+// A permanent failure does not stay here: the worker (on a provider's
+// refusal) and the status-callback routes (on a final status whose code
+// is in SLUICE_SMS_SUPPRESS_CODES) mark the recipient undeliverable in
+// package consent, which every quota check reads.
+//
+// # The old suppression list
+//
+// Before package consent, permanent failures put the recipient on a
+// per-tenant list kept here (SuppressKey: a string holding the error code,
+// with a TTL). Nothing in Sluice writes it any more: workers move its
+// entries into consent at start (consent.Store.MigrateDeliveryOnce) and,
+// until every worker runs that version, still read it in the same script
+// call as the check (throttle.ReserveOptions.Block, the key SuppressKey
+// names). Suppress, Suppressed and Unsuppress are called only by tests,
+// which write and read the old format to prove the migration and the
+// check; nothing else should.
 //
 // # Forward only
 //
@@ -173,8 +190,9 @@ func decimal(s string, n int) (int64, bool) {
 	return v, err == nil && v >= 0 && strconv.FormatInt(v, 10) == s
 }
 
-// Store reads and writes delivery records and suppressions in Redis. The
-// limiter gives the keys: its prefix, its hash of subjects and its state key.
+// Store reads and writes delivery records, recipient notes and the old
+// suppression list in Redis. The limiter gives the keys: its prefix, its
+// hash of subjects and its state key.
 type Store struct {
 	rdb redis.UniversalClient
 	lim *throttle.Limiter
@@ -236,8 +254,8 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*Record, error) {
 	return &r, nil
 }
 
-// SuppressKey is the key of recipient's entry on tenant's suppression list
-// of channel ch: the recipient in normalised form, keyed-hashed. It lives in
+// SuppressKey is the key of recipient's entry on tenant's old suppression
+// list of channel ch (see the package doc): the recipient in normalised form, keyed-hashed. It lives in
 // the tenant's limiter group, so a quota check can read it in its own call
 // (throttle.ReserveOptions.Block).
 func (s *Store) SuppressKey(tenant string, ch tasks.Channel, recipient string) string {
@@ -245,9 +263,10 @@ func (s *Store) SuppressKey(tenant string, ch tasks.Channel, recipient string) s
 	return s.lim.SubjectKey(tenant, "suppressed:"+string(ch), to)
 }
 
-// Suppress puts recipient on tenant's suppression list of channel ch for
-// ttl, remembering the error code that put it there (a later one replaces
-// it and starts the ttl again).
+// Suppress puts recipient on tenant's old suppression list of channel ch
+// for ttl, remembering the error code that put it there (a later one
+// replaces it and starts the ttl again). Only tests call it, to write the
+// format the migration and the check read (see the package doc).
 func (s *Store) Suppress(ctx context.Context, tenant string, ch tasks.Channel, recipient string, code int, ttl time.Duration) error {
 	if err := s.rdb.Set(ctx, s.SuppressKey(tenant, ch, recipient), strconv.Itoa(code), ttl).Err(); err != nil {
 		return fmt.Errorf("delivery: suppress: %w", err)
@@ -255,8 +274,8 @@ func (s *Store) Suppress(ctx context.Context, tenant string, ch tasks.Channel, r
 	return nil
 }
 
-// Suppressed reports whether recipient is on tenant's suppression list of
-// channel ch, and the error code that put it there.
+// Suppressed reports whether recipient is on tenant's old suppression list
+// of channel ch, and the error code that put it there (tests only).
 func (s *Store) Suppressed(ctx context.Context, tenant string, ch tasks.Channel, recipient string) (code int, ok bool, err error) {
 	raw, err := s.rdb.Get(ctx, s.SuppressKey(tenant, ch, recipient)).Result()
 	if errors.Is(err, redis.Nil) {
@@ -269,8 +288,8 @@ func (s *Store) Suppressed(ctx context.Context, tenant string, ch tasks.Channel,
 	return code, true, nil
 }
 
-// Unsuppress takes recipient off tenant's suppression list of channel ch.
-// It reports whether it was on it.
+// Unsuppress takes recipient off tenant's old suppression list of channel
+// ch (tests only). It reports whether it was on it.
 func (s *Store) Unsuppress(ctx context.Context, tenant string, ch tasks.Channel, recipient string) (bool, error) {
 	n, err := s.rdb.Del(ctx, s.SuppressKey(tenant, ch, recipient)).Result()
 	if err != nil {

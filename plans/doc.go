@@ -1,19 +1,66 @@
-// Package plans works out when a notification may not be sent: the quiet
-// hours of its recipient, as absolute spans of time.
+// Package plans holds a deployment's and its tenants' rules and works
+// out what each notification is checked against: which rate limits and
+// in-flight caps bind it, the spans its recipient's quiet hours close, its
+// deadline, its lane and shard, and what an opt-out covers.
 //
-// The TCPA restricts telephone solicitations to 8 am–9 pm at the called
-// party's location, so quiet hours are kept in the recipient's local time.
-// The worker asks Closed for the spans of the next day or two and hands
-// them to the limiter, which places each send outside them.
+// # The rule grammar
+//
+// Parse reads a rule list (SLUICE_RULES, or a tenant plan): entries
+// separated by commas or new lines, each an Entry of one Kind — a rate
+// rule (KindRate, CHANNEL[.CATEGORY]:SCOPE=LIMIT/WINDOW [drop], SCOPE
+// recipient, tenant, sender or provider), an in-flight cap
+// (KindConcurrency), a priority lane (KindExempt), quiet hours (KindQuiet),
+// a send-by bound (KindMaxDefer), the re-run policy (KindRerun), a default
+// zone (KindZone), the bulk lane (KindBulk), a default List-Unsubscribe
+// (KindUnsubscribe), a tenant's own shard (KindShard), the consent entries
+// (KindConsentExempt, KindOptOut, KindReply, KindKeywords) and the caps on
+// queued work (KindMaxQueued, KindMaxQueuedBytes). Parse's doc lists the
+// syntax of each; docs/rules.md explains them. Bad entries are errors
+// wrapping ErrBadRules that name the entry.
+//
+// A Policy is a parsed list. Policy.Match answers what applies to one
+// tenant, channel and category (a tenant's entry replaces the default of
+// the same target; the most specific quiet hours, max-defer and rerun
+// win); Policy.Queue the lane and shard a notification waits in;
+// Policy.Consent and ConsentExempt what an opt-out covers and lets
+// through; Policy.QueuedCaps a tenant's caps on queued work.
+//
+// # The planner
+//
+// Planner.Check turns a notification under a policy into a Check: the
+// limits bound to its recipient and origin (throttle.Limit, throttle.Cap;
+// sender and provider windows live in SharedGroup, across tenants), the
+// quiet spans of its candidate zones as closed intervals for the limiter,
+// and its deadline (expires_at, or enqueue time plus max-defer). The
+// worker plans every check with it, and the quota report and the
+// dashboard work out what they show with it, so the three agree.
+//
+// # Tenant plans in Redis
+//
+// A tenant's plan is a rule list of its own (no TENANT/ prefixes) kept by
+// Store in Redis (sluice:{plans}:tenants, with a version counter and a log
+// of the last 1000 changes in the same hash slot; `sluice tenant set`
+// writes them) and merged over the defaults (Policy.With). A Watcher
+// reloads the plans on every change announced on pub/sub and checks the
+// version every interval; Live is the rules in force a process reads once
+// per check, so a change holds from the moment it is applied and a check
+// never mixes two versions. A stored plan that no longer validates is
+// left out and reported.
 //
 // Besides the standard library the package depends on
 // github.com/nyaruka/phonenumbers (zones and US states of numbers),
 // github.com/redis/go-redis/v9 (tenant plans in Redis), and Sluice's tasks
 // (the notification), throttle (the limits it builds) and consent (to check
-// a tenant's keywords); never on the
-// worker, the API or the command (TestDependencies, TestPackageDoc).
+// a tenant's keywords); never on the worker, the API or the command
+// (TestDependencies, TestPackageDoc; internal/codecheck's TestLayers keeps
+// every package in its layer).
 //
 // # Quiet hours
+//
+// Quiet hours are kept in the recipient's local time: the TCPA restricts
+// telephone solicitations to 8 am–9 pm at the called party's location.
+// The planner asks Closed for the spans of the next day or two, and the
+// limiter places each send outside them.
 //
 // QuietHours is a daily span of local wall-clock time, [Start, End), with
 // minute precision. If Start > End it crosses midnight: 21:00–08:00 is

@@ -1,6 +1,7 @@
 // Package worker is Sluice's throttled Asynq server: a mux with one handler
-// per channel (email over SMTP, SMS over a Twilio-compatible HTTP API, or
-// the log sender), behind a throttle middleware.
+// per channel, each sending through the provider the configuration names
+// (sender/providers: SMTP, a Twilio-compatible HTTP API, Telnyx, or the log
+// sender), behind a throttle middleware whose stages are in send.go.
 //
 // # What happens to a task
 //
@@ -15,8 +16,10 @@
 //     a whole second (Asynq keeps whole seconds and truncates).
 //  4. Allowed: the sender sends. Success marks the notification done (a
 //     re-run task will not send again). A definite non-send releases the
-//     quota slot. Permanent provider errors archive; transient ones retry
-//     with backoff (honouring Retry-After) until the retry budget is spent.
+//     quota slot. Permanent provider errors archive (a refusal that says
+//     the recipient cannot take messages marks it undeliverable in package
+//     consent, for the tenant); transient ones retry with backoff
+//     (honouring Retry-After) until the retry budget is spent.
 //     A throttling answer (429, Twilio 20429/30001, SMTP 421/451/452/454)
 //     holds its provider or sender scope in Redis (throttle.Limiter.Hold):
 //     every worker's checks name the holds (ReserveOptions.Holds) and book

@@ -4,8 +4,12 @@
 //   - NewWorker: the shared services (internal/services), the senders the
 //     configuration names (sender/providers), and the worker on them.
 //   - NewAPI: the shared services, the ingest API, and the routes other
-//     packages own mounted beside it: the SMS provider's callbacks, the
-//     one-click unsubscribe links, the dashboard.
+//     packages own mounted beside it: the SMS providers' status callbacks
+//     and incoming messages (sender/twilio, sender/telnyx, answered by
+//     consent/inbound), the email providers' webhooks (webhook/providers),
+//     the one-click unsubscribe links, the dashboard. api/doc.go lists
+//     every route; TestRoutesDoc checks the list against what NewAPI
+//     builds.
 //
 // Every background part of a process has one shape (internal/lifecycle:
 // Start, then Stop); a process's Run starts its parts in order and stops

@@ -15,4 +15,14 @@
 // An explicit allow-list in the test exempts the few functions being split
 // on other branches; it is meant to shrink to nothing.
 // TestFunctionLengthCatchesFaults checks the check on a tree made for it.
+//
+// # Layers
+//
+// TestLayers lists the root module's packages with their imports (go list,
+// tests' imports aside) and fails when a package imports one of its own
+// layer or of a layer above, when a production package imports the test
+// harness, or when a package has no layer. The layers are written once, in
+// layers_test.go; docs/architecture.md shows them, generated from there
+// (TestLayersDoc; SLUICE_UPDATE_DOCS=1 rewrites the page's table).
+// TestLayersCatchFaults checks the check on a graph made for it.
 package codecheck

@@ -44,7 +44,7 @@ type Options struct {
 	// from the settings).
 	Limiter throttle.Options
 	// NoKeys skips the payload key ring (a tool that seals and opens no
-	// payload: Deps.Keys is nil).
+	// payload: Set.Keys is nil).
 	NoKeys bool
 }
 
