@@ -26,6 +26,7 @@ var kindExamples = map[string]string{
 	"email.news:bulk":                  ":bulk",
 	"email:unsubscribe=hosted":         "unsubscribe=",
 	"acme/shard=1":                     "shard=",
+	"acme/weight=4":                    "weight=",
 	"sms.otp:consent=exempt":           "consent=exempt",
 	"sms:optout=category":              "optout=",
 	"sms:reply-help=Reply STOP to end": "reply-",
