@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -148,4 +149,47 @@ func (c *queueCollector) answered(cmds []redis.Cmder) bool {
 		}
 	}
 	return true
+}
+
+// Depth is the work waiting for a worker, as KEDA's metrics-api trigger
+// reads it from GET /queue-depth: every task in a tenant's waiting room or
+// a pending list, over every queue the workers serve, and of the priority
+// lane alone. Tasks waiting for a quota slot (scheduled, retry) are not
+// counted: more workers do not make slots come sooner.
+type Depth struct {
+	Waiting  int64 `json:"waiting"`
+	Priority int64 `json:"priority"`
+}
+
+// depth reads Depth from Redis: one pipeline of two reads per queue.
+func (c *queueCollector) depth(ctx context.Context) (Depth, error) {
+	queues := c.layout.Queues()
+	pending := make([]*redis.IntCmd, len(queues))
+	waiting := make([]*redis.Cmd, len(queues))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			pending[i] = p.LLen(ctx, tasks.RoomOf(q).Pending)
+			waiting[i] = tasks.WaitingCmd(ctx, p, q)
+		}
+		return nil
+	})
+	var d Depth
+	for i, q := range queues {
+		n, err := pending[i].Result()
+		if err != nil {
+			return Depth{}, fmt.Errorf("queue depth: %w", err)
+		}
+		w, err := tasks.ParseWaiting(waiting[i])
+		if err != nil && redis.HasErrorPrefix(waiting[i].Err(), "NOSCRIPT") {
+			w, err = tasks.ReadWaiting(ctx, c.rdb, q)
+		}
+		if err != nil {
+			return Depth{}, fmt.Errorf("queue depth: %w", err)
+		}
+		d.Waiting += n + w.Count
+		if lane, _, ok := c.layout.Parse(q); ok && lane == tasks.LanePriority {
+			d.Priority += n + w.Count
+		}
+	}
+	return d, nil
 }

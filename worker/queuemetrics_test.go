@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"math"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,7 +55,8 @@ func gauges(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 func TestQueueMetricsMatchAsynq(t *testing.T) {
 	b := setup(t, "sms:recipient=10/1m,sms.otp:exempt")
 	reg := prometheus.NewRegistry()
-	if _, err := app.NewWorker(b.cfg, app.WorkerOptions{Registry: reg, Logger: testLogger(t)}); err != nil {
+	w, err := app.NewWorker(b.cfg, app.WorkerOptions{Registry: reg, Logger: testLogger(t)})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -72,6 +74,14 @@ func TestQueueMetricsMatchAsynq(t *testing.T) {
 	room := tasks.RoomOf(prio)
 	if err := b.rdb.ZAddXX(context.Background(), room.Group("acme"), redis.Z{Score: float64(time.Now().Add(-90 * time.Second).Unix()), Member: otp.ID}).Err(); err != nil {
 		t.Fatal(err)
+	}
+
+	// KEDA's view (GET /queue-depth): the work waiting for a worker, not
+	// the task scheduled for later.
+	rec := httptest.NewRecorder()
+	w.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/queue-depth", nil))
+	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"waiting":4,"priority":1}` {
+		t.Errorf("/queue-depth: %d %s, want 4 waiting of which 1 priority", rec.Code, rec.Body)
 	}
 
 	tasksBy := gauges(t, reg, "sluice_queue_tasks", "queue", "state")

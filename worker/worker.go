@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +79,7 @@ type Worker struct {
 	asynqRDB      redis.UniversalClient // the servers' client, through the gate
 	gate          *pollgate.Gate        // nil: QUEUE_RECHECK=0, every queue polled
 	fair          *fairq.Dispatcher     // each lane's waiting rooms, dispatched fairly
+	queues        *queueCollector       // the queues' depths, for /metrics and /queue-depth
 	mux           *asynq.ServeMux
 	metrics       *Metrics
 	registry      *prometheus.Registry
@@ -151,7 +153,8 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	registerFairMetrics(w.registry, w.fair)
-	w.registry.MustRegister(newQueueCollector(w.rdb, w.layout, w.log.With("component", "queue-metrics")))
+	w.queues = newQueueCollector(w.rdb, w.layout, w.log.With("component", "queue-metrics"))
+	w.registry.MustRegister(w.queues)
 	w.servers = w.newServers()
 	w.mux = asynq.NewServeMux()
 	w.mux.Use(w.traceMiddleware, w.throttleMiddleware)
@@ -373,14 +376,25 @@ func (w *Worker) closeOwn(context.Context) error {
 	return nil
 }
 
-// HTTPHandler serves /metrics, /healthz (the process is up) and /readyz
+// HTTPHandler serves /metrics, /healthz (the process is up), /readyz
 // (Redis answers, and has not evicted keys lately nor filled its memory:
-// redisguard.Status).
+// redisguard.Status) and /queue-depth (Depth, JSON: what KEDA scales on).
 func (w *Worker) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(rw, "ok")
+	})
+	mux.HandleFunc("GET /queue-depth", func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		d, err := w.queues.depth(ctx)
+		if err != nil {
+			http.Error(rw, "redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(d)
 	})
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
