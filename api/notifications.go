@@ -250,7 +250,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		if held {
 			_, err = batch.Add(ctx, n, queue)
 		} else {
-			_, err = tasks.Enqueue(ctx, s.client, s.keys, n, asynq.Queue(queue))
+			_, err = s.producer.Enqueue(ctx, n, asynq.Queue(queue))
 		}
 		if keyed && errors.Is(err, tasks.ErrDuplicate) {
 			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)

@@ -62,6 +62,7 @@ type Server struct {
 	log         *slog.Logger
 	rdb         redis.UniversalClient
 	client      *asynq.Client
+	producer    *tasks.Producer // into the tenants' waiting rooms, in order to the microsecond
 	insp        *asynq.Inspector
 	keys        *tasks.Keyring
 	lim         *throttle.Limiter
@@ -108,6 +109,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Server, error) {
 	s.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains)
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
+	s.producer = tasks.NewProducer(s.rdb, s.keys)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
 	return s, nil
 }

@@ -139,8 +139,10 @@ func baseEnv(addr, rules string) map[string]string {
 }
 
 // enqueueParallel enqueues ns with 16 producers; queue "" routes by tasks'
-// defaults (the lanes), else everything goes to that queue.
-func enqueueParallel(ctx context.Context, rdb redis.UniversalClient, ns []tasks.Notification, queue string) {
+// defaults (the lanes), else everything goes to that queue. plain enqueues
+// as producers did before the waiting rooms: straight into the pending
+// lists (for the binaries built before them).
+func enqueueParallel(ctx context.Context, rdb redis.UniversalClient, ns []tasks.Notification, queue string, plain bool) {
 	client := asynq.NewClientFromRedisClient(rdb)
 	var wg sync.WaitGroup
 	for p := 0; p < 16; p++ {
@@ -148,11 +150,18 @@ func enqueueParallel(ctx context.Context, rdb redis.UniversalClient, ns []tasks.
 		go func() {
 			defer wg.Done()
 			for i := p; i < len(ns); i += 16 {
-				var opts []asynq.Option
-				if queue != "" {
-					opts = append(opts, asynq.Queue(queue))
+				q := queue
+				if q == "" {
+					q = tasks.DefaultLayout.Route(ns[i].Tenant, tasks.DefaultLane(ns[i].Category), nil)
 				}
-				if _, err := tasks.Enqueue(ctx, client, keyring, ns[i], opts...); err != nil {
+				var err error
+				if plain {
+					t, opts := plainTask(ns[i], q)
+					_, err = client.EnqueueContext(ctx, t, opts...)
+				} else {
+					_, err = tasks.Enqueue(ctx, client, keyring, ns[i], asynq.Queue(q))
+				}
+				if err != nil {
 					log.Fatal(err)
 				}
 			}
@@ -191,7 +200,7 @@ func lanesFlood(ctx context.Context, bin, dir string, flood int, single bool) (o
 	}
 	ns, isB := floodBacklog(flood, b)
 	t0 := time.Now()
-	enqueueParallel(ctx, rdb, ns, queue)
+	enqueueParallel(ctx, rdb, ns, queue, single)
 	fmt.Printf("    enqueued %d in %.1f s\n", len(ns), time.Since(t0).Seconds())
 	env := baseEnv(srv.Addr, lanesRules)
 	env["SLUICE_SMS_SENDER"], env["SLUICE_EMAIL_SENDER"] = "log", "log"
@@ -417,7 +426,7 @@ func idle(ctx context.Context, bin, dir string, d time.Duration) (cmds, scripts 
 
 // saturated: n SMS, every one admitted at once, queued before the worker
 // starts; Redis CPU from the worker's start to the last send, per send.
-func saturated(ctx context.Context, bin, dir string, n, tenants int, single bool) time.Duration {
+func saturated(ctx context.Context, bin, dir string, n, tenants int, single, plain bool) time.Duration {
 	srv, err := redistest.Launch(must(os.MkdirTemp(dir, "redis-")))
 	if err != nil {
 		log.Fatal(err)
@@ -433,7 +442,7 @@ func saturated(ctx context.Context, bin, dir string, n, tenants int, single bool
 	if single {
 		q = tasks.DefaultQueue
 	}
-	enqueueParallel(ctx, rdb, ns, q)
+	enqueueParallel(ctx, rdb, ns, q, plain)
 	env := baseEnv(srv.Addr, "sms:recipient=5/1m,sms:tenant=1000000/1h")
 	env["SLUICE_SMS_SENDER"] = "log"
 	if x := os.Getenv("LANES_EXTRA"); x != "" && !single {
@@ -548,8 +557,8 @@ func lanesSaturated(ctx context.Context, bin, base, dir string) {
 	for _, tenants := range []int{1, 8} {
 		var a, b []float64
 		for r := 0; r < 3; r++ {
-			a = append(a, float64(saturated(ctx, bin, dir, n, tenants, false)))
-			b = append(b, float64(saturated(ctx, base, dir, n, tenants, true)))
+			a = append(a, float64(saturated(ctx, bin, dir, n, tenants, false, false)))
+			b = append(b, float64(saturated(ctx, base, dir, n, tenants, true, true)))
 		}
 		ratio := median(a) / median(b)
 		add(row{"lanes", fmt.Sprintf("saturated worker, Redis CPU per delivered task, %d tenant(s)", tenants),
@@ -611,7 +620,7 @@ func lanesCluster(ctx context.Context, bin, base, dir string) {
 		if run.single {
 			q = tasks.DefaultQueue
 		}
-		enqueueParallel(ctx, cc, ns, q)
+		enqueueParallel(ctx, cc, ns, q, run.single)
 		clients := make([]*redis.Client, len(addrs))
 		before := make([]redisStats, len(addrs))
 		for i, a := range addrs {

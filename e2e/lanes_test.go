@@ -130,17 +130,40 @@ func TestNothingUrgentQueuesBehindAFlood(t *testing.T) {
 	}
 }
 
-// Tasks left in the single queue of earlier releases — pending, scheduled,
-// and in retry after a failed attempt of the old worker — are all
-// delivered exactly once by the new workers, which serve that queue too.
+// Tasks left by earlier releases — in the single queue of the releases
+// before lanes, and in a lane's shard by the releases before the waiting
+// rooms: pending, scheduled, and in retry after a failed attempt of the
+// old worker — are all delivered exactly once by the new workers, beside
+// notifications enqueued into the rooms meanwhile.
 func TestUpgradeFromTheSingleQueue(t *testing.T) {
 	t.Parallel()
+	for _, queue := range []string{tasks.DefaultLayout.Legacy(), tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil)} {
+		t.Run(queue, func(t *testing.T) {
+			t.Parallel()
+			upgradeFrom(t, queue)
+		})
+	}
+}
+
+// plainTask is n as producers before the waiting rooms enqueued it:
+// straight into its queue's pending list (no group).
+func plainTask(t *testing.T, keys *tasks.Keyring, n tasks.Notification, queue string, opts ...asynq.Option) (*asynq.Task, []asynq.Option) {
+	t.Helper()
+	task, err := tasks.NewTask(n, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return asynq.NewTaskWithHeaders(task.Type(), task.Payload(), task.Headers()), append([]asynq.Option{asynq.Queue(queue), asynq.TaskID(n.ID),
+		asynq.MaxRetry(tasks.DefaultMaxRetry + 1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0)}, opts...)
+}
+
+func upgradeFrom(t *testing.T, legacy string) {
 	e := newEnv(t, "sms:recipient=5/1m")
-	legacy := tasks.DefaultLayout.Legacy()
 	ids := map[string]string{}
 	enqueue := func(body string, opts ...asynq.Option) string {
 		n := tasks.NewSMS("acme", fmt.Sprintf("+1415555%04d", len(ids)), body)
-		if _, err := tasks.Enqueue(context.Background(), e.client, e.keys, n, append([]asynq.Option{asynq.Queue(legacy)}, opts...)...); err != nil {
+		task, all := plainTask(t, e.keys, n, legacy, opts...)
+		if _, err := e.client.EnqueueContext(context.Background(), task, all...); err != nil {
 			t.Fatal(err)
 		}
 		ids[n.ID] = n.To
@@ -173,6 +196,7 @@ func TestUpgradeFromTheSingleQueue(t *testing.T) {
 	if err := old.Start(mux); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(old.Shutdown) // if the test ends early (a second Shutdown does nothing)
 	select {
 	case <-allFailed:
 	case <-time.After(30 * time.Second):
@@ -190,6 +214,13 @@ func TestUpgradeFromTheSingleQueue(t *testing.T) {
 		t.Fatalf("the single queue holds %+v (%v), want 10 pending, 5 scheduled, 5 retry", qi, err)
 	}
 
+	for i := 0; i < 5; i++ { // and new producers meanwhile, into acme's room
+		n := tasks.NewSMS("acme", fmt.Sprintf("+1415555%04d", len(ids)), "new")
+		if _, err := tasks.Enqueue(context.Background(), e.client, e.keys, n); err != nil {
+			t.Fatal(err)
+		}
+		ids[n.ID] = n.To
+	}
 	e.worker("new", nil)
 	ds := e.waitAllDelivered(ids, time.Minute)
 	e.waitDrained(30 * time.Second)
