@@ -193,3 +193,32 @@ func parseWaiting(vals []any, err error) (Waiting, error) {
 	}
 	return w, nil
 }
+
+// TenantWaiting counts tenant's notifications waiting in its rooms, by
+// lane: in its shard of each lane under pins, and in its shard without
+// them (notifications enqueued before a pin). It writes nothing.
+func TenantWaiting(ctx context.Context, rdb redis.UniversalClient, l Layout, tenant string, pins Pins) (map[Lane]int64, error) {
+	type read struct {
+		lane Lane
+		cmd  *redis.IntCmd
+	}
+	var reads []read
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, lane := range Lanes {
+			q := l.Route(tenant, lane, pins)
+			reads = append(reads, read{lane, p.ZCard(ctx, RoomOf(q).Group(tenant))})
+			if other := l.Route(tenant, lane, nil); other != q {
+				reads = append(reads, read{lane, p.ZCard(ctx, RoomOf(other).Group(tenant))})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read %s's waiting rooms: %w", tenant, err)
+	}
+	out := map[Lane]int64{}
+	for _, r := range reads {
+		out[r.lane] += r.cmd.Val()
+	}
+	return out, nil
+}

@@ -291,8 +291,15 @@ func TestQuotaShowAndReset(t *testing.T) {
 	if got[0].Used != 2 || got[0].Remaining != 0 || got[2].Used != 2 {
 		t.Fatalf("rows: %+v", got)
 	}
+	// Two notifications waiting in acme's room of the standard lane.
+	for range 2 {
+		if _, err := tasks.Enqueue(ctx, asynq.NewClientFromRedisClient(srv.Client(t)), nil, tasks.NewSMS("acme", "+14155550199", "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r = sluice(t, "", "quota", "show", "--tenant", "acme", "--channel", "sms", "--recipient", "+14155550100")
-	if r.code != 0 || !regexp.MustCompile(`sms:recipient\s+2/1m\s+2\s+0\s+0\s+in `).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`sms:recipient\s+2/1m\s+2\s+0\s+0\s+in `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`waiting in its rooms.*priority 0, standard 2, bulk 0; weight 1`).MatchString(r.stdout) {
 		t.Fatalf("table:\n%s%s", r.stdout, r.stderr)
 	}
 	// Reset asks first.

@@ -67,7 +67,11 @@ func newQuotaShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printUsage(cmd, rep, f.json)
+			waiting, err := tasks.TenantWaiting(cmd.Context(), env.deps.Redis, env.cfg.Layout(), f.tenant, env.policy.Pins())
+			if err != nil {
+				return err
+			}
+			return printUsage(cmd, rep, roomsOf(f.tenant, waiting, env.policy), f.json)
 		},
 	}
 	f.register(show)
@@ -167,12 +171,33 @@ func (f quotaFlags) query() report.QuotaQuery {
 	return report.QuotaQuery{Tenant: f.tenant, Channel: tasks.Channel(f.channel), Category: f.category, Recipient: f.recipient, From: f.from}
 }
 
-func printUsage(cmd *cobra.Command, rep report.QuotaReport, asJSON bool) error {
+// rooms is what a tenant has waiting in its rooms, not yet dispatched to
+// a worker, by lane, and its weight in the fair dispatch.
+type rooms struct {
+	Waiting map[string]int64 `json:"waiting"`
+	Weight  int              `json:"weight"`
+}
+
+func roomsOf(tenant string, waiting map[tasks.Lane]int64, policy plans.Policy) rooms {
+	r := rooms{Waiting: map[string]int64{}, Weight: 1}
+	for _, lane := range tasks.Lanes {
+		r.Waiting[string(lane)] = waiting[lane]
+	}
+	if w, ok := policy.Weights()[tenant]; ok {
+		r.Weight = w
+	}
+	return r
+}
+
+func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep.JSON())
+		return enc.Encode(struct {
+			report.QuotaJSON
+			rooms
+		}{rep.JSON(), r})
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if len(rep.Rows) > 0 {
@@ -194,6 +219,8 @@ func printUsage(cmd *cobra.Command, rep report.QuotaReport, asJSON bool) error {
 		fmt.Fprintf(tw, "%s.%s quiet hours %s (%s)\t%s %s\n", q.Channel, q.Category, q.Hours, strings.Join(q.Zones, ", "),
 			state, inDuration(time.Until(q.Until)))
 	}
+	fmt.Fprintf(tw, "waiting in its rooms (not yet dispatched)\tpriority %d, standard %d, bulk %d; weight %d\n",
+		r.Waiting["priority"], r.Waiting["standard"], r.Waiting["bulk"], r.Weight)
 	return tw.Flush()
 }
 
