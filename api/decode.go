@@ -49,6 +49,40 @@ func (d *decoded) pointer(field, key string) string {
 	return p
 }
 
+// readExpiresAt reads expires_at: an RFC 3339 date-time at least
+// MinExpiry ahead of now, before the year 10000; else why not.
+func readExpiresAt(v json.RawMessage, now time.Time) (time.Time, string) {
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return time.Time{}, "must be an RFC 3339 date-time string"
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Sprintf("%q is not an RFC 3339 date-time like 2026-01-02T15:04:05Z", s)
+	case !t.After(now):
+		return time.Time{}, "is already past"
+	case t.Before(now.Add(MinExpiry)):
+		return time.Time{}, fmt.Sprintf("is less than %v ahead", MinExpiry)
+	case t.UTC().Year() > 9999:
+		return time.Time{}, "is after the year 9999"
+	}
+	return t.UTC(), ""
+}
+
+// readTTL reads ttl: a Go duration from MinExpiry to MaxTTL; else why not.
+func readTTL(v json.RawMessage) (time.Duration, string) {
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return 0, "must be a duration string like \"10m\" or \"1h30m\""
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil || dur < MinExpiry || dur > MaxTTL {
+		return 0, fmt.Sprintf("%q is not a duration between %v and %v (e.g. \"10m\", \"1h30m\")", s, MinExpiry, MaxTTL)
+	}
+	return dur, ""
+}
+
 // decodeNotification reads one notification of a request: the payload's
 // fields (without id and enqueued_at, which the API sets), and ttl as an
 // alternative to expires_at. It returns every bad field, not just the
@@ -76,38 +110,16 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 		d.keys[strings.ToLower(k)] = k // of two spellings, the last decoded wins, as below
 		switch strings.ToLower(k) {    // encoding/json matches names case-insensitively
 		case "expires_at":
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
-				add(k, "must be an RFC 3339 date-time string")
+			t, reason := readExpiresAt(v, now)
+			if reason != "" {
+				add(k, reason)
 				continue
 			}
-			t, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				add(k, fmt.Sprintf("%q is not an RFC 3339 date-time like 2026-01-02T15:04:05Z", s))
-				continue
-			}
-			if !t.After(now) {
-				add(k, "is already past")
-				continue
-			}
-			if t.Before(now.Add(MinExpiry)) {
-				add(k, fmt.Sprintf("is less than %v ahead", MinExpiry))
-				continue
-			}
-			if t.UTC().Year() > 9999 {
-				add(k, "is after the year 9999")
-				continue
-			}
-			n.ExpiresAt, hasExpiry = t.UTC(), true
+			n.ExpiresAt, hasExpiry = t, true
 		case "ttl":
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
-				add(k, "must be a duration string like \"10m\" or \"1h30m\"")
-				continue
-			}
-			dur, err := time.ParseDuration(s)
-			if err != nil || dur < MinExpiry || dur > MaxTTL {
-				add(k, fmt.Sprintf("%q is not a duration between %v and %v (e.g. \"10m\", \"1h30m\")", s, MinExpiry, MaxTTL))
+			dur, reason := readTTL(v)
+			if reason != "" {
+				add(k, reason)
 				continue
 			}
 			ttl, hasTTL = dur, true

@@ -40,73 +40,24 @@ type BatchAccepted struct {
 // createNotifications is POST /v1/notifications: one notification (a JSON
 // object) or a batch ({"notifications": [...]}), all or nothing.
 func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
-	id := identityOf(r)
-	tenant, ok := s.tenantOf(w, r, id)
-	if !ok {
+	c := &creation{s: s, r: r, id: identityOf(r)}
+	var ok bool
+	if c.tenant, ok = s.tenantOf(w, r, c.id); !ok || !acceptsJSONBody(w, r) {
 		return
 	}
-	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
-		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
-		w.Header().Set("Accept-Post", "application/json")
-		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported-media", "send the notifications as Content-Type: application/json (UTF-8)")
-		return
-	}
-	key, hasKey, err := ParseIdempotencyKey(r.Header)
-	if err != nil {
+	var err error
+	if c.key, c.hasKey, err = ParseIdempotencyKey(r.Header); err != nil {
 		writeProblem(w, http.StatusBadRequest, "invalid-request", err.Error(), InvalidParam{Name: HeaderIdempotencyKey, Reason: err.Error()})
 		return
 	}
-	var rkey, owner, fp string
-	var answered struct { // what the record keeps of the answer
-		batch bool
-		out   []Accepted
-	}
-	if hasKey {
-		rkey = IdempotencyRedisKey(tenant, key)
-		rec, mine, err := s.idem.begin(r.Context(), rkey)
-		if err != nil {
-			s.unavailable(w, r, err)
+	if c.hasKey {
+		if w, ok = c.beginIdempotent(w); !ok {
 			return
 		}
-		if rec != nil {
-			s.answerRetry(w, r, rec, tenant, key)
-			return
-		}
-		owner = mine
-		done := false
-		defer func() {
-			if !done { // nothing to replay: a retry may go ahead
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-				defer cancel()
-				_ = s.idem.update(ctx, rkey, owner, nil, 0)
-			}
-		}()
-		w = &keeper{ResponseWriter: w, onAccepted: func(status int, h http.Header, body []byte) {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-			defer cancel()
-			rec := &idemRecord{State: stateDone, Status: status, At: time.Now().UTC(), Fingerprint: fp}
-			if !compactAnswer(rec, tenant, key, answered.batch, answered.out) {
-				rec.ContentType, rec.Location, rec.Body = h.Get("Content-Type"), h.Get("Location"), body
-			}
-			if err := s.idem.update(ctx, rkey, owner, rec, s.cfg.IdempotencyTTL); err != nil {
-				s.log.Error("could not keep the response of an Idempotency-Key; a retry will map to the same notification ids", "err", err)
-			}
-			done = true
-		}}
+		defer c.endIdempotent()
 	}
 	body, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
-	if hasKey {
-		fp = fingerprint(r, body)
-		rec := &idemRecord{State: stateProcessing, Owner: owner, Fingerprint: fp, At: time.Now().UTC()}
-		if err := s.idem.update(r.Context(), rkey, owner, rec, 0); err != nil {
-			s.unavailable(w, r, err)
-			return
-		}
-	}
-	if refuseDuplicate(w, body) {
+	if !ok || !c.processing(w, body) || refuseDuplicate(w, body) {
 		return
 	}
 	items, batch, problem := splitBatch(body)
@@ -114,6 +65,116 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem.Status, "invalid-request", problem.Detail, problem.InvalidParams...)
 		return
 	}
+	ns, ok := c.decode(w, items, batch)
+	if !ok || !c.withinRate(w, len(ns)) {
+		return
+	}
+	// The request is whole: enqueue it even if the client goes away meanwhile.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
+	defer cancel()
+	out, err := s.enqueue(ctx, ns, c.hasKey)
+	if !c.enqueued(w, err) {
+		return
+	}
+	c.batch, c.out = batch, out
+	if !batch {
+		w.Header().Set("Location", "/v1/notifications/"+out[0].ID)
+		writeJSON(w, http.StatusAccepted, out[0])
+		return
+	}
+	writeJSON(w, http.StatusAccepted, BatchAccepted{Notifications: out})
+}
+
+// acceptsJSONBody answers 415 unless the request says its body is JSON
+// in UTF-8.
+func acceptsJSONBody(w http.ResponseWriter, r *http.Request) bool {
+	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
+		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
+		w.Header().Set("Accept-Post", "application/json")
+		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported-media", "send the notifications as Content-Type: application/json (UTF-8)")
+		return false
+	}
+	return true
+}
+
+// creation is one POST /v1/notifications on its way.
+type creation struct {
+	s      *Server
+	r      *http.Request
+	id     identity
+	tenant string
+	// The Idempotency-Key, if any; its record's Redis key, the owner
+	// nonce of this attempt, the body's fingerprint, and whether the
+	// answer was kept for retries (else the record is let go).
+	key, rkey, owner, fp string
+	hasKey, kept         bool
+	// What the record keeps of the answer.
+	batch bool
+	out   []Accepted
+}
+
+// beginIdempotent takes the Idempotency-Key's record for this attempt,
+// or answers a retry from it (false). The writer it returns keeps a 202
+// in the record before the client sees it.
+func (c *creation) beginIdempotent(w http.ResponseWriter) (http.ResponseWriter, bool) {
+	c.rkey = IdempotencyRedisKey(c.tenant, c.key)
+	rec, mine, err := c.s.idem.begin(c.r.Context(), c.rkey)
+	if err != nil {
+		c.s.unavailable(w, c.r, err)
+		return w, false
+	}
+	if rec != nil {
+		c.s.answerRetry(w, c.r, rec, c.tenant, c.key)
+		return w, false
+	}
+	c.owner = mine
+	return &keeper{ResponseWriter: w, onAccepted: c.keep}, true
+}
+
+// keep records an accepted answer for the key's retries.
+func (c *creation) keep(status int, h http.Header, body []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.Context()), 5*time.Second)
+	defer cancel()
+	rec := &idemRecord{State: stateDone, Status: status, At: time.Now().UTC(), Fingerprint: c.fp}
+	if !compactAnswer(rec, c.tenant, c.key, c.batch, c.out) {
+		rec.ContentType, rec.Location, rec.Body = h.Get("Content-Type"), h.Get("Location"), body
+	}
+	if err := c.s.idem.update(ctx, c.rkey, c.owner, rec, c.s.cfg.IdempotencyTTL); err != nil {
+		c.s.log.Error("could not keep the response of an Idempotency-Key; a retry will map to the same notification ids", "err", err)
+	}
+	c.kept = true
+}
+
+// endIdempotent lets the key's record go when nothing was kept to
+// replay: a retry may go ahead.
+func (c *creation) endIdempotent() {
+	if c.kept {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.Context()), 5*time.Second)
+	defer cancel()
+	_ = c.s.idem.update(ctx, c.rkey, c.owner, nil, 0)
+}
+
+// processing records, for a keyed request, that this body is being
+// processed (a retry with another body is refused meanwhile).
+func (c *creation) processing(w http.ResponseWriter, body []byte) bool {
+	if !c.hasKey {
+		return true
+	}
+	c.fp = fingerprint(c.r, body)
+	rec := &idemRecord{State: stateProcessing, Owner: c.owner, Fingerprint: c.fp, At: time.Now().UTC()}
+	if err := c.s.idem.update(c.r.Context(), c.rkey, c.owner, rec, 0); err != nil {
+		c.s.unavailable(w, c.r, err)
+		return false
+	}
+	return true
+}
+
+// decode reads every item into a notification of the request's tenant,
+// with its id, or answers 403 (an item names another tenant) or 422 (every
+// bad field, by pointer and index).
+func (c *creation) decode(w http.ResponseWriter, items []json.RawMessage, batch bool) ([]tasks.Notification, bool) {
 	ns := make([]tasks.Notification, len(items))
 	var invalid, forbidden []InvalidParam
 	now := time.Now()
@@ -124,20 +185,20 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		}
 		d := decodeNotification(raw, now)
 		n := d.N
-		if n.Tenant != "" && n.Tenant != tenant {
-			forbidden = append(forbidden, bodyParam("tenant", fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, tenant), prefix+d.pointer("tenant", "")))
+		if n.Tenant != "" && n.Tenant != c.tenant {
+			forbidden = append(forbidden, bodyParam("tenant", fmt.Sprintf("names tenant %q; this request acts for %q", n.Tenant, c.tenant), prefix+d.pointer("tenant", "")))
 			forbidden[len(forbidden)-1].Index = idx
 		}
-		n.Tenant = tenant
-		if hasKey {
-			n.ID = NotificationID(tenant, key, i)
+		n.Tenant = c.tenant
+		if c.hasKey {
+			n.ID = NotificationID(c.tenant, c.key, i)
 		} else {
 			n.ID = tasks.NewID()
 		}
 		n.EnqueuedAt = now.UTC().Truncate(time.Millisecond)
 		bad := d.Bad
 		if len(bad) == 0 {
-			bad = s.checkPlan(d, &n)
+			bad = c.s.checkPlan(d, &n)
 		}
 		for _, b := range bad {
 			b.Index, b.Pointer = idx, prefix+b.Pointer
@@ -147,51 +208,52 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(forbidden) > 0 {
 		writeProblem(w, http.StatusForbidden, "forbidden", "a token acts for its own tenant only (an admin token for the tenant named by ?tenant=); nothing was enqueued", forbidden...)
-		return
+		return nil, false
 	}
 	if len(invalid) > 0 {
 		detail := fmt.Sprintf("%d invalid fields; nothing was enqueued", len(invalid))
 		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", detail, invalid...)
-		return
+		return nil, false
 	}
-	// The token's notification rate: a batch counts each notification.
-	if wait, ok, err := s.notificationRate(r.Context(), id.TokenID, len(ns)); err != nil {
-		s.unavailable(w, r, err)
-		return
-	} else if !ok {
+	return ns, true
+}
+
+// withinRate counts n notifications against the token's notification rate
+// (a batch counts each), or answers 429.
+func (c *creation) withinRate(w http.ResponseWriter, n int) bool {
+	wait, ok, err := c.s.notificationRate(c.r.Context(), c.id.TokenID, n)
+	if err != nil {
+		c.s.unavailable(w, c.r, err)
+		return false
+	}
+	if !ok {
 		w.Header().Set("Retry-After", retryAfter(wait))
-		writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may enqueue %s notifications; these %d fit in %v; nothing was enqueued", s.notifRate, len(ns), wait.Round(time.Millisecond)))
-		return
+		writeProblem(w, http.StatusTooManyRequests, "rate-limited", fmt.Sprintf("this token may enqueue %s notifications; these %d fit in %v; nothing was enqueued", c.s.notifRate, n, wait.Round(time.Millisecond)))
+		return false
 	}
-	// The request is whole: enqueue it even if the client goes away meanwhile.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ReadTimeout)
-	defer cancel()
-	out, err := s.enqueue(ctx, ns, hasKey)
+	return true
+}
+
+// enqueued answers an enqueue's error, if any: 429 queue-full at the
+// tenant's cap, 422 for an expiry that passed meanwhile, else 503.
+func (c *creation) enqueued(w http.ResponseWriter, err error) bool {
 	var full *tasks.QueueFullError
-	if errors.As(err, &full) {
-		s.metrics.queueFull.WithLabelValues(full.Cap).Inc()
+	var fe *tasks.FieldError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &full):
+		c.s.metrics.queueFull.WithLabelValues(full.Cap).Inc()
 		w.Header().Set("Retry-After", strconv.Itoa(int(QueueFullRetry/time.Second)))
 		writeProblem(w, http.StatusTooManyRequests, "queue-full", full.Error()+"; try again when some have been sent")
-		return
-	}
-	var fe *tasks.FieldError
-	if errors.As(err, &fe) {
+	case errors.As(err, &fe):
 		// Checked above; only time can make it fail now (an expiry that passed).
 		writeProblem(w, http.StatusUnprocessableEntity, "invalid-notification", "nothing was enqueued",
 			bodyParam(fe.Name(), fe.Reason, ""))
-		return
+	default:
+		c.s.unavailable(w, c.r, err)
 	}
-	if err != nil {
-		s.unavailable(w, r, err)
-		return
-	}
-	answered.batch, answered.out = batch, out
-	if !batch {
-		w.Header().Set("Location", "/v1/notifications/"+out[0].ID)
-		writeJSON(w, http.StatusAccepted, out[0])
-		return
-	}
-	writeJSON(w, http.StatusAccepted, BatchAccepted{Notifications: out})
+	return false
 }
 
 // enqueue enqueues every notification or none, even with workers running.

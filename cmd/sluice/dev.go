@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,9 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/internal/app"
@@ -60,26 +59,78 @@ denied and when they were rescheduled to, then keeps serving (with /metrics,
 }
 
 func runDev(ctx context.Context, out io.Writer, f devFlags) error {
-	mr := miniredis.NewMiniRedis()
-	mr.ClockTTL(true) // keys expire on the wall clock, as in Redis
-	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-		return fmt.Errorf("start embedded redis: %w", err)
+	ln, err := net.Listen("tcp", f.http)
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
 	}
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-
-	secret := make([]byte, 16)
-	_, _ = rand.Read(secret)
 	rule := throttle.Rule{Limit: f.limit, Window: f.window}
-	// Act 2's rules: a capped category, a priority lane, and quiet hours
-	// around now for a recipient in Kolkata.
+	quietHours := devQuietHours()
+	var cfg worker.Config
+	p := &devPrinter{out: out, start: time.Now(), num: map[string]string{}, sent: make(chan string, f.sends+8)}
+	dev, err := app.NewDev(func(url string) (worker.Config, app.WorkerOptions, error) {
+		cfg, err = devConfig(url, rule, quietHours)
+		return cfg, app.WorkerOptions{Listener: ln, Logger: cfg.NewLogger(out),
+			Senders: map[tasks.Channel]sender.Sender{tasks.SMS: p, tasks.Email: p}, OnDecision: p.decision}, err
+	})
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	w := dev.Worker
+	p.w = w
+	p.printf("sluice dev: embedded Redis (miniredis) at %s, one worker, log sender\n", dev.Embedded.Addr())
+	p.printf("quota: sms:recipient %s (the classic sliding-log demo), sms:tenant 1000/1h\n", rule)
+	p.printf("metrics: http://%s/metrics   health: http://%s/healthz  http://%s/readyz\n\n", ln.Addr(), ln.Addr(), ln.Addr())
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	producer := asynq.NewClientFromRedisClient(dev.Redis)
+	defer producer.Close()
+	act := func(err error) error { // an act cut short: by the worker's end, or its own error (then the worker stops)
+		var ended workerEnded
+		if errors.As(err, &ended) {
+			return ended.err
+		}
+		stop()
+		<-done
+		return interrupted(ctx, err)
+	}
+	if err := act1Demo(ctx, p, producer, w, cfg.Layout(), f, done); err != nil {
+		return act(err)
+	}
+	p.printf("\nall %d sent: %d at once, %d after the window freed, none failed or dropped.\n", f.sends, min(f.limit, f.sends), max(0, f.sends-f.limit))
+	if err := act2Demo(ctx, p, producer, w, cfg.Layout(), quietHours, done); err != nil {
+		return act(err)
+	}
+	if f.exitWhenDone {
+		stop()
+		return <-done
+	}
+	p.printf("serving until Ctrl-C (try: curl -s http://%s/metrics | grep sluice_)\n", ln.Addr())
+	return <-done
+}
+
+// devQuietHours are act 2's quiet hours: around now for a recipient in
+// Kolkata.
+func devQuietHours() string {
 	kolkata, _ := time.LoadLocation("Asia/Kolkata")
 	local := time.Now().In(kolkata)
-	quietHours := local.Add(-time.Hour).Format("15:04") + "-" + local.Add(2*time.Hour).Format("15:04")
+	return local.Add(-time.Hour).Format("15:04") + "-" + local.Add(2*time.Hour).Format("15:04")
+}
+
+// devConfig is the demo worker's configuration on the embedded Redis at
+// url: act 1's sliding-log rule, and act 2's capped category, priority
+// lane and quiet hours.
+func devConfig(url string, rule throttle.Rule, quietHours string) (worker.Config, error) {
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
 	act2 := ",sms.marketing:recipient=1/1m,sms.otp:exempt,sms.otp:recipient=5/1h,sms.promo:quiet=" + quietHours
-	cfg, err := worker.ParseConfig(map[string]string{
-		"SLUICE_REDIS_URL":      "redis://" + mr.Addr(),
+	return worker.ParseConfig(map[string]string{
+		"SLUICE_REDIS_URL":      url,
 		"SLUICE_SUBJECT_SECRET": hex.EncodeToString(secret),
 		"SLUICE_PAYLOAD_KEYS":   tasks.NewKeySpec("dev"),
 		"SLUICE_RULES":          "sms:recipient=" + rule.String() + ",sms:tenant=1000/1h,email:recipient=" + rule.String() + act2,
@@ -91,48 +142,17 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		"SLUICE_QUEUE_SHARDS":  "1",
 		"SLUICE_QUEUE_RECHECK": "0",
 	})
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", f.http)
-	if err != nil {
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return err
-		}
-	}
-	p := &devPrinter{out: out, start: time.Now(), num: map[string]string{}, sent: make(chan string, f.sends+8)}
-	w, err := app.NewWorker(cfg, app.WorkerOptions{
-		Redis:      rdb,
-		Listener:   ln,
-		Logger:     cfg.NewLogger(out),
-		Senders:    map[tasks.Channel]sender.Sender{tasks.SMS: p, tasks.Email: p},
-		OnDecision: p.decision,
-		// miniredis has no settings to read, and never evicts.
-		NoRedisChecks: true,
-	})
-	if err != nil {
-		return err
-	}
-	p.w = w
-	p.printf("sluice dev: embedded Redis (miniredis) at %s, one worker, log sender\n", mr.Addr())
-	p.printf("quota: sms:recipient %s (the classic sliding-log demo), sms:tenant 1000/1h\n", rule)
-	p.printf("metrics: http://%s/metrics   health: http://%s/healthz  http://%s/readyz\n\n", ln.Addr(), ln.Addr(), ln.Addr())
+}
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
-
-	producer := asynq.NewClientFromRedisClient(rdb)
-	defer producer.Close()
+// act1Demo enqueues f.sends SMS to one recipient 100 ms apart and waits
+// until every one was sent.
+func act1Demo(ctx context.Context, p *devPrinter, producer *asynq.Client, w *worker.Worker, layout tasks.Layout, f devFlags, done <-chan error) error {
 	p.printf("enqueueing %d SMS to %s, 100 ms apart\n", f.sends, tasks.Mask("+14155550100"))
 	for i := 1; i <= f.sends; i++ {
 		n := tasks.NewSMS("demo", "+14155550100", "demo message "+strconv.Itoa(i))
 		p.number(n.ID, "#"+strconv.Itoa(i))
-		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(w.Policy().Queue(cfg.Layout(), n))); err != nil {
-			stop()
-			<-done
-			return interrupted(ctx, err)
+		if _, err := tasks.Enqueue(ctx, producer, w.Keys(), n, asynq.Queue(w.Policy().Queue(layout, n))); err != nil {
+			return err
 		}
 		if i < f.sends {
 			select {
@@ -141,30 +161,24 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 			}
 		}
 	}
-	sent := 0
-	for sent < f.sends {
+	for sent := 0; sent < f.sends; {
 		select {
 		case l := <-p.sent:
 			if strings.HasPrefix(l, "#") {
 				sent++
 			}
 		case err := <-done:
-			return err
+			return workerEnded{err}
 		}
 	}
-	p.printf("\nall %d sent: %d at once, %d after the window freed, none failed or dropped.\n", f.sends, min(f.limit, f.sends), max(0, f.sends-f.limit))
-	if err := act2Demo(ctx, p, producer, w, cfg.Layout(), quietHours, done); err != nil {
-		stop()
-		<-done
-		return interrupted(ctx, err)
-	}
-	if f.exitWhenDone {
-		stop()
-		return <-done
-	}
-	p.printf("serving until Ctrl-C (try: curl -s http://%s/metrics | grep sluice_)\n", ln.Addr())
-	return <-done
+	return nil
 }
+
+// workerEnded is an act cut short by the worker's end (Ctrl-C): its Run's
+// error, nil for a clean stop.
+type workerEnded struct{ err error }
+
+func (e workerEnded) Error() string { return fmt.Sprintf("the worker ended: %v", e.err) }
 
 // interrupted is nil when err only reports the Ctrl-C that stopped the demo
 // (an enqueue cut short by it), else err.
@@ -211,7 +225,7 @@ func act2Demo(ctx context.Context, p *devPrinter, producer *asynq.Client, w *wor
 		case l := <-p.sent:
 			delete(want, l)
 		case err := <-done:
-			return err
+			return workerEnded{err}
 		case <-ctx.Done():
 			return nil
 		}
