@@ -280,7 +280,7 @@ func (s *Server) httpPart() (lifecycle.Part, net.Listener, error) {
 			Help: "Client connections the API holds open (at most SLUICE_API_MAX_CONNS)."},
 			func() float64 { return float64(limited.Stats().Open) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_api_connections_closed_for_room_total",
-			Help: "Idle keep-alive connections, or connections without a request head for over 1s, closed to make room for a new one."},
+			Help: "Idle keep-alive connections closed to make room for a new one."},
 			func() float64 { return float64(limited.Stats().Evicted) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_api_connections_refused_total",
 			Help: "Connections answered 503 connection-limit: their address held SLUICE_API_MAX_CONNS_PER_CLIENT already."},

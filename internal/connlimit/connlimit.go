@@ -6,11 +6,12 @@
 // most PerClient from one peer address. When every slot is taken and
 // another connection arrives, it makes room the way nginx does when its
 // connections run out: it closes the connection that has been idle
-// (kept alive between requests) the longest, or else one that has been
-// open for GraceNew without sending its first request head. HTTP/1.1 lets
-// a server close an idle connection at any time (RFC 9112, 9.6) and
-// clients retry on a fresh one. Only when every connection is busy with a
-// request does a newcomer wait, in the listen backlog, as with
+// (kept alive between requests) the longest. HTTP/1.1 lets a server close
+// an idle connection at any time (RFC 9112, 9.6) and clients retry on a
+// fresh one. A connection still reading its first request head is never
+// closed to make room — it may be a slow client, or one being answered
+// 431 — the server's ReadHeaderTimeout bounds it. Only when no connection
+// is idle does a newcomer wait, in the listen backlog, as with
 // golang.org/x/net/netutil.LimitListener.
 //
 // A connection past PerClient is answered 503 with Retry-After and
@@ -44,9 +45,6 @@ type Options struct {
 	// connection comes from the proxy: set it to 0 or above the proxy's
 	// connection pool.
 	PerClient int
-	// GraceNew is how long a connection may stay open without its first
-	// request head before it can be closed to make room; default 1s.
-	GraceNew time.Duration
 	// Logger gets a sampled warning when connections are refused or
 	// closed to make room; default slog.Default().
 	Logger *slog.Logger
@@ -57,7 +55,7 @@ type Options struct {
 // Stats counts what a Listener did.
 type Stats struct {
 	Open      int    // connections open now
-	Evicted   uint64 // idle or headless connections closed to make room
+	Evicted   uint64 // idle connections closed to make room
 	Refused   uint64 // connections refused for their client's share (503)
 	WaitedFor uint64 // times Accept waited for a busy connection to end
 }
@@ -67,7 +65,6 @@ type Stats struct {
 type Listener struct {
 	net.Listener
 	max, perClient int
-	graceNew       time.Duration
 	log            *slog.Logger
 	now            func() time.Time
 
@@ -76,7 +73,6 @@ type Listener struct {
 	open     int
 	byClient map[string]int
 	idle     *list.List // *conn, longest idle first
-	fresh    *list.List // *conn with no request yet, oldest first
 	closed   bool
 
 	evicted, refused, waited atomic.Uint64
@@ -89,17 +85,14 @@ func New(ln net.Listener, o Options) *Listener {
 	if o.Max < 1 {
 		o.Max = 1
 	}
-	if o.GraceNew <= 0 {
-		o.GraceNew = time.Second
-	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	l := &Listener{Listener: ln, max: o.Max, perClient: o.PerClient, graceNew: o.GraceNew, log: o.Logger, now: o.Now,
-		byClient: map[string]int{}, idle: list.New(), fresh: list.New()}
+	l := &Listener{Listener: ln, max: o.Max, perClient: o.PerClient, log: o.Logger, now: o.Now,
+		byClient: map[string]int{}, idle: list.New()}
 	l.freed = sync.NewCond(&l.mu)
 	return l
 }
@@ -110,8 +103,7 @@ type conn struct {
 	net.Conn
 	l      *Listener
 	client string
-	since  time.Time     // when it entered its list
-	elem   *list.Element // in l.idle or l.fresh, or nil
+	elem   *list.Element // in l.idle, or nil
 	inList *list.List
 	gone   bool // its slot is given back
 	once   sync.Once
@@ -172,34 +164,26 @@ func (l *Listener) admit(c *conn) (bool, error) {
 	}
 	l.open++
 	l.byClient[c.client]++
-	l.enterLocked(c, l.fresh)
 	return true, nil
 }
 
-// waitLocked waits until a slot frees, a connection turns idle, or the
-// oldest connection without a request head reaches GraceNew: each can
-// make room.
+// waitLocked waits until a slot frees or a connection turns idle: either
+// makes room.
 func (l *Listener) waitLocked() {
 	l.waited.Add(1)
-	if e := l.fresh.Front(); e != nil {
-		wake := time.AfterFunc(e.Value.(*conn).since.Add(l.graceNew).Sub(l.now()), func() {
-			l.mu.Lock()
-			l.freed.Broadcast()
-			l.mu.Unlock()
-		})
-		defer wake.Stop()
-	}
 	l.freed.Wait()
 }
 
 // evictLocked closes the longest-idle connection (of client, if not "";
-// else of anyone), or else the oldest one without a request head for over
-// GraceNew. It reports whether it closed one; the slot frees when the
-// connection's Close runs, which it does before returning.
+// else of anyone). It reports whether it closed one; the slot frees when
+// the connection's Close runs, which it does before returning.
 func (l *Listener) evictLocked(client string) bool {
-	victim := l.pick(l.idle, client, time.Time{})
-	if victim == nil {
-		victim = l.pick(l.fresh, client, l.now().Add(-l.graceNew))
+	var victim *conn
+	for e := l.idle.Front(); e != nil; e = e.Next() {
+		if c := e.Value.(*conn); client == "" || c.client == client {
+			victim = c
+			break
+		}
 	}
 	if victim == nil {
 		return false
@@ -214,24 +198,8 @@ func (l *Listener) evictLocked(client string) bool {
 	return true
 }
 
-// pick returns the first connection of lst (of client, if not "") that
-// entered it before cutoff (any, when cutoff is zero).
-func (l *Listener) pick(lst *list.List, client string, cutoff time.Time) *conn {
-	for e := lst.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*conn)
-		if !cutoff.IsZero() && !c.since.Before(cutoff) {
-			return nil // the rest entered later still
-		}
-		if client == "" || c.client == client {
-			return c
-		}
-	}
-	return nil
-}
-
 func (l *Listener) enterLocked(c *conn, lst *list.List) {
 	l.leaveLocked(c)
-	c.since = l.now()
 	c.elem, c.inList = lst.PushBack(c), lst
 }
 
