@@ -16,46 +16,57 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// failNthEnqueue fails Asynq's n-th enqueue script (of a task, to pending
-// or scheduled) as if Redis had gone away, but first gives a running
-// worker up to 2 s to send what the batch enqueued before it.
+// failNthEnqueue fails the n-th script that enqueues a batch's items held
+// (tasks' fair_enqueue.lua with a hold: one per queue, sent in one
+// pipeline) as if Redis had gone away before it ran — it is not sent, the
+// others are — but first gives a running worker up to 2 s to send what
+// the batch enqueued before it.
 type failNthEnqueue struct {
 	n, seen atomic.Int32
 	sent    func() int
 }
 
-func (h *failNthEnqueue) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failNthEnqueue) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *failNthEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *failNthEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *failNthEnqueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name, _ := args[0].(string); (name == "evalsha" || name == "eval") && len(args) >= 5 {
-			k0, _ := args[3].(string)
-			k1, _ := args[4].(string)
-			if strings.Contains(k0, "}:t:") && (strings.HasSuffix(k1, "}:pending") || strings.HasSuffix(k1, "}:scheduled")) {
-				if h.seen.Add(1) == h.n.Load() {
-					for deadline := time.Now().Add(2 * time.Second); h.sent() == 0 && time.Now().Before(deadline); {
-						time.Sleep(10 * time.Millisecond) // the fake signals nothing the hook could wait on
-					}
-					err := errors.New("injected: connection reset by peer")
-					cmd.SetErr(err)
-					return err
-				}
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		kept := cmds[:0:0]
+		for _, cmd := range cmds {
+			if !heldEnqueue(cmd) || h.seen.Add(1) != h.n.Load() {
+				kept = append(kept, cmd)
+				continue
 			}
+			for deadline := time.Now().Add(2 * time.Second); h.sent() == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond) // the fake signals nothing the hook could wait on
+			}
+			cmd.SetErr(errors.New("injected: connection reset by peer"))
 		}
-		return next(ctx, cmd)
+		return next(ctx, kept)
 	}
 }
 
-// A batch is all or nothing even with a worker running: Redis fails at
-// the third of five items, after the worker had its chance to take the
-// first two. The answer is 503; nothing of the batch reaches the provider
-// (a notification sent after it arrives alone) and no task of it is left.
+// heldEnqueue recognises fair_enqueue.lua enqueueing held notifications:
+// KEYS groups, fair, clock, scheduled, …; ARGV n, a hold, id, tenant, a message.
+func heldEnqueue(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if name, _ := args[0].(string); (name != "evalsha" && name != "eval") || len(args) < 12 {
+		return false
+	}
+	k0, _ := args[3].(string)
+	k3, _ := args[6].(string)
+	n, _ := args[2].(int)
+	hold, _ := args[3+n+1].(string)
+	return strings.HasSuffix(k0, "}:groups") && strings.HasSuffix(k3, "}:scheduled") && hold != ""
+}
+
+// A batch is all or nothing even with a worker running: of a batch in two
+// lanes (three standard SMS, two OTPs: one script per queue), Redis fails
+// at the second queue's, after the worker had its chance to take the
+// first's. The answer is 503; nothing of the batch reaches the provider (a
+// notification sent after it arrives alone) and no task of it is left.
 func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "sms:recipient=10/1m", map[string]string{"SLUICE_POLL_INTERVAL": "20ms"})
+	b := setup(t, "sms:recipient=10/1m,sms.otp:exempt", map[string]string{"SLUICE_POLL_INTERVAL": "20ms"})
 	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -70,19 +81,23 @@ func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 	faulty := redis.NewClient(&o)
 	t.Cleanup(func() { faulty.Close() })
 	hook := &failNthEnqueue{sent: b.sms.Attempts}
-	hook.n.Store(3)
+	hook.n.Store(2)
 	faulty.AddHook(hook)
 	faultyAPI := b.another(t, ctx, app.APIOptions{Redis: faulty})
 
 	var items []map[string]any
 	for i := range 5 {
-		items = append(items, sms("+1415555020"+string(rune('0'+i)), "part of a batch"))
+		item := sms("+1415555020"+string(rune('0'+i)), "part of a batch")
+		if i >= 3 {
+			item["category"] = "otp"
+		}
+		items = append(items, item)
 	}
 	r := faultyAPI.do(t, "POST", "/v1/notifications", b.tokens["acme"], map[string]any{"notifications": items})
 	if r.status != http.StatusServiceUnavailable {
-		t.Fatalf("batch with Redis failing at item 3: %d %s, want 503", r.status, r.body)
+		t.Fatalf("batch with Redis failing at its second queue: %d %s, want 503", r.status, r.body)
 	}
-	if hook.seen.Load() < 3 {
+	if hook.seen.Load() < 2 {
 		t.Fatalf("the fault never fired (%d enqueues)", hook.seen.Load())
 	}
 	// A notification after the failed batch: once it arrives, the worker

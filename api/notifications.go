@@ -271,7 +271,6 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 	policy, layout := s.policy(), s.cfg.Layout()
 	batch := tasks.NewBatch(s.client, s.rdb, s.keys)
 	held := len(ns) > 1
-	var fresh []tasks.Channel // what this request enqueued, for the metric
 	// The tenant's caps on queued work, for the whole request at once:
 	// past one nothing is enqueued. Ids this request does not enqueue after
 	// all (failed, sent already) are taken out again.
@@ -286,20 +285,24 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 			}
 		}
 	}()
-	abort := func(batch *tasks.Batch, i int) {
-		uncount = append(uncount, batch.Fresh()...)
-		for _, n := range ns[i:] {
-			uncount = append(uncount, n.ID)
+	adopted := map[string]bool{} // held by an earlier attempt: queued, and counted, whatever this one does
+	abort := func() {
+		for _, n := range ns {
+			if !adopted[n.ID] {
+				uncount = append(uncount, n.ID)
+			}
 		}
 		s.abort(batch)
 	}
+	var items []tasks.Item
+	var at []int // the index in ns of each item
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
 		if keyed {
 			// A retry whose first attempt was sent already: the id is not in
 			// the queue any more, but the workers' done record holds it.
 			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
-				abort(batch, i)
+				abort()
 				return nil, err
 			} else if rec != nil && rec.Kind == throttle.RecordDone {
 				out[i].State = StateSent
@@ -307,32 +310,36 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 				continue
 			}
 		}
-		queue := policy.Queue(layout, n)
-		var err error
-		if held {
-			_, err = batch.Add(ctx, n, queue)
-		} else {
-			_, err = s.producer.Enqueue(ctx, n, asynq.Queue(queue))
-		}
-		if keyed && errors.Is(err, tasks.ErrDuplicate) {
+		items, at = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(policy.Queue(layout, n))}}), append(at, i)
+	}
+	res, err := s.enqueueItems(ctx, batch, items, held)
+	if err != nil {
+		abort()
+		return nil, err
+	}
+	var fresh []tasks.Channel // what this request enqueued, for the metric
+	for k, r := range res {
+		i, n := at[k], ns[at[k]]
+		switch {
+		case keyed && errors.Is(r.Err, tasks.ErrDuplicate):
 			st, found, serr := s.status(ctx, n.Tenant, false, n.ID)
 			if serr != nil {
-				abort(batch, i)
+				abort()
 				return nil, serr
 			}
 			if found {
 				out[i].State = st.State
 			}
 			if held {
-				batch.Adopt(queue, n.Tenant, n.ID) // left held by an earlier attempt: released with this one
+				batch.Adopt(policy.Queue(layout, n), n.Tenant, n.ID) // left held by an earlier attempt: released with this one
+				adopted[n.ID] = true
 			}
-			continue
+		case r.Err != nil:
+			abort()
+			return nil, r.Err
+		default:
+			fresh = append(fresh, n.Channel)
 		}
-		if err != nil {
-			abort(batch, i)
-			return nil, err
-		}
-		fresh = append(fresh, n.Channel)
 	}
 	if held {
 		if err := batch.Release(ctx); err != nil {
@@ -346,6 +353,20 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 	}
 	return out, nil
 }
+
+// enqueueItems enqueues a request's items: held in batch (one script per
+// queue; Release makes them due), or the one of a single notification
+// straight into its tenant's room.
+func (s *Server) enqueueItems(ctx context.Context, batch *tasks.Batch, items []tasks.Item, held bool) ([]tasks.Result, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	if held {
+		return batch.AddMany(ctx, items)
+	}
+	return s.producer.EnqueueMany(ctx, items)
+}
+
 
 // abort deletes what a failed batch enqueued; what Redis did not let it
 // delete is tried again in the background until shortly before the hold

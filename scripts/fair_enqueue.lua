@@ -12,9 +12,11 @@
 -- KEYS[4]   -> asynq:{Q}:scheduled    (where a held batch waits: see below)
 -- KEYS[5..] -> per notification, in order: its task hash, then its tenant's group
 -- ARGV[1]   -> number of notifications n
+-- ARGV[2]   -> "" to add them to their rooms; or a Unix time in seconds to enqueue them held
+--              instead, scheduled until then (Asynq's scheduled set, a batch's: tasks.Batch)
 -- ARGV then, per notification: id, tenant, msg (Asynq's encoded TaskMessage), or "" for a
---              task already enqueued held (scheduled, a batch's: tasks.Batch): it is moved
---              from the scheduled set into the room, if it is still there
+--              task already enqueued held: it is moved from the scheduled set into the room,
+--              if it is still there
 --
 -- The score in a group is the Redis clock in seconds with microseconds, raised past the
 -- group's last score when needed, so a tenant's notifications leave in the order they came
@@ -23,13 +25,13 @@
 --
 -- Returns an array of n integers: 1 added, 0 refused (the id is already enqueued; a held task
 -- no longer held).
-local n = tonumber(ARGV[1])
+local n, held = tonumber(ARGV[1]), ARGV[2]
 local now = redis.call('TIME')
 local score = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local clock = redis.call('GET', KEYS[3]) or '0'
 local out = {}
 for i = 1, n do
-  local id, tenant, msg = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  local id, tenant, msg = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
   local task, group = KEYS[2 * i + 3], KEYS[2 * i + 4]
   local added
   if msg == '' then
@@ -39,12 +41,17 @@ for i = 1, n do
     end
   else
     added = redis.call('EXISTS', task) == 0
-    if added then
+    if added and held ~= '' then
+      redis.call('HSET', task, 'msg', msg, 'state', 'scheduled')
+      redis.call('ZADD', KEYS[4], held, id)
+    elseif added then
       redis.call('HSET', task, 'msg', msg, 'state', 'aggregating', 'group', tenant)
     end
   end
   if not added then
     out[i] = 0
+  elseif msg ~= '' and held ~= '' then
+    out[i] = 1 -- held: it enters its room when released
   else
     local s = score
     local last = redis.call('ZRANGE', group, -1, -1, 'WITHSCORES')

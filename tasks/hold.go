@@ -8,8 +8,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/scripts"
 )
 
 // BatchHold is how far ahead a batch's notifications are scheduled while
@@ -29,6 +27,7 @@ type Batch struct {
 	rdb  redis.UniversalClient
 	insp *asynq.Inspector
 	keys *Keyring
+	p    *Producer
 	held []heldTask
 }
 
@@ -40,7 +39,7 @@ type heldTask struct {
 // NewBatch returns an empty batch that enqueues through c and releases
 // through rdb (the Redis c uses), sealing with keys (nil: not sealed).
 func NewBatch(c *asynq.Client, rdb redis.UniversalClient, keys *Keyring) *Batch {
-	return &Batch{c: c, rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb), keys: keys}
+	return &Batch{c: c, rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb), keys: keys, p: NewProducer(rdb, keys)}
 }
 
 // Add validates, seals and enqueues n into queue, held. Errors are
@@ -56,6 +55,26 @@ func (b *Batch) Add(ctx context.Context, n Notification, queue string, opts ...a
 	}
 	b.held = append(b.held, heldTask{queue: queue, tenant: n.Tenant, id: n.ID})
 	return info, nil
+}
+
+// AddMany validates, seals and enqueues items held, one script per queue
+// in one round trip (Producer.EnqueueHeld); each Result says what became
+// of its item (ErrDuplicate for an id already enqueued: see Adopt). The
+// error is Redis trouble: the items whose Result has an Info are held and
+// in the batch all the same (Abort deletes them).
+func (b *Batch) AddMany(ctx context.Context, items []Item) ([]Result, error) {
+	for i := range items {
+		if items[i].N.ID == "" {
+			items[i].N.ID = NewID()
+		}
+	}
+	res, err := b.p.EnqueueHeld(ctx, items, time.Now().Add(BatchHold))
+	for i, r := range res {
+		if r.Info != nil {
+			b.held = append(b.held, heldTask{queue: r.Info.Queue, tenant: items[i].N.Tenant, id: r.Info.ID})
+		}
+	}
+	return res, err
 }
 
 // Adopt adds a task of tenant already enqueued (by an earlier attempt of
@@ -95,38 +114,22 @@ func (b *Batch) Release(ctx context.Context) error {
 		}
 		byQueue[h.queue] = append(byQueue[h.queue], h)
 	}
-	type call struct {
-		queue string
-		cmd   *redis.Cmd
-		keys  []string
-		args  []any
-	}
-	var calls []call
-	_, _ = b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, q := range order {
-			room := RoomOf(q)
-			all := byQueue[q]
-			for len(all) > 0 {
-				part := all[:min(len(all), MaxRoomBatch)]
-				all = all[len(part):]
-				keys := []string{room.Groups, room.Fair, room.Clock, room.Scheduled}
-				args := []any{len(part)}
-				for _, h := range part {
-					keys = append(keys, room.Task(h.id), room.Group(h.tenant))
-					args = append(args, h.id, h.tenant, "")
-				}
-				calls = append(calls, call{q, scripts.FairEnqueue.EvalSha(ctx, pipe, keys, args...), keys, args})
+	var calls []*roomCall
+	for _, q := range order {
+		for all := byQueue[q]; len(all) > 0; {
+			part := all[:min(len(all), MaxRoomBatch)]
+			all = all[len(part):]
+			c := newRoomCall(q, "")
+			for _, h := range part {
+				c.add(h.id, h.tenant, "")
 			}
+			calls = append(calls, c)
 		}
-		return nil
-	})
+	}
+	runRoomCalls(ctx, b.rdb, calls)
 	var errs []error
 	for _, c := range calls {
-		err := c.cmd.Err()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			err = scripts.FairEnqueue.Eval(ctx, b.rdb, c.keys, c.args...).Err()
-		}
-		if err != nil {
+		if err := c.cmd.Err(); err != nil {
 			errs = append(errs, fmt.Errorf("tasks: release batch in %s: %w", c.queue, err))
 		}
 	}

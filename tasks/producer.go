@@ -3,7 +3,9 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -68,6 +70,17 @@ const MaxRoomBatch = 500
 // item leaves the others enqueued. The error is Redis trouble: then some
 // queues' items may be enqueued and others not (each Result says).
 func (p *Producer) EnqueueMany(ctx context.Context, items []Item) ([]Result, error) {
+	return p.enqueueMany(ctx, items, "")
+}
+
+// EnqueueHeld is EnqueueMany with the items held — scheduled until
+// until, where no worker takes them — instead of in their rooms: what a
+// Batch does before its Release moves them in.
+func (p *Producer) EnqueueHeld(ctx context.Context, items []Item, until time.Time) ([]Result, error) {
+	return p.enqueueMany(ctx, items, strconv.FormatInt(until.Unix(), 10))
+}
+
+func (p *Producer) enqueueMany(ctx context.Context, items []Item, held string) ([]Result, error) {
 	res := make([]Result, len(items))
 	type entry struct {
 		i      int
@@ -95,40 +108,24 @@ func (p *Producer) EnqueueMany(ctx context.Context, items []Item) ([]Result, err
 	if err := p.publish(ctx, order); err != nil {
 		return nil, err
 	}
-	type call struct {
-		cmd     *redis.Cmd
-		keys    []string
-		args    []any
-		entries []entry
-	}
-	var calls []call
-	_, _ = p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, q := range order {
-			room := RoomOf(q)
-			all := byQueue[q]
-			for len(all) > 0 {
-				part := all[:min(len(all), MaxRoomBatch)]
-				all = all[len(part):]
-				keys := []string{room.Groups, room.Fair, room.Clock, room.Scheduled}
-				args := []any{len(part)}
-				for _, e := range part {
-					keys = append(keys, room.Task(e.m.id), room.Group(e.tenant))
-					args = append(args, e.m.id, e.tenant, e.m.encode())
-				}
-				calls = append(calls, call{scripts.FairEnqueue.EvalSha(ctx, pipe, keys, args...), keys, args, part})
+	var calls []*roomCall
+	var parts [][]entry
+	for _, q := range order {
+		for all := byQueue[q]; len(all) > 0; {
+			part := all[:min(len(all), MaxRoomBatch)]
+			all = all[len(part):]
+			c := newRoomCall(q, held)
+			for _, e := range part {
+				c.add(e.m.id, e.tenant, string(e.m.encode()))
 			}
+			calls, parts = append(calls, c), append(parts, part)
 		}
-		return nil
-	})
+	}
+	runRoomCalls(ctx, p.rdb, calls)
 	var redisErr error
-	for _, c := range calls {
+	for k, c := range calls {
 		added, err := c.cmd.Int64Slice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The script is not loaded there (a restarted Redis, a new
-			// node): run it once more, sending its text.
-			added, err = scripts.FairEnqueue.Eval(ctx, p.rdb, c.keys, c.args...).Int64Slice()
-		}
-		for j, e := range c.entries {
+		for j, e := range parts[k] {
 			switch {
 			case err != nil:
 				res[e.i].Err = fmt.Errorf("tasks: enqueue %s: %w", e.m.id, err)
@@ -137,6 +134,9 @@ func (p *Producer) EnqueueMany(ctx context.Context, items []Item) ([]Result, err
 				res[e.i].Err = fmt.Errorf("%w: %s", ErrDuplicate, e.m.id)
 			default:
 				res[e.i].Info = e.m.info(e.tenant)
+				if held != "" {
+					res[e.i].Info.State, res[e.i].Info.Group = asynq.TaskStateScheduled, ""
+				}
 			}
 		}
 	}
@@ -144,6 +144,46 @@ func (p *Producer) EnqueueMany(ctx context.Context, items []Item) ([]Result, err
 		return res, fmt.Errorf("tasks: enqueue: %w", redisErr)
 	}
 	return res, nil
+}
+
+// roomCall is one run of fair_enqueue.lua: some notifications of one queue.
+type roomCall struct {
+	queue string
+	room  Room
+	keys  []string
+	args  []any
+	cmd   *redis.Cmd
+}
+
+// newRoomCall starts a call for queue's rooms; held is "" or the Unix
+// second to hold new notifications until (scripts/fair_enqueue.lua).
+func newRoomCall(queue, held string) *roomCall {
+	r := RoomOf(queue)
+	return &roomCall{queue: queue, room: r, keys: []string{r.Groups, r.Fair, r.Clock, r.Scheduled}, args: []any{0, held}}
+}
+
+// add appends a notification: its message, or "" for a held one to move in.
+func (c *roomCall) add(id, tenant, msg string) {
+	c.keys = append(c.keys, c.room.Task(id), c.room.Group(tenant))
+	c.args = append(c.args, id, tenant, msg)
+	c.args[0] = c.args[0].(int) + 1
+}
+
+// runRoomCalls sends calls in one pipeline, and once more in full (EVAL)
+// those whose script Redis did not have (a restarted server, a new node).
+// Each call's result is in its cmd.
+func runRoomCalls(ctx context.Context, rdb redis.UniversalClient, calls []*roomCall) {
+	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, c := range calls {
+			c.cmd = scripts.FairEnqueue.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		return nil
+	})
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			c.cmd = scripts.FairEnqueue.Eval(ctx, rdb, c.keys, c.args...)
+		}
+	}
 }
 
 // publish adds queues to Asynq's set of queues (asynq:queues, which
