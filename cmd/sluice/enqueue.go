@@ -204,23 +204,10 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	defer p.deps.Close()
 	// Ids already in Redis, and bulk mail without a List-Unsubscribe, are bad
 	// lines too: find them before enqueueing anything.
-	insp := asynq.NewInspectorFromRedisClient(p.rdb)
-	kept := good[:0]
-	for _, g := range good {
-		n := g.Notification
-		if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
-			bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
-			continue
-		}
-		if _, err := p.layout.FindTask(insp, n.Tenant, p.policy.Pins(), n.ID); err == nil {
-			bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, g.Notification.ID)})
-			continue
-		} else if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
-			return fmt.Errorf("check line %d: %w (nothing enqueued)", g.Line, err)
-		}
-		kept = append(kept, g)
+	good, bad, err = p.checkLines(cmd.Context(), good, bad)
+	if err != nil {
+		return err
 	}
-	good = kept
 	slices.SortStableFunc(bad, func(a, b tasks.LineError) int { return a.Line - b.Line })
 	for _, e := range bad {
 		fmt.Fprintf(errOut, "%s: %v\n", f.file, e)
@@ -231,18 +218,24 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	}
 	progress := newProgress(errOut, len(good))
 	accepted := 0
-	for _, g := range good {
-		if _, err := p.deps.Queued.Enqueue(cmd.Context(), p.client, p.keys, g.Notification, asynq.Queue(p.queue(g.Notification.Normalized()))); err != nil {
-			if errors.Is(err, tasks.ErrDuplicate) && f.continueOnError {
-				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
-				fmt.Fprintf(errOut, "%s: line %d: %v\n", f.file, g.Line, err)
+	for len(good) > 0 {
+		chunk := good[:min(len(good), tasks.MaxRoomBatch)]
+		good = good[len(chunk):]
+		n, dups, err := p.enqueueChunk(cmd.Context(), chunk)
+		accepted += n
+		for _, d := range dups {
+			if !f.continueOnError {
+				err = errors.Join(err, d.Err)
 				continue
 			}
-			fmt.Fprintf(out, "accepted %d, stopped at line %d: %v\n", accepted, g.Line, err)
-			return fmt.Errorf("enqueue stopped at line %d after %d enqueued (re-running is safe for lines with ids): %w", g.Line, accepted, err)
+			bad = append(bad, d)
+			fmt.Fprintf(errOut, "%s: %v\n", f.file, d)
 		}
-		accepted++
-		progress.step()
+		if err != nil {
+			fmt.Fprintf(out, "accepted %d, stopped in lines %d-%d: %v\n", accepted, chunk[0].Line, chunk[len(chunk)-1].Line, err)
+			return fmt.Errorf("enqueue stopped in lines %d-%d after %d enqueued (re-running is safe for lines with ids): %w", chunk[0].Line, chunk[len(chunk)-1].Line, accepted, err)
+		}
+		progress.add(len(chunk) - len(dups))
 	}
 	progress.done()
 	fmt.Fprintf(out, "accepted %d, rejected %d\n", accepted, len(bad))
@@ -250,6 +243,94 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 		return partialError{fmt.Errorf("%d bad lines; the %d good ones are enqueued", len(bad), accepted)}
 	}
 	return nil
+}
+
+// checkLines moves to bad the lines of good that cannot go: bulk mail
+// without a List-Unsubscribe, and ids already enqueued — in any queue the
+// tenant's notifications may be in, read in one pipeline per 500 lines.
+func (p *prod) checkLines(ctx context.Context, good []tasks.BatchLine, bad []tasks.LineError) ([]tasks.BatchLine, []tasks.LineError, error) {
+	kept := good[:0]
+	for len(good) > 0 {
+		chunk := good[:min(len(good), tasks.MaxRoomBatch)]
+		good = good[len(chunk):]
+		exists := make([][]*redis.IntCmd, len(chunk))
+		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, g := range chunk {
+				for _, q := range p.layout.Candidates(g.Notification.Tenant, p.policy.Pins()) {
+					exists[i] = append(exists[i], pipe.Exists(ctx, tasks.RoomOf(q).Task(g.Notification.ID)))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("check lines %d-%d: %w (nothing enqueued)", chunk[0].Line, chunk[len(chunk)-1].Line, err)
+		}
+		for i, g := range chunk {
+			n := g.Notification
+			if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
+				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
+				continue
+			}
+			if slices.ContainsFunc(exists[i], func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
+				bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, n.ID)})
+				continue
+			}
+			kept = append(kept, g)
+		}
+	}
+	return kept, bad, nil
+}
+
+// enqueueChunk enqueues up to tasks.MaxRoomBatch lines into their
+// tenants' rooms: each tenant's queued-work caps checked and entered for
+// its lines of the chunk at once (past a cap none of them is enqueued),
+// then every line in one round trip (tasks.Producer). It returns how many
+// went, and the lines found enqueued meanwhile (a race with another
+// producer), taken out of the caps again.
+func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, []tasks.LineError, error) {
+	var order []string
+	byTenant := map[string][]tasks.Notification{}
+	items := make([]tasks.Item, len(chunk))
+	for i, g := range chunk {
+		n := g.Notification
+		if _, ok := byTenant[n.Tenant]; !ok {
+			order = append(order, n.Tenant)
+		}
+		byTenant[n.Tenant] = append(byTenant[n.Tenant], n)
+		items[i] = tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(p.queue(n.Normalized()))}}
+	}
+	for _, t := range order {
+		if err := p.deps.Queued.Reserve(ctx, byTenant[t]...); err != nil {
+			p.uncount(ctx, order[:slices.Index(order, t)], byTenant)
+			return 0, nil, err
+		}
+	}
+	res, err := tasks.NewProducer(p.rdb, p.keys).EnqueueMany(ctx, items)
+	var dups []tasks.LineError
+	accepted := 0
+	for i, r := range res {
+		switch {
+		case r.Err == nil:
+			accepted++
+		case errors.Is(r.Err, tasks.ErrDuplicate):
+			dups = append(dups, tasks.LineError{Line: chunk[i].Line, Err: r.Err})
+		}
+		if r.Err != nil && !errors.Is(r.Err, tasks.ErrDuplicate) || err != nil && r.Info == nil {
+			_, _ = p.deps.Queued.Release(context.WithoutCancel(ctx), chunk[i].Notification.Tenant, chunk[i].Notification.ID) // else it lapses after TTL
+		}
+	}
+	return accepted, dups, err
+}
+
+// uncount takes the chunk's entries of tenants out of their caps again.
+func (p *prod) uncount(ctx context.Context, tenants []string, byTenant map[string][]tasks.Notification) {
+	for _, t := range tenants {
+		var ids []string
+		for _, n := range byTenant[t] {
+			ids = append(ids, n.ID)
+		}
+		_, _ = p.deps.Queued.Release(context.WithoutCancel(ctx), t, ids...) // else they lapse after TTL
+	}
 }
 
 // progress shows a bar on a terminal and plain counts elsewhere.
@@ -268,11 +349,12 @@ func newProgress(w io.Writer, total int) *progress {
 	return p
 }
 
-func (p *progress) step() {
-	p.n++
+func (p *progress) add(k int) {
+	before := p.n
+	p.n += k
 	if p.bar != nil {
-		_ = p.bar.Add(1)
-	} else if p.n%1000 == 0 {
+		_ = p.bar.Add(k)
+	} else if p.n/1000 > before/1000 {
 		fmt.Fprintf(p.w, "enqueued %d/%d\n", p.n, p.of)
 	}
 }

@@ -247,6 +247,30 @@ func TestEnqueueFile(t *testing.T) {
 	}
 }
 
+// A file enqueues in chunks of 500 lines, each tenant's part of a chunk
+// entered in its caps at once: at a cap the chunk that does not fit is
+// not enqueued (nothing of it), the chunks before it are, and the CLI says
+// where it stopped.
+func TestEnqueueFileStopsAtTheCap(t *testing.T) {
+	srv := env(t)
+	t.Setenv("SLUICE_TENANT_MAX_QUEUED", "700")
+	var lines []string
+	for range 1200 {
+		lines = append(lines, `{"tenant":"acme","channel":"sms","to":"+14155550100","body":"bulk"}`)
+	}
+	r := sluice(t, strings.Join(lines, "\n"), "enqueue", "--file", "-")
+	if r.code != 1 || !strings.Contains(r.stdout, "accepted 500, stopped in lines 501-1000") || !strings.Contains(r.stdout, "do not fit") {
+		t.Fatalf("over the cap: code %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := queueSize(t, srv); n != 500 {
+		t.Fatalf("queue holds %d, want the first chunk's 500 (nothing of the chunk over the cap)", n)
+	}
+	u, err := tasks.NewQueueQuota(srv.Client(t), tasks.Caps{}).Usage(context.Background(), "acme")
+	if err != nil || u.Notifications != 500 {
+		t.Fatalf("acme's queued count %+v %v, want 500", u, err)
+	}
+}
+
 func TestQuotaShowAndReset(t *testing.T) {
 	srv := env(t)
 	cfg, err := worker.ReadConfig(nil)
