@@ -115,7 +115,7 @@ func TestDashboardIsGenerated(t *testing.T) {
 		titles = append(titles, p.Title)
 	}
 	for _, want := range []string{"Sends by result and channel", "Throttled vs failed", "New waits by reason", "Slot lateness",
-		"Provider back-pressure and in-flight caps", "Limiter errors /s", "Orphans requeued (1h)", "Done records lost (1h)", "Per-tenant usage", "Oldest pending priority task"} {
+		"Provider back-pressure and in-flight caps", "Limiter errors /s", "Orphans requeued (1h)", "Done records lost (1h)", "Per-tenant usage", "Oldest waiting priority task", "Waiting for a worker by lane"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("the dashboard has no panel %q", want)
 		}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -102,7 +101,7 @@ func TestChartRendersEveryValuesFile(t *testing.T) {
 				checkSameShared(t, w, a, wenv, aenv)
 			}
 			if len(find[scaledObject](r)) > 0 {
-				checkKEDA(t, r, w, wenv)
+				checkKEDA(t, c, vals, r, w, wenv)
 			} else if w.Spec.Replicas == nil {
 				t.Error("no ScaledObject and no replicas")
 			}
@@ -455,94 +454,6 @@ func TestServiceLinksWouldStopTheWorker(t *testing.T) {
 	}
 }
 
-// checkKEDA: the ScaledObject scales the worker Deployment on exactly the
-// pending lists of the queues the workers serve — named by the code's own
-// layout from the workers' SLUICE_QUEUE and SLUICE_QUEUE_SHARDS — and on
-// nothing else, reaching the workers' Redis with the workers' credentials.
-func checkKEDA(t *testing.T, r rendered, w *appsv1.Deployment, wenv map[string]string) {
-	t.Helper()
-	so := find[scaledObject](r)[0]
-	if so.Spec.ScaleTargetRef.Name != w.Name {
-		t.Errorf("ScaledObject scales %q, not %s", so.Spec.ScaleTargetRef.Name, w.Name)
-	}
-	if w.Spec.Replicas != nil {
-		t.Error("with KEDA the worker Deployment must leave replicas to the HPA")
-	}
-	if m := so.Spec.MinReplicaCount; m == nil || *m < 1 {
-		t.Error("minReplicaCount below 1: the workers are what moves due throttled tasks into the pending lists")
-	}
-	cfg, err := worker.ParseConfig(wenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]bool{}
-	for _, q := range cfg.Layout().Queues() {
-		want["asynq:{"+q+"}:pending"] = true
-	}
-	got := map[string]bool{}
-	names := map[string]bool{}
-	redisURL, _ := url.Parse(wenv["SLUICE_REDIS_URL"])
-	for _, tr := range so.Spec.Triggers {
-		list := tr.Metadata["listName"]
-		if got[list] {
-			t.Errorf("list %s watched twice", list)
-		}
-		got[list], names[tr.Name] = true, true
-		if seeds := strings.Join(cfg.RedisClusterAddrs, ","); seeds != "" {
-			if tr.Type != "redis-cluster" || tr.Metadata["addresses"] != seeds {
-				t.Errorf("trigger %s: %s at %q, want redis-cluster at the workers' seeds %q", tr.Name, tr.Type, tr.Metadata["addresses"], seeds)
-			}
-		} else if tr.Type != "redis" || tr.Metadata["address"] != redisURL.Host || tr.Metadata["databaseIndex"] != strings.TrimPrefix(redisURL.Path, "/") {
-			t.Errorf("trigger %s: %s at %q db %q, want redis at the workers' %s db %s", tr.Name, tr.Type, tr.Metadata["address"], tr.Metadata["databaseIndex"], redisURL.Host, redisURL.Path)
-		}
-		if (tr.Metadata["enableTLS"] == "true") != (redisURL.Scheme == "rediss") {
-			t.Errorf("trigger %s: enableTLS %q for a %s:// Redis", tr.Name, tr.Metadata["enableTLS"], redisURL.Scheme)
-		}
-		if tr.Metadata["username"] != redisURL.User.Username() {
-			t.Errorf("trigger %s: username %q, the workers use %q", tr.Name, tr.Metadata["username"], redisURL.User.Username())
-		}
-		if _, hasPW := redisURL.User.Password(); hasPW != (tr.AuthenticationRef != nil) {
-			t.Errorf("trigger %s: authentication %v for a Redis with password %v", tr.Name, tr.AuthenticationRef, hasPW)
-		}
-	}
-	if !mapsEqual(got, want) {
-		t.Errorf("KEDA watches %v,\nthe workers serve %v", keys(got), keys(want))
-	}
-	// One composite metric over every trigger: the HPA would otherwise take
-	// the busiest single shard, not the sum.
-	mod := so.Spec.Advanced
-	if mod == nil || mod.ScalingModifiers.Formula == "" || mod.ScalingModifiers.Target == "" {
-		t.Fatal("no scalingModifiers formula: the HPA would scale on the fullest list alone")
-	}
-	used := map[string]bool{}
-	for _, id := range regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`).FindAllString(mod.ScalingModifiers.Formula, -1) {
-		if id != "max" {
-			used[id] = true
-		}
-	}
-	if !mapsEqual(used, names) {
-		t.Errorf("the formula uses %v, the triggers are %v", keys(used), keys(names))
-	}
-	if strings.Contains(r.manifest, ":scheduled") || strings.Contains(r.manifest, ":retry") {
-		t.Error("the scaler must not watch scheduled or retry sets: throttled tasks wait there for their slots")
-	}
-	for _, ta := range find[triggerAuthentication](r) {
-		for _, ref := range ta.Spec.SecretTargetRef {
-			if ref.Parameter == "password" {
-				pw := ""
-				for _, e := range w.Spec.Template.Spec.Containers[0].Env {
-					if e.Name == "REDIS_PASSWORD" {
-						pw = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
-					}
-				}
-				if ref.Name+"/"+ref.Key != pw {
-					t.Errorf("KEDA reads the password from %s/%s, the workers from %s", ref.Name, ref.Key, pw)
-				}
-			}
-		}
-	}
-}
-
 func mapsEqual(a, b map[string]bool) bool {
 	if len(a) != len(b) {
 		return false
@@ -616,85 +527,6 @@ func checkTrialRedis(t *testing.T, r rendered, wenv map[string]string) {
 	for _, e := range policy.Entries() {
 		if e.Kind == plans.KindRate && (e.Scope == "recipient" || e.Scope == "sender") && e.Rule.Limit > listpack {
 			t.Errorf("trial Redis zset-max-listpack-entries %d is below the limit of %s", listpack, e)
-		}
-	}
-}
-
-// The lists the ScaledObject names are where Asynq keeps the pending tasks
-// of the workers' queues: enqueued into every lane (and the legacy queue) on
-// a real Redis, each task is counted by the trigger of its queue, and a task
-// waiting for later (scheduled, as a throttled one waits in retry) by none.
-func TestKEDAListsHoldThePendingTasks(t *testing.T) {
-	t.Parallel()
-	r := render(t, loadChart(t), readValues(t, filepath.Join(chartDir, "ci", "cluster-tls.yaml")))
-	w := one[appsv1.Deployment](t, r, "sluice-worker")
-	cfg, err := worker.ParseConfig(podEnv(t, w.Spec.Template.Spec, w.Spec.Template.Spec.Containers[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout := cfg.Layout()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	client := asynq.NewClientFromRedisClient(rdb)
-	keys, err := tasks.ParseKeyring(tasks.NewKeySpec("keda"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int64{}
-	for _, category := range []string{"otp", "receipt", "newsletter"} {
-		n := tasks.NewEmail("acme", "ann@example.com", "hi", "body")
-		n.Category = category
-		q := layout.Route("acme", tasks.DefaultLane(category), nil)
-		if _, err := tasks.Enqueue(t.Context(), client, keys, n, asynq.Queue(q)); err != nil {
-			t.Fatal(err)
-		}
-		want[q]++
-	}
-	if _, err := client.Enqueue(asynq.NewTask(tasks.TypeEmail, []byte("{}")), asynq.Queue(layout.Legacy())); err != nil {
-		t.Fatal(err)
-	}
-	want[layout.Legacy()]++
-	later := tasks.NewEmail("acme", "bob@example.com", "later", "body")
-	if _, err := tasks.Enqueue(t.Context(), client, keys, later, asynq.ProcessIn(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, tr := range find[scaledObject](r)[0].Spec.Triggers {
-		n, err := rdb.LLen(t.Context(), tr.Metadata["listName"]).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := strings.TrimSuffix(strings.TrimPrefix(tr.Metadata["listName"], "asynq:{"), "}:pending")
-		if n != want[q] {
-			t.Errorf("trigger %s (%s) counts %d, %d were enqueued there", tr.Name, tr.Metadata["listName"], n, want[q])
-		}
-		total += n
-	}
-	if total != 4 {
-		t.Errorf("the triggers count %d pending tasks, want the 4 that are pending (not the scheduled one)", total)
-	}
-}
-
-// The chart names the queues as tasks.Layout does — the "-K" suffixes that
-// put each shard in its share of Redis Cluster's slots included — for any
-// base name and shard count.
-func TestChartQueueNamesMatchTheLayout(t *testing.T) {
-	t.Parallel()
-	c := loadChart(t)
-	base := readValues(t, filepath.Join(chartDir, "ci", "trial.yaml"))
-	// Every name but a few needs a suffix once there are several shards.
-	layouts := []tasks.Layout{{Base: "notifications", Shards: 16}, {Base: "notify", Shards: 3}, {Base: "Q-1.x_y", Shards: 13}, {Base: "x", Shards: 1}}
-	for _, l := range layouts {
-		queue, shards := l.Base, l.Shards
-		{
-			r := render(t, c, withValues(t, base, map[string]any{"config.queue": queue, "config.queueShards": shards}))
-			var got []string
-			for _, tr := range find[scaledObject](r)[0].Spec.Triggers {
-				got = append(got, strings.TrimSuffix(strings.TrimPrefix(tr.Metadata["listName"], "asynq:{"), "}:pending"))
-			}
-			if want := (tasks.Layout{Base: queue, Shards: shards}).Queues(); !slices.Equal(got, want) {
-				t.Errorf("%s × %d: the chart names\n%v\nthe layout\n%v", queue, shards, got, want)
-			}
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 // it uses, named and typed as in their projects' API types (KEDA's
 // apis/keda/v1alpha1, the Prometheus Operator's monitoring/v1): a field the
 // chart misspells or misplaces fails to decode. KEDA's and the Operator's
-// modules would bring their controllers' dependencies for four structs.
+// modules would bring their controllers' dependencies for three resources.
 
 type scaledObject struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -37,25 +37,9 @@ type scaledObject struct {
 }
 
 type kedaTrigger struct {
-	Type              string            `json:"type"`
-	Name              string            `json:"name,omitempty"`
-	Metadata          map[string]string `json:"metadata"`
-	AuthenticationRef *struct {
-		Name string `json:"name"`
-		Kind string `json:"kind,omitempty"`
-	} `json:"authenticationRef,omitempty"`
-}
-
-type triggerAuthentication struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
-		SecretTargetRef []struct {
-			Parameter string `json:"parameter"`
-			Name      string `json:"name"`
-			Key       string `json:"key"`
-		} `json:"secretTargetRef"`
-	} `json:"spec"`
+	Type     string            `json:"type"`
+	Name     string            `json:"name,omitempty"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 type podMonitor struct {

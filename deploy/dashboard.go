@@ -102,7 +102,7 @@ func healthRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 			q(`sum(increase(sluice_done_record_lost_total[1h]))`, "lost"))).
 		WithPanel(single("Orphans requeued (1h)", "Tasks left active by a worker that died mid-task, put back in the queue by the others.", "short", 10,
 			q(`sum(increase(sluice_orphans_requeued_total[1h]))`, "requeued"))).
-		WithPanel(single("Oldest pending priority task", "Queueing delay of the priority lane (OTPs): the age of its oldest pending task, counted from when it became due, never the wait for a quota slot.", "s", 10,
+		WithPanel(single("Oldest waiting priority task", "Queueing delay of the priority lane (OTPs): the age of its oldest task waiting for a worker, in its tenant's waiting room or pending, counted from when it was enqueued or became due, never the wait for a quota slot.", "s", 10,
 			q(`max(sluice_queue_latency_seconds{lane="priority"})`, "priority")))
 }
 
@@ -137,7 +137,7 @@ func waitingRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 		WithRow(dashboard.NewRowBuilder("Waiting")).
 		WithPanel(graph("New waits by reason", "Checks that found no room now, by what the slot waits for: a rule (sms:recipient 1/1m) or quiet hours.", "ops", 12, true,
 			q(`sum by (rule) (rate(sluice_throttle_decisions_total{result=~"booked|denied"}`+ri+`))`, "{{rule}}"))).
-		WithPanel(graph("Waiting in Redis by lane", "Tasks waiting in Asynq's retry sets (throttled ones booked for their slot, and failed sends waiting for their retry) and scheduled sets. More workers do not drain these faster: the rules set the pace.", "short", 12, true,
+		WithPanel(graph("Booked in Redis by lane", "Tasks waiting for their time rather than a worker: in Asynq's retry sets (throttled ones booked for their slot, and failed sends waiting for their retry) and scheduled sets. More workers do not drain these faster: the rules set the pace, and KEDA does not count them.", "short", 12, true,
 			q(`sum by (lane) (max by (queue, lane) (sluice_queue_tasks{state="retry"}))`, "{{lane}} retry"),
 			q(`sum by (lane) (max by (queue, lane) (sluice_queue_tasks{state="scheduled"}))`, "{{lane}} scheduled"))).
 		WithPanel(graph("How long waits are", "Retry-after of booked or denied sends.", "s", 12, false,
@@ -152,14 +152,16 @@ func waitingRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 			q(`sum by (channel) (rate(sluice_cap_deferrals_total`+ri+`))`, "{{channel}} cap full, deferred")))
 }
 
-// queuesRow adds the Queues row: pending tasks and queueing delay by lane,
-// moves between lanes, queue polls.
+// queuesRow adds the Queues row: the work waiting for a worker and its
+// queueing delay by lane, moves between lanes, queue polls.
 func queuesRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 	return b.
 		WithRow(dashboard.NewRowBuilder("Queues")).
-		WithPanel(graph("Pending by lane", "Tasks waiting for a worker (Asynq's pending lists, what KEDA scales on).", "short", 12, true,
-			q(`sum by (lane) (max by (queue, lane) (sluice_queue_tasks{state="pending"}))`, "{{lane}}"))).
-		WithPanel(graph("Queueing delay by lane", "Age of the oldest pending task per lane.", "s", 12, false,
+		// By state as well as lane: max by (queue, lane) alone would keep the
+		// larger of waiting and pending, not their sum.
+		WithPanel(graph("Waiting for a worker by lane", "Tasks waiting for a worker: in their tenants' waiting rooms (waiting), dispatched fairly into the short pending lists (pending). Stacked, their sum is what KEDA scales on (the workers' /queue-depth).", "short", 12, true,
+			q(`sum by (lane, state) (max by (queue, lane, state) (sluice_queue_tasks{state=~"waiting|pending"}))`, "{{lane}} {{state}}"))).
+		WithPanel(graph("Queueing delay by lane", "Age of the oldest task per lane waiting for a worker, in a waiting room or pending, since it was enqueued or became due.", "s", 12, false,
 			q(`max by (lane) (sluice_queue_latency_seconds)`, "{{lane}}"))).
 		WithPanel(graph("Moved between lanes and shards", "Tasks a producer put in another lane or shard than the rules route them to, moved before any check.", "ops", 12, false,
 			q(`sum by (channel) (rate(sluice_moved_total`+ri+`))`, "{{channel}}"))).

@@ -280,7 +280,10 @@ func TestAlertsAndDashboardUseRealMetrics(t *testing.T) {
 		}
 	}
 	for _, name := range onlyRegistered {
-		if served[name] {
+		// A late wake needs only a starved CPU, which a loaded test machine
+		// (two shared cores, -race) gives now and then: served by chance, not
+		// by the exercise.
+		if served[name] && name != "sluice_late_wakes_total" {
 			t.Errorf("%s is served now: drop it from onlyRegistered", name)
 		}
 	}

@@ -156,8 +156,6 @@ func decode(doc string) (object, error) {
 		obj = &networkingv1.Ingress{}
 	case "keda.sh/v1alpha1 ScaledObject":
 		obj = &scaledObject{}
-	case "keda.sh/v1alpha1 TriggerAuthentication":
-		obj = &triggerAuthentication{}
 	case "monitoring.coreos.com/v1 PodMonitor":
 		obj = &podMonitor{}
 	case "monitoring.coreos.com/v1 PrometheusRule":
