@@ -1,6 +1,8 @@
 package sluicetest_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -11,14 +13,25 @@ import (
 	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
-// fakeTB records the failure of a helper under test; Fatal ends the
-// goroutine, as testing.T's does.
+// fakeTB records the failures of a helper under test and its cleanups (run
+// by cleanup); Fatal ends the goroutine, as testing.T's does.
 type fakeTB struct {
 	testing.TB
-	failure string
+	failure  string // of Fatal
+	errors   string // of Errorf
+	cleanups []func()
 }
 
-func (f *fakeTB) Helper() {}
+func (f *fakeTB) Helper()          {}
+func (f *fakeTB) Cleanup(c func()) { f.cleanups = append(f.cleanups, c) }
+
+func (f *fakeTB) Errorf(format string, args ...any) { f.errors += fmt.Sprintf(format, args...) }
+
+func (f *fakeTB) cleanup() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
+	}
+}
 
 func (f *fakeTB) Fatal(args ...any) { f.failure = fmt.Sprint(args...); runtime.Goexit() }
 
@@ -130,5 +143,38 @@ func TestLogBufferWaitFor(t *testing.T) {
 	})
 	if !strings.HasPrefix(msg, "timed out after 30ms waiting for line 10; written:\n") || !strings.Contains(msg, "line 9\n") {
 		t.Fatalf("failure %q", msg)
+	}
+}
+
+// Background's run gets a context that ends with the test, and its error
+// fails the test.
+func TestBackground(t *testing.T) {
+	t.Parallel()
+	stopped := make(chan struct{})
+	t.Run("Runs", func(t *testing.T) {
+		started := make(chan struct{})
+		sluicetest.Background(t, "runner", func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			close(stopped)
+			return nil
+		})
+		<-started
+	})
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("the test ended before run returned")
+	}
+	tb := &fakeTB{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sluicetest.Background(tb, "runner", func(ctx context.Context) error { <-ctx.Done(); return errors.New("boom") })
+	}()
+	<-done
+	tb.cleanup()
+	if tb.errors != "runner: boom" {
+		t.Fatalf("errors %q", tb.errors)
 	}
 }
