@@ -41,11 +41,11 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	enqueue := func(category, body string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"sms","to":%q,"body":%q,"category":%q}`, num, body, category))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	var campaign []string
@@ -74,14 +74,14 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	var sup struct {
 		Suppressed bool `json:"suppressed"`
 	}
-	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &sup); sup.Suppressed {
+	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &sup); sup.Suppressed {
 		t.Fatal("a forged STOP suppressed the number")
 	}
 	if code := inbound("Stop", "SM2", true); code != http.StatusOK {
 		t.Fatalf("STOP: %d", code)
 	}
 	stopAt := time.Now()
-	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &sup); !sup.Suppressed {
+	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &sup); !sup.Suppressed {
 		t.Fatal("not suppressed once the webhook answered")
 	}
 	if code := inbound("STOP", "SM3", true); code != http.StatusOK {
@@ -95,7 +95,7 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	for _, id := range campaign {
 		for {
 			var st api.Status
-			a.call("GET", "/v1/notifications/"+id, tok, nil).decode(t, &st)
+			a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
 			if st.State == api.StateArchived {
 				if st.Reason != tasks.ReasonSuppressed {
 					t.Fatalf("%s archived as %+v", id, st)
@@ -154,7 +154,7 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	var ledger struct {
 		Ledger []struct{ Action, Source, Keyword, Ref string } `json:"ledger"`
 	}
-	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &ledger)
+	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &ledger)
 	if len(ledger.Ledger) != 3 || ledger.Ledger[0].Keyword != "STOP" || ledger.Ledger[0].Ref != "SM2" || ledger.Ledger[2].Action != "in" {
 		t.Fatalf("ledger %+v", ledger.Ledger)
 	}
@@ -198,11 +198,11 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 	send := func(category string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"email","to":"Reader@Example.org","subject":"s","body":"b","category":%q}`, category))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	send("newsletter")
@@ -253,7 +253,7 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 			t.Fatalf("the newsletter after the unsubscribe: %+v", st)
 		}
 		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+late, tok, nil).decode(t, &st)
+		a.call("GET", "/v1/notifications/"+late, tok, nil).JSON(t, &st)
 	}
 	if st.Reason != tasks.ReasonSuppressed {
 		t.Fatalf("archived as %+v", st)

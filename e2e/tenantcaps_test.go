@@ -60,8 +60,8 @@ func TestTenantQueuedCap(t *testing.T) {
 	before := usedMemory(t, e)
 
 	for b := range 2 {
-		if r := a.call("POST", "/v1/notifications", acme, smsBatch(b*500, 500, "your order shipped")); r.status != 202 {
-			t.Fatalf("batch %d: %d %s", b, r.status, r.body)
+		if r := a.call("POST", "/v1/notifications", acme, smsBatch(b*500, 500, "your order shipped")); r.Status != 202 {
+			t.Fatalf("batch %d: %d %s", b, r.Status, r.Body)
 		}
 	}
 	held := usedMemory(t, e) - before
@@ -81,9 +81,9 @@ func TestTenantQueuedCap(t *testing.T) {
 			Type       string `json:"type"`
 			RetryAfter int    `json:"retry_after"`
 		}
-		r.decode(t, &p)
-		if r.status != 429 || r.header.Get("Retry-After") == "" || p.Type != "urn:sluice:problem:queue-full" {
-			t.Fatalf("over the cap: %d Retry-After=%q %s", r.status, r.header.Get("Retry-After"), r.body)
+		r.JSON(t, &p)
+		if r.Status != 429 || r.Header.Get("Retry-After") == "" || p.Type != "urn:sluice:problem:queue-full" {
+			t.Fatalf("over the cap: %d Retry-After=%q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
 		}
 	}
 	// sluice enqueue is under the same cap.
@@ -100,11 +100,11 @@ func TestTenantQueuedCap(t *testing.T) {
 	ids := map[string]string{}
 	for i := range 5 {
 		r := a.call("POST", "/v1/notifications", globex, smsJSON(fmt.Sprintf("+1650555%04d", i), "globex"))
-		if r.status != 202 {
-			t.Fatalf("globex: %d %s", r.status, r.body)
+		if r.Status != 202 {
+			t.Fatalf("globex: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		ids[acc.ID] = "globex"
 	}
 	e.worker("w0", nil)
@@ -125,7 +125,7 @@ func TestTenantQueuedCap(t *testing.T) {
 	}
 
 	// Sent notifications no longer count: acme may enqueue again.
-	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.status != 202 {
-		t.Fatalf("after the queue drained: %d %s", r.status, r.body)
+	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.Status != 202 {
+		t.Fatalf("after the queue drained: %d %s", r.Status, r.Body)
 	}
 }

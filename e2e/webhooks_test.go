@@ -131,11 +131,11 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 	send := func(to string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"email","to":%q,"subject":"Sale","body":"50%% off","category":"marketing"}`, to))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	for _, to := range []string{"bob@example.com", "cy@example.com", "dan@example.com"} {
@@ -175,7 +175,7 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 		var sup struct {
 			Ledger []struct{ Source, Ref string } `json:"ledger"`
 		}
-		a.call("GET", "/v1/suppressions/email/"+to, tok, nil).decode(t, &sup)
+		a.call("GET", "/v1/suppressions/email/"+to, tok, nil).JSON(t, &sup)
 		if len(sup.Ledger) != 1 || sup.Ledger[0].Source != want[0] || sup.Ledger[0].Ref != want[1] {
 			t.Errorf("%s's ledger %+v, want source %s ref %s", to, sup.Ledger, want[0], want[1])
 		}
@@ -212,7 +212,7 @@ func (a *apiEnv) waitArchived(t *testing.T, tok, id string, timeout time.Duratio
 	deadline := time.Now().Add(timeout)
 	for {
 		var st api.Status
-		a.call("GET", "/v1/notifications/"+id, tok, nil).decode(t, &st)
+		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
 		if st.State == api.StateArchived || st.State == api.StateDelivered || st.State == "sent" {
 			return st
 		}
@@ -244,11 +244,11 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 	send := func(category string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"sms","to":%q,"body":"hello","category":%q}`, num, category))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	id := send("transactional")
@@ -263,7 +263,7 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 			t.Fatalf("after Telnyx's reports %+v: %+v", tx.Reports(), st)
 		}
 		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+id, tok, nil).decode(t, &st)
+		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
 	}
 	if st.MessageSID != d.SID || st.ProviderStatus != "delivered" {
 		t.Fatalf("status %+v, want delivered with Telnyx's id %s", st, d.SID)
@@ -277,7 +277,7 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 		Suppressed bool                               `json:"suppressed"`
 		Ledger     []struct{ Source, Keyword string } `json:"ledger"`
 	}
-	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &sup)
+	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &sup)
 	if !sup.Suppressed || len(sup.Ledger) != 1 || sup.Ledger[0].Keyword != "STOP" {
 		t.Fatalf("after STOP: %+v", sup)
 	}
