@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
@@ -90,18 +91,12 @@ func TestUILiveStreamsFairShares(t *testing.T) {
 	}
 	br := newBrowser(t, b.HTTP.URL)
 	br.login(b.Tokens["acme"], "/ui/tenants/acme")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// The server notices a closed stream at its next write: poll.
+	sluicetest.EventuallyValue(t, 10*time.Second, "acme's closed streams to be given back (a stream answered 200)", func() (int, bool) {
 		st, c := openStream(t, br, "/ui/tenants/acme/live")
 		closers = append(closers, c)
-		if st == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acme's streams were not given back: %d", st)
-		}
-		time.Sleep(20 * time.Millisecond) // the server notices a closed stream at its next write
-	}
+		return st, st == 200
+	})
 }
 
 // Dashboard pages count against the token's SLUICE_API_RATE, shared with
