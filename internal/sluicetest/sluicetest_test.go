@@ -65,6 +65,28 @@ func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 	}
 }
 
+// The Every variants check at their own pace.
+func TestEventuallyEvery(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	start := time.Now()
+	msg := failure(func(tb testing.TB) {
+		sluicetest.EventuallyEvery(tb, 5*time.Second, 100*time.Millisecond, "the second call", func() bool { calls++; return calls == 2 })
+	})
+	if d := time.Since(start); msg != "" || calls != 2 || d < 100*time.Millisecond {
+		t.Fatalf("failed %q after %d calls in %v; want no failure after 2, a tick of 100ms apart", msg, calls, d)
+	}
+	calls = 0
+	msg = failure(func(tb testing.TB) {
+		sluicetest.EventuallyValueEvery(tb, 250*time.Millisecond, 100*time.Millisecond, "never", func() (int, bool) { calls++; return calls, false })
+	})
+	// At once, at 100 and 200 ms, and at the timeout: 4 calls (a stalled
+	// goroutine may drop a tick or take one more), not Tick's 13.
+	if msg != fmt.Sprintf("timed out after 250ms waiting for never; last: %d", calls) || calls < 2 || calls > 5 {
+		t.Fatalf("failure %q after %d calls", msg, calls)
+	}
+}
+
 func TestEventuallyFailsNamingWhatAndTheTimeout(t *testing.T) {
 	t.Parallel()
 	start := time.Now()

@@ -28,7 +28,15 @@ const Tick = 20 * time.Millisecond
 // fail tb itself.
 func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	if err := Wait(timeout, what, cond); err != nil {
+	EventuallyEvery(tb, timeout, Tick, what, cond)
+}
+
+// EventuallyEvery is Eventually checking every tick instead of every
+// Tick: for a condition costly to check (a scan of every queue, a request
+// to a process) while what it checks is being measured.
+func EventuallyEvery(tb testing.TB, timeout, tick time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	if err := wait(timeout, tick, what, cond); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -40,8 +48,15 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 // how far things got.
 func EventuallyValue[T any](tb testing.TB, timeout time.Duration, what string, get func() (T, bool)) T {
 	tb.Helper()
+	return EventuallyValueEvery(tb, timeout, Tick, what, get)
+}
+
+// EventuallyValueEvery is EventuallyValue calling get every tick instead
+// of every Tick (see EventuallyEvery).
+func EventuallyValueEvery[T any](tb testing.TB, timeout, tick time.Duration, what string, get func() (T, bool)) T {
+	tb.Helper()
 	var last T
-	err := Wait(timeout, what, func() bool {
+	err := wait(timeout, tick, what, func() bool {
 		v, ok := get()
 		last = v
 		return ok
@@ -55,18 +70,22 @@ func EventuallyValue[T any](tb testing.TB, timeout time.Duration, what string, g
 // Wait is Eventually for a goroutine other than the test's, where tb.Fatal
 // must not be called: it returns nil as soon as cond holds, or, if it has
 // not by timeout, an error "timed out after TIMEOUT waiting for WHAT".
-// cond is checked once more when the timeout passes.
 func Wait(timeout time.Duration, what string, cond func() bool) error {
+	return wait(timeout, Tick, what, cond)
+}
+
+// wait checks cond at once, every tick, and once more when timeout passes.
+func wait(timeout, tick time.Duration, what string, cond func() bool) error {
 	if cond() {
 		return nil
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(Tick)
-	defer tick.Stop()
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
 	for {
 		select {
-		case <-tick.C:
+		case <-ticker.C:
 			if cond() {
 				return nil
 			}
