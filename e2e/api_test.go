@@ -9,14 +9,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -85,17 +89,30 @@ func smsJSON(to, body string) string {
 // more can reach the provider.
 func (e *env) waitDrained(timeout time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	// Asynq offers no push signal for an empty queue; a read of every
+	// queue costs Redis, which the workers' sends need: every 50 ms.
+	sluicetest.EventuallyValueEvery(e.t, timeout, 50*time.Millisecond, "the queue to drain (no task in any state)", func() (queueRead, bool) {
 		qi, err := e.queueInfo()
-		if err == nil && qi.Size == 0 && qi.Active == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the queue did not drain within %v: %+v", timeout, qi)
-		}
-		time.Sleep(50 * time.Millisecond) // Asynq offers no push signal for an empty queue
-	}
+		return queueRead{qi, err}, err == nil && qi.Size == 0 && qi.Active == 0
+	})
+}
+
+// queueRead is a read of the queues' counters, as a wait reports it.
+type queueRead struct {
+	Info *asynq.QueueInfo
+	Err  error
+}
+
+// waitState polls a notification's status every 50 ms (it is read from
+// Redis: nothing signals a change) until it is in one of states, and
+// returns it.
+func (a *apiEnv) waitState(t *testing.T, tok, id string, timeout time.Duration, states ...string) api.Status {
+	t.Helper()
+	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, fmt.Sprintf("notification %s to be %s", id, strings.Join(states, " or ")), func() (api.Status, bool) {
+		var st api.Status
+		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
+		return st, slices.Contains(states, st.State)
+	})
 }
 
 // Producers retry over HTTP with Idempotency-Keys — sequentially,
@@ -168,13 +185,10 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 	if _, err := pw.Write([]byte(slow[:8])); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.rdb.Exists(context.Background(), api.IdempotencyRedisKey("acme", "slow")).Val() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow request never took its key")
-		}
-		time.Sleep(10 * time.Millisecond) // the key is a Redis record: no signal to wait on
-	}
+	// The key is a Redis record: no signal to wait on.
+	sluicetest.Eventually(t, 5*time.Second, "the slow request to take its key", func() bool {
+		return e.rdb.Exists(context.Background(), api.IdempotencyRedisKey("acme", "slow")).Val() > 0
+	})
 	if r := a.call("POST", "/v1/notifications", acme, slow, "Idempotency-Key", "slow"); r.Status != 409 {
 		t.Fatalf("duplicate while the first is in flight: %d %s", r.Status, r.Body)
 	}
@@ -206,23 +220,19 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 		ids = append(ids, acc.ID)
 	}
 	// The two go to different workers at once: either may be the one that waits.
-	var st api.Status
+	// Polling the status endpoint is the scenario.
 	held := ""
-	deadline = time.Now().Add(10 * time.Second)
-	for held == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("neither notification read as waiting: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the status endpoint is the scenario
+	waiting := sluicetest.EventuallyValue(t, 10*time.Second, "either notification to read as waiting", func() (api.Status, bool) {
+		var st api.Status
 		for _, id := range ids {
 			if a.call("GET", "/v1/notifications/"+id, acme, nil).JSON(t, &st); st.State == api.StateWaiting {
 				held = id
-				break
+				return st, true
 			}
 		}
-	}
+		return st, false
+	})
 	ids[1] = held
-	waiting := st
 	if waiting.Reason != "throttled" || waiting.Rule != "sms:recipient 1/3s" || waiting.Slot.IsZero() {
 		t.Fatalf("waiting: %+v", waiting)
 	}
@@ -240,14 +250,11 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 			arrived = d.At
 		}
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for st.State != api.StateSent {
-		if time.Now().After(deadline) {
-			t.Fatalf("the throttled notification never read as sent: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	sluicetest.EventuallyValue(t, 5*time.Second, "the throttled notification to read as sent", func() (api.Status, bool) {
+		var st api.Status
 		a.call("GET", "/v1/notifications/"+ids[1], acme, nil).JSON(t, &st)
-	}
+		return st, st.State == api.StateSent
+	})
 	if arrived.Before(waiting.Slot) || arrived.After(waiting.Slot.Add(time.Second)) {
 		t.Fatalf("arrived at %v; the status said slot %v", arrived, waiting.Slot)
 	}

@@ -74,15 +74,7 @@ func TestCallbackDeliveryLoop(t *testing.T) {
 	r := a.call("POST", "/v1/notifications", a.tokens["acme"], smsJSON("+14155550152", "again"))
 	var next api.Accepted
 	r.JSON(t, &next)
-	var st api.Status
-	deadline := time.Now().Add(30 * time.Second)
-	for st.State != api.StateArchived {
-		if time.Now().After(deadline) {
-			t.Fatalf("the SMS to a suppressed number: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+next.ID, a.tokens["acme"], nil).JSON(t, &st)
-	}
+	st := a.waitState(t, a.tokens["acme"], next.ID, 30*time.Second, api.StateArchived) // the SMS to a suppressed number
 	if st.Reason != "suppressed" || len(e.sms.Deliveries()) != 3 {
 		t.Fatalf("status %+v after %d deliveries; want reason suppressed and 3", st, len(e.sms.Deliveries()))
 	}

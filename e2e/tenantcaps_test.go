@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -113,16 +114,15 @@ func TestTenantQueuedCap(t *testing.T) {
 	// The worker takes sent notifications out of the count in the
 	// background, about a round trip after the send: wait for the count.
 	quota := tasks.NewQueueQuota(e.rdb, tasks.Caps{TTL: time.Hour})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		u, err := quota.Usage(context.Background(), "acme")
-		if err == nil && u.Notifications == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acme's queued count after the drain: %+v, %v; want 0", u, err)
-		}
-		time.Sleep(20 * time.Millisecond) // the count has no change signal
+	// The count has no change signal: poll.
+	type usage struct {
+		Usage tasks.QueuedUsage
+		Err   error
 	}
+	sluicetest.EventuallyValue(t, 10*time.Second, "acme's queued count to be 0 after the drain", func() (usage, bool) {
+		u, err := quota.Usage(context.Background(), "acme")
+		return usage{u, err}, err == nil && u.Notifications == 0
+	})
 
 	// Sent notifications no longer count: acme may enqueue again.
 	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.Status != 202 {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -160,7 +161,7 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 		return false
 	})
 	for id, to := range late {
-		st := a.waitArchived(t, tok, id, 30*time.Second)
+		st := a.waitState(t, tok, id, 30*time.Second, api.StateArchived, api.StateDelivered, api.StateSent)
 		if st.Reason != tasks.ReasonSuppressed {
 			t.Errorf("%s's email archived as %+v", to, st)
 		}
@@ -206,23 +207,6 @@ func postProviderReports(t *testing.T, a *apiEnv, sg *ecdsa.PrivateKey, sns *sns
 	}
 }
 
-// waitArchived polls a notification's status until it is archived.
-func (a *apiEnv) waitArchived(t *testing.T, tok, id string, timeout time.Duration) api.Status {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var st api.Status
-		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
-		if st.State == api.StateArchived || st.State == api.StateDelivered || st.State == "sent" {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still %+v after %v", id, st, timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-	}
-}
-
 // Telnyx end to end: the workers send through Telnyx's wire format (its
 // fake records each message), Telnyx's signed delivery reports show in
 // GET /v1/notifications/{id}, and an inbound STOP opts the number out: the
@@ -256,15 +240,16 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 	if d.ID != id || d.To != num || d.From != tenantNumber || d.StatusCallback != "http://"+addr+"/v1/callbacks/telnyx/acme/"+id {
 		t.Fatalf("Telnyx received %+v", d)
 	}
-	var st api.Status
-	deadline := time.Now().Add(15 * time.Second)
-	for st.State != api.StateDelivered {
-		if time.Now().After(deadline) {
-			t.Fatalf("after Telnyx's reports %+v: %+v", tx.Reports(), st)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
+	// The status is read from Redis: nothing to wait on.
+	type read struct {
+		Status  api.Status
+		Reports []fakes.TelnyxWebhook
 	}
+	st := sluicetest.EventuallyValueEvery(t, 15*time.Second, 50*time.Millisecond, "the notification to read as delivered after Telnyx's reports", func() (read, bool) {
+		var st api.Status
+		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
+		return read{st, tx.Reports()}, st.State == api.StateDelivered
+	}).Status
 	if st.MessageSID != d.SID || st.ProviderStatus != "delivered" {
 		t.Fatalf("status %+v, want delivered with Telnyx's id %s", st, d.SID)
 	}
@@ -282,7 +267,7 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 		t.Fatalf("after STOP: %+v", sup)
 	}
 	late := send("marketing")
-	if st := a.waitArchived(t, tok, late, 30*time.Second); st.State != api.StateArchived || st.Reason != tasks.ReasonSuppressed {
+	if st := a.waitState(t, tok, late, 30*time.Second, api.StateArchived, api.StateDelivered, api.StateSent); st.State != api.StateArchived || st.Reason != tasks.ReasonSuppressed {
 		t.Fatalf("the marketing SMS after STOP: %+v", st)
 	}
 	for _, d := range tx.Deliveries() {
