@@ -123,7 +123,7 @@ func TestQueueQuotaLapses(t *testing.T) {
 		t.Fatalf("at the cap: %v", err)
 	}
 	// Waiting for the TTL itself to pass.
-	sluicetest.EventuallyValue(t, 5*time.Second, "the entry to lapse (no notifications, no bytes)", func() (tasks.QueuedUsage, bool) {
+	sluicetest.EventuallyValueEvery(t, 5*time.Second, 50*time.Millisecond, "the entry to lapse (no notifications, no bytes)", func() (tasks.QueuedUsage, bool) {
 		u, err := q.Usage(ctx, "acme")
 		if err != nil {
 			t.Fatal(err)

@@ -219,7 +219,8 @@ func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond f
 		Task *asynq.TaskInfo
 		Err  error
 	}
-	return sluicetest.EventuallyValue(t, timeout, "task "+id+" to reach the condition", func() (found, bool) {
+	// Every 50 ms: a lookup may read every queue of the layout.
+	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, "task "+id+" to reach the condition", func() (found, bool) {
 		ti, err := b.cfg.Layout().FindTask(b.insp, "", nil, id)
 		return found{ti, err}, err == nil && cond(ti)
 	}).Task

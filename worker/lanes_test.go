@@ -86,7 +86,7 @@ func TestQueueGateIsOn(t *testing.T) {
 	b := setup(t, "sms:recipient=5/1m")
 	r := b.start(t, b.cfg)
 	type polls struct{ Answered, Sent float64 }
-	sluicetest.EventuallyValue(t, 15*time.Second, "the idle worker's gate to answer more than 100 polls", func() (polls, bool) {
+	sluicetest.EventuallyValueEvery(t, 15*time.Second, 100*time.Millisecond, "the idle worker's gate to answer more than 100 polls", func() (polls, bool) {
 		p := polls{metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "answered"}),
 			metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "sent"})}
 		return p, p.Answered > 100

@@ -86,7 +86,8 @@ func TestSlowLiveTaskIsNotRequeued(t *testing.T) {
 // pending or active.
 func (b *bundle) waitIdle(t *testing.T, timeout time.Duration) *asynq.QueueInfo {
 	t.Helper()
-	return sluicetest.EventuallyValue(t, timeout, "the queue to be idle (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
+	// Every 50 ms: a read of every queue's counters is costly.
+	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, "the queue to be idle (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
 		qi := b.queueStats(t)
 		return qi, qi.Active == 0 && qi.Pending == 0
 	})

@@ -177,7 +177,7 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		enqueue(limit)
 		// Settled: every task sent or booked for its slot a minute ahead.
 		insp := asynq.NewInspectorFromRedisClient(cc)
-		sluicetest.EventuallyValue(t, time.Minute, name+": tasks settled (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
+		sluicetest.EventuallyValueEvery(t, time.Minute, 50*time.Millisecond, name+": tasks settled (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
 			qi := queueStats(t, insp, cfg.Layout())
 			return qi, qi.Pending == 0 && qi.Active == 0
 		})

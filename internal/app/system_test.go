@@ -181,7 +181,7 @@ func (s *system) inbound(t *testing.T, body string) {
 func (s *system) waitIdle(t *testing.T) {
 	t.Helper()
 	insp := asynq.NewInspectorFromRedisClient(s.rdb)
-	sluicetest.EventuallyValue(t, 20*time.Second, "Asynq to hold no task waiting or running", func() (int, bool) {
+	sluicetest.EventuallyValueEvery(t, 20*time.Second, 100*time.Millisecond, "Asynq to hold no task waiting or running", func() (int, bool) {
 		busy := 0
 		queues, err := insp.Queues()
 		if err != nil {

@@ -265,7 +265,7 @@ func TestListedTaskIsKept(t *testing.T) {
 	// Asynq writes its server and worker lists on its heartbeat; wait for
 	// the task to be listed (Asynq signals nothing).
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	sluicetest.Eventually(t, 10*time.Second, "the running task listed by its server", func() bool {
+	sluicetest.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the running task listed by its server", func() bool {
 		servers, err := insp.Servers()
 		if err != nil {
 			t.Fatal(err)

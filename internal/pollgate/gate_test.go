@@ -290,7 +290,7 @@ func TestRecognisesTheAsynqVersionInUse(t *testing.T) {
 	// Let the last task finish (a state, polled: Asynq signals nothing).
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	type held struct{ Active, Completed, Archived int }
-	h := sluicetest.EventuallyValue(t, 10*time.Second, "the last task to finish (none active)", func() (held, bool) {
+	h := sluicetest.EventuallyValueEvery(t, 10*time.Second, 50*time.Millisecond, "the last task to finish (none active)", func() (held, bool) {
 		var h held
 		for _, q := range qs {
 			qi, err := insp.GetQueueInfo(q)

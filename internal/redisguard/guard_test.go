@@ -306,7 +306,7 @@ func TestClusterEveryNode(t *testing.T) {
 	// CLUSTER SLOTS lists a replica once the cluster's gossip knows it holds
 	// data, a little after it synced: the next reads find it.
 	if len(r.Nodes) < len(cl.Nodes) {
-		r = sluicetest.EventuallyValue(t, 45*time.Second, fmt.Sprintf("a read of all %d nodes", len(cl.Nodes)), func() (redisguard.Report, bool) {
+		r = sluicetest.EventuallyValueEvery(t, 45*time.Second, 100*time.Millisecond, fmt.Sprintf("a read of all %d nodes", len(cl.Nodes)), func() (redisguard.Report, bool) {
 			r, err := g.Check(ctx)
 			if err != nil {
 				t.Fatal(err)
