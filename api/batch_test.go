@@ -3,17 +3,17 @@ package api_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 // failNthEnqueue fails the n-th script that enqueues a batch's items held
@@ -36,9 +36,10 @@ func (h *failNthEnqueue) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 				kept = append(kept, cmd)
 				continue
 			}
-			for deadline := time.Now().Add(2 * time.Second); h.sent() == 0 && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond) // the fake signals nothing the hook could wait on
-			}
+			// The fake signals nothing this hook could wait on; a send
+			// would be the bug, so none by the timeout is the usual
+			// outcome, not an error.
+			_ = sluicetest.Wait(2*time.Second, "a send of the batch's first items", func() bool { return h.sent() > 0 })
 			cmd.SetErr(errors.New("injected: connection reset by peer"))
 		}
 		return next(ctx, kept)
@@ -67,43 +68,36 @@ func heldEnqueue(cmd redis.Cmder) bool {
 func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m,sms.otp:exempt", map[string]string{"SLUICE_POLL_INTERVAL": "20ms"})
-	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	b.RunWorker(t, app.WorkerOptions{})
 
 	// A second API on a client whose third enqueue fails.
-	o := *b.rdb.Options()
+	o := *b.RDB.Options()
 	faulty := redis.NewClient(&o)
 	t.Cleanup(func() { faulty.Close() })
-	hook := &failNthEnqueue{sent: b.sms.Attempts}
+	hook := &failNthEnqueue{sent: b.SMS.Attempts}
 	hook.n.Store(2)
 	faulty.AddHook(hook)
-	faultyAPI := b.another(t, ctx, app.APIOptions{Redis: faulty})
+	faultyAPI := b.another(t, app.APIOptions{Redis: faulty})
 
 	var items []map[string]any
 	for i := range 5 {
-		item := sms("+1415555020"+string(rune('0'+i)), "part of a batch")
+		item := apienv.NewSMS("+1415555020"+string(rune('0'+i)), "part of a batch")
 		if i >= 3 {
 			item["category"] = "otp"
 		}
 		items = append(items, item)
 	}
-	r := faultyAPI.do(t, "POST", "/v1/notifications", b.tokens["acme"], map[string]any{"notifications": items})
-	if r.status != http.StatusServiceUnavailable {
-		t.Fatalf("batch with Redis failing at its second queue: %d %s, want 503", r.status, r.body)
+	r := faultyAPI.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], map[string]any{"notifications": items})
+	if r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("batch with Redis failing at its second queue: %d %s, want 503", r.Status, r.Body)
 	}
 	if hook.seen.Load() < 2 {
 		t.Fatalf("the fault never fired (%d enqueues)", hook.seen.Load())
 	}
 	// A notification after the failed batch: once it arrives, the worker
 	// has had every chance to send what the batch left.
-	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550299", "after the batch"))
-	ds := b.sms.WaitCount(t, 1, 10*time.Second)
+	b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550299", "after the batch"))
+	ds := b.SMS.WaitCount(t, 1, 10*time.Second)
 	if len(ds) != 1 || ds[0].To != "+14155550299" {
 		var to []string
 		for _, d := range ds {
@@ -112,5 +106,5 @@ func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
 		t.Fatalf("the provider received %v; want only the notification sent after the failed batch", to)
 	}
 	// The sentinel's task goes once its send completes (no retention).
-	eventually(t, 5*time.Second, "no task of the failed batch left in any queue", func() bool { return len(b.queued(t)) == 0 })
+	sluicetest.Eventually(t, 5*time.Second, "no task of the failed batch left in any queue", func() bool { return len(b.Queued(t)) == 0 })
 }

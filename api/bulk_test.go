@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/plans"
 )
 
@@ -25,15 +26,15 @@ func TestBulkWithoutUnsubscribeRefused(t *testing.T) {
 		}
 		return n
 	}
-	r := b.do(t, "POST", "/v1/notifications", b.tokens["globex"], news())
-	if r.status != http.StatusUnprocessableEntity {
-		t.Fatalf("bulk mail without List-Unsubscribe: %d %s", r.status, r.body)
+	r := b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], news())
+	if r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("bulk mail without List-Unsubscribe: %d %s", r.Status, r.Body)
 	}
-	p := r.problem(t)
+	p := r.Problem(t)
 	if len(p.InvalidParams) != 1 || p.InvalidParams[0].Name != "list_unsubscribe" || !strings.Contains(p.InvalidParams[0].Reason, "email.news:bulk") {
-		t.Fatalf("want one invalid param naming list_unsubscribe and the rule: %s", r.body)
+		t.Fatalf("want one invalid param naming list_unsubscribe and the rule: %s", r.Body)
 	}
-	if n := len(b.queued(t)); n != 0 {
+	if n := len(b.Queued(t)); n != 0 {
 		t.Fatalf("%d tasks enqueued for a refused request", n)
 	}
 	for _, c := range []struct {
@@ -44,26 +45,26 @@ func TestBulkWithoutUnsubscribeRefused(t *testing.T) {
 		{"globex", news("list_unsubscribe", "mailto:unsub@globex.example")},
 		{"globex", news("category", "receipts")},
 	} {
-		if r := b.do(t, "POST", "/v1/notifications", b.tokens[c.tenant], c.body); r.status != http.StatusAccepted {
-			t.Fatalf("%s %v: %d %s", c.tenant, c.body, r.status, r.body)
+		if r := b.Do(t, "POST", "/v1/notifications", b.Tokens[c.tenant], c.body); r.Status != http.StatusAccepted {
+			t.Fatalf("%s %v: %d %s", c.tenant, c.body, r.Status, r.Body)
 		}
 	}
 	// In a batch, the bad one is named with its index; nothing is enqueued.
-	r = b.do(t, "POST", "/v1/notifications", b.tokens["globex"], map[string]any{"notifications": []any{news("list_unsubscribe", "mailto:u@globex.example"), news()}})
-	if p := r.problem(t); r.status != http.StatusUnprocessableEntity || len(p.InvalidParams) != 1 || *p.InvalidParams[0].Index != 1 ||
+	r = b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], map[string]any{"notifications": []any{news("list_unsubscribe", "mailto:u@globex.example"), news()}})
+	if p := r.Problem(t); r.Status != http.StatusUnprocessableEntity || len(p.InvalidParams) != 1 || *p.InvalidParams[0].Index != 1 ||
 		p.InvalidParams[0].Pointer != "/notifications/1" {
-		t.Fatalf("batch: %d %s", r.status, r.body)
+		t.Fatalf("batch: %d %s", r.Status, r.Body)
 	}
-	if n := len(b.queued(t)); n != 3 {
+	if n := len(b.Queued(t)); n != 3 {
 		t.Fatalf("%d tasks queued, want the 3 accepted", n)
 	}
 	// A plan makes globex's promos bulk: refused once the API has it.
-	store := plans.NewStore(b.rdb, plans.Policy{})
+	store := plans.NewStore(b.RDB, plans.Policy{})
 	if _, err := store.Set(context.Background(), "globex", "email.promo:bulk", "test"); err != nil {
 		t.Fatal(err)
 	}
 	promo := news("category", "promo")
-	eventually(t, 5*time.Second, "the plan to apply", func() bool {
-		return b.do(t, "POST", "/v1/notifications", b.tokens["globex"], promo).status == http.StatusUnprocessableEntity
+	sluicetest.Eventually(t, 5*time.Second, "the plan to apply", func() bool {
+		return b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], promo).Status == http.StatusUnprocessableEntity
 	})
 }

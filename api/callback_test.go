@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,50 +9,37 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 const service = "MG0123456789abcdef0123456789abcdef"
 
-// runWorker runs a worker on the bundle's configuration until the test ends.
-func runWorker(t *testing.T, b *bundle) {
-	t.Helper()
-	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
 // enqueue posts one notification as acme and returns its id.
 func (b *bundle) enqueue(t *testing.T, n map[string]any) string {
 	t.Helper()
-	r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], n)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("enqueue: %d %s", r.status, r.body)
+	r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], n)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 	}
 	var a api.Accepted
-	r.json(t, &a)
+	r.JSON(t, &a)
 	return a.ID
 }
 
 func (b *bundle) status(t *testing.T, id string) api.Status {
 	t.Helper()
 	var st api.Status
-	r := b.do(t, "GET", "/v1/notifications/"+id, b.tokens["acme"], nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("status of %s: %d %s", id, r.status, r.body)
+	r := b.Do(t, "GET", "/v1/notifications/"+id, b.Tokens["acme"], nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("status of %s: %d %s", id, r.Status, r.Body)
 	}
-	r.json(t, &st)
+	r.JSON(t, &st)
 	return st
 }
 
@@ -61,7 +47,7 @@ func (b *bundle) status(t *testing.T, id string) api.Status {
 func (b *bundle) delivery(t *testing.T, id string) fakes.Delivery {
 	t.Helper()
 	var got fakes.Delivery
-	b.sms.WaitFor(t, 10*time.Second, "notification "+id+" at the provider", func(ds []fakes.Delivery) bool {
+	b.SMS.WaitFor(t, 10*time.Second, "notification "+id+" at the provider", func(ds []fakes.Delivery) bool {
 		for _, d := range ds {
 			if d.ID == id {
 				got = d
@@ -76,9 +62,9 @@ func (b *bundle) delivery(t *testing.T, id string) fakes.Delivery {
 // outcomes reads sluice_delivery_outcomes_total{channel="sms"} of the API.
 func outcomes(t *testing.T, b *bundle, status, class string) float64 {
 	t.Helper()
-	r := b.do(t, "GET", "/metrics", "", nil)
+	r := b.Do(t, "GET", "/metrics", "", nil)
 	want := `sluice_delivery_outcomes_total{channel="sms",code_class="` + class + `",status="` + status + `"} `
-	for _, line := range strings.Split(string(r.body), "\n") {
+	for _, line := range strings.Split(string(r.Body), "\n") {
 		if v, ok := strings.CutPrefix(line, want); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -97,21 +83,21 @@ func outcomes(t *testing.T, b *bundle, status, class string) float64 {
 func TestCallbackDelivered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
-	b.sms.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate {
+	b.SMS.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate {
 		return []fakes.StatusUpdate{{Status: "sent"}, {Status: "delivered"}}
 	})
-	runWorker(t, b)
-	n := sms("+14155550140", "Your code is 123456")
+	b.RunWorker(t, app.WorkerOptions{})
+	n := apienv.NewSMS("+14155550140", "Your code is 123456")
 	n["messaging_service_sid"] = service
 	id := b.enqueue(t, n)
 	d := b.delivery(t, id)
 	if d.MessagingServiceSID != service || d.Form.Has("From") {
 		t.Fatalf("the provider got MessagingServiceSid %q and From %q; want the service and no From", d.MessagingServiceSID, d.Form.Get("From"))
 	}
-	if want := b.callbackURL + "/v1/callbacks/sms/acme/" + id; d.StatusCallback != want {
+	if want := b.CallbackURL + "/v1/callbacks/sms/acme/" + id; d.StatusCallback != want {
 		t.Fatalf("StatusCallback %q, want %q", d.StatusCallback, want)
 	}
-	for _, res := range b.sms.WaitCallbacks(t, 2, 10*time.Second) {
+	for _, res := range b.SMS.WaitCallbacks(t, 2, 10*time.Second) {
 		if res.Code != http.StatusNoContent {
 			t.Fatalf("callback %+v answered %d", res.StatusUpdate, res.Code)
 		}
@@ -119,7 +105,7 @@ func TestCallbackDelivered(t *testing.T) {
 	var st api.Status
 	// The provider's callback can arrive before the worker's done record
 	// (which carries sent_at) is written: wait for both.
-	eventually(t, 5*time.Second, "the notification to read as delivered, with its send time", func() bool {
+	sluicetest.Eventually(t, 5*time.Second, "the notification to read as delivered, with its send time", func() bool {
 		st = b.status(t, id)
 		return st.State == api.StateDelivered && !st.SentAt.IsZero()
 	})
@@ -130,7 +116,7 @@ func TestCallbackDelivered(t *testing.T) {
 		t.Fatalf("delivered outcomes %v, want 1", v)
 	}
 	// Twilio repeats itself sometimes: a second delivered is not a second outcome.
-	if code, err := b.sms.SendCallback(context.Background(), d, fakes.StatusUpdate{Status: "delivered"}); err != nil || code != http.StatusNoContent {
+	if code, err := b.SMS.SendCallback(context.Background(), d, fakes.StatusUpdate{Status: "delivered"}); err != nil || code != http.StatusNoContent {
 		t.Fatalf("repeated callback: %d, %v", code, err)
 	}
 	if v := outcomes(t, b, "delivered", "none"); v != 1 {
@@ -144,22 +130,22 @@ func TestCallbackDelivered(t *testing.T) {
 func TestCallbackUndeliveredShowsTheCode(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
-	b.sms.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate {
+	b.SMS.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate {
 		return []fakes.StatusUpdate{{Status: "undelivered", ErrorCode: 30007}}
 	})
-	runWorker(t, b)
-	id := b.enqueue(t, sms("+14155550141", "Win a prize"))
+	b.RunWorker(t, app.WorkerOptions{})
+	id := b.enqueue(t, apienv.NewSMS("+14155550141", "Win a prize"))
 	d := b.delivery(t, id)
-	b.sms.WaitCallbacks(t, 1, 10*time.Second)
+	b.SMS.WaitCallbacks(t, 1, 10*time.Second)
 	var st api.Status
-	eventually(t, 5*time.Second, "the notification to read as undelivered", func() bool {
+	sluicetest.Eventually(t, 5*time.Second, "the notification to read as undelivered", func() bool {
 		st = b.status(t, id)
 		return st.State == api.StateUndelivered
 	})
 	if st.ErrorCode != 30007 || st.ProviderStatus != "undelivered" {
 		t.Fatalf("status %+v", st)
 	}
-	if code, err := b.sms.SendCallback(context.Background(), d, fakes.StatusUpdate{Status: "sent"}); err != nil || code != http.StatusNoContent {
+	if code, err := b.SMS.SendCallback(context.Background(), d, fakes.StatusUpdate{Status: "sent"}); err != nil || code != http.StatusNoContent {
 		t.Fatalf("late callback: %d, %v", code, err)
 	}
 	if st = b.status(t, id); st.State != api.StateUndelivered || st.ErrorCode != 30007 {
@@ -168,8 +154,8 @@ func TestCallbackUndeliveredShowsTheCode(t *testing.T) {
 	if v := outcomes(t, b, "undelivered", "filtered"); v != 1 {
 		t.Fatalf("undelivered/filtered outcomes %v, want 1", v)
 	}
-	b.sms.SetCallbacks(nil)
-	again := b.enqueue(t, sms("+14155550142", "second"))
+	b.SMS.SetCallbacks(nil)
+	again := b.enqueue(t, apienv.NewSMS("+14155550142", "second"))
 	b.delivery(t, again)
 }
 
@@ -184,11 +170,11 @@ func TestCallbackSignatureRefused(t *testing.T) {
 	markSent(t, b, "acme", "n-1")
 	markSent(t, b, "acme", "n-2")
 	ctx := context.Background()
-	base := b.callbackURL
+	base := b.CallbackURL
 	u1, u2 := base+"/v1/callbacks/sms/acme/n-1", base+"/v1/callbacks/sms/acme/n-2"
-	params := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "To": {"+14155550143"}, "AccountSid": {b.sms.AccountSID}}
-	good := fakes.Sign(b.sms.AuthToken, u1, params)
-	failed := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"failed"}, "ErrorCode": {"30005"}, "To": {"+14155550143"}, "AccountSid": {b.sms.AccountSID}}
+	params := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"delivered"}, "To": {"+14155550143"}, "AccountSid": {b.SMS.AccountSID}}
+	good := fakes.Sign(b.SMS.AuthToken, u1, params)
+	failed := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"failed"}, "ErrorCode": {"30005"}, "To": {"+14155550143"}, "AccountSid": {b.SMS.AccountSID}}
 	for _, c := range []struct {
 		name, url string
 		params    url.Values
@@ -200,7 +186,7 @@ func TestCallbackSignatureRefused(t *testing.T) {
 		{"ChangedFields", u1, failed, good},
 		{"Garbage", u1, params, "not base64 at all"},
 	} {
-		code, err := b.sms.PostCallback(ctx, b.http.URL+strings.TrimPrefix(c.url, base), c.params, c.sig)
+		code, err := b.SMS.PostCallback(ctx, b.HTTP.URL+strings.TrimPrefix(c.url, base), c.params, c.sig)
 		if err != nil || code != http.StatusForbidden {
 			t.Errorf("%s: %d, %v; want 403", c.name, code, err)
 		}
@@ -210,24 +196,24 @@ func TestCallbackSignatureRefused(t *testing.T) {
 			t.Fatalf("%s after refused callbacks: %+v", id, st)
 		}
 	}
-	if keys := b.rdb.Keys(ctx, "*:dlv").Val(); len(keys) != 0 {
+	if keys := b.RDB.Keys(ctx, "*:dlv").Val(); len(keys) != 0 {
 		t.Fatalf("delivery records written: %v", keys)
 	}
-	if keys := b.rdb.Keys(ctx, "*suppressed*").Val(); len(keys) != 0 {
+	if keys := b.RDB.Keys(ctx, "*suppressed*").Val(); len(keys) != 0 {
 		t.Fatalf("suppressions written: %v", keys)
 	}
 	for _, path := range []string{"/v1/callbacks/sms/acme/never-sent", "/v1/callbacks/sms/globex/n-1"} {
-		code, err := b.sms.PostCallback(ctx, b.http.URL+path, params, fakes.Sign(b.sms.AuthToken, base+path, params))
+		code, err := b.SMS.PostCallback(ctx, b.HTTP.URL+path, params, fakes.Sign(b.SMS.AuthToken, base+path, params))
 		if err != nil || code != http.StatusNotFound {
 			t.Errorf("%s: %d, %v; want 404", path, code, err)
 		}
 	}
 	// The signature is checked against the configured base, not the Host the
 	// request came in with; the URL with its default port is taken too.
-	if code, _ := b.sms.PostCallback(ctx, b.http.URL+"/v1/callbacks/sms/acme/n-1", params, fakes.Sign(b.sms.AuthToken, b.http.URL+"/v1/callbacks/sms/acme/n-1?x", params)); code != http.StatusForbidden {
+	if code, _ := b.SMS.PostCallback(ctx, b.HTTP.URL+"/v1/callbacks/sms/acme/n-1", params, fakes.Sign(b.SMS.AuthToken, b.HTTP.URL+"/v1/callbacks/sms/acme/n-1?x", params)); code != http.StatusForbidden {
 		t.Errorf("signed for another URL: %d", code)
 	}
-	if code, _ := b.sms.PostCallback(ctx, u1, params, good); code != http.StatusNoContent {
+	if code, _ := b.SMS.PostCallback(ctx, u1, params, good); code != http.StatusNoContent {
 		t.Fatalf("the well-signed callback: %d", code)
 	}
 	if st := b.status(t, "n-1"); st.State != api.StateDelivered {
@@ -242,34 +228,34 @@ func TestCallbackSignatureRefused(t *testing.T) {
 func TestCallbackFeedsSuppression(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m", nil)
-	b.sms.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate {
+	b.SMS.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate {
 		return []fakes.StatusUpdate{{Status: "sent"}, {Status: "undelivered", ErrorCode: 30005}}
 	})
-	runWorker(t, b)
-	id := b.enqueue(t, sms("+14155550144", "hello"))
+	b.RunWorker(t, app.WorkerOptions{})
+	id := b.enqueue(t, apienv.NewSMS("+14155550144", "hello"))
 	b.delivery(t, id)
-	b.sms.WaitCallbacks(t, 2, 10*time.Second)
+	b.SMS.WaitCallbacks(t, 2, 10*time.Second)
 	if st := b.status(t, id); st.State != api.StateUndelivered || st.ErrorCode != 30005 {
 		t.Fatalf("status %+v", st)
 	}
-	b.sms.SetCallbacks(nil)
-	next := b.enqueue(t, sms("+1 415 555 0144", "are you there?"))
+	b.SMS.SetCallbacks(nil)
+	next := b.enqueue(t, apienv.NewSMS("+1 415 555 0144", "are you there?"))
 	var st api.Status
-	eventually(t, 10*time.Second, "the next SMS to be archived", func() bool {
+	sluicetest.Eventually(t, 10*time.Second, "the next SMS to be archived", func() bool {
 		st = b.status(t, next)
 		return st.State == api.StateArchived
 	})
 	if st.Reason != "suppressed" || !strings.Contains(st.Detail, "undeliverable") || !strings.Contains(st.Detail, "code 30005") {
 		t.Fatalf("status %+v", st)
 	}
-	r := b.do(t, "POST", "/v1/notifications", b.tokens["globex"], sms("+14155550144", "globex's own"))
+	r := b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], apienv.NewSMS("+14155550144", "globex's own"))
 	var a api.Accepted
-	r.json(t, &a)
+	r.JSON(t, &a)
 	b.delivery(t, a.ID)
-	if got := len(b.sms.Deliveries()); got != 2 {
+	if got := len(b.SMS.Deliveries()); got != 2 {
 		t.Fatalf("%d deliveries, want 2 (acme's first, globex's)", got)
 	}
-	ti, err := b.task(t, next)
+	ti, err := b.Task(t, next)
 	if err != nil || ti.State != asynq.TaskStateArchived {
 		t.Fatalf("task %+v, %v", ti, err)
 	}
@@ -281,17 +267,17 @@ func TestCallbackRoute(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, map[string]string{"SLUICE_SMS_STATUS_CALLBACK_URL": "https://sluice.example.com"})
 	off := setup(t, rules, map[string]string{"SLUICE_SMS_STATUS_CALLBACK_URL": "", "SLUICE_SMS_SENDER": "log", "SLUICE_SMS_AUTH_TOKEN": ""})
-	if r := off.do(t, "POST", "/v1/callbacks/sms/acme/n-1", "", "MessageStatus=sent", "Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", "x"); r.status != 404 || !strings.Contains(r.problem(t).Detail, "SLUICE_SMS_STATUS_CALLBACK_URL") {
-		t.Fatalf("callbacks off: %d %s", r.status, r.body)
+	if r := off.Do(t, "POST", "/v1/callbacks/sms/acme/n-1", "", "MessageStatus=sent", "Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", "x"); r.Status != 404 || !strings.Contains(r.Problem(t).Detail, "SLUICE_SMS_STATUS_CALLBACK_URL") {
+		t.Fatalf("callbacks off: %d %s", r.Status, r.Body)
 	}
-	if r := b.do(t, "GET", "/v1/callbacks/sms/acme/n-1", "", nil); r.status != 405 || r.header.Get("Allow") != "POST" {
-		t.Fatalf("GET: %d %v", r.status, r.header)
+	if r := b.Do(t, "GET", "/v1/callbacks/sms/acme/n-1", "", nil); r.Status != 405 || r.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET: %d %v", r.Status, r.Header)
 	}
 	markSent(t, b, "acme", "n-1")
 	path := "/v1/callbacks/sms/acme/n-1"
 	sign := func(body string) string {
 		p, _ := url.ParseQuery(body)
-		return fakes.Sign(b.sms.AuthToken, "https://sluice.example.com"+path, p)
+		return fakes.Sign(b.SMS.AuthToken, "https://sluice.example.com"+path, p)
 	}
 	for _, c := range []struct {
 		body, ctype string
@@ -305,12 +291,12 @@ func TestCallbackRoute(t *testing.T) {
 		{"MessageStatus=sent&MessageSid=SM%3A1", "application/x-www-form-urlencoded", 400, "MessageSid"},
 		{"MessageStatus=sent&" + strings.Repeat("x", 70<<10) + "=1", "application/x-www-form-urlencoded", 413, ""},
 	} {
-		r := b.do(t, "POST", path, "", c.body, "Content-Type", c.ctype, "X-Twilio-Signature", sign(c.body))
-		if r.status != c.status {
-			t.Errorf("%.40s: %d, want %d: %s", c.body, r.status, c.status, r.body)
+		r := b.Do(t, "POST", path, "", c.body, "Content-Type", c.ctype, "X-Twilio-Signature", sign(c.body))
+		if r.Status != c.status {
+			t.Errorf("%.40s: %d, want %d: %s", c.body, r.Status, c.status, r.Body)
 			continue
 		}
-		if p := r.problem(t); c.field != "" && (len(p.InvalidParams) == 0 || p.InvalidParams[0].Name != c.field) {
+		if p := r.Problem(t); c.field != "" && (len(p.InvalidParams) == 0 || p.InvalidParams[0].Name != c.field) {
 			t.Errorf("%.40s: %+v, want %s named", c.body, p, c.field)
 		}
 	}
@@ -318,9 +304,9 @@ func TestCallbackRoute(t *testing.T) {
 	// the path; a signature over the public URL with its default port is good.
 	body := "MessageStatus=sent&MessageSid=SM2"
 	p, _ := url.ParseQuery(body)
-	sig := fakes.Sign(b.sms.AuthToken, "https://sluice.example.com:443"+path, p)
-	if r := b.do(t, "POST", path, "", body, "Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", sig); r.status != 204 {
-		t.Fatalf("signed with the default port: %d %s", r.status, r.body)
+	sig := fakes.Sign(b.SMS.AuthToken, "https://sluice.example.com:443"+path, p)
+	if r := b.Do(t, "POST", path, "", body, "Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", sig); r.Status != 204 {
+		t.Fatalf("signed with the default port: %d %s", r.Status, r.Body)
 	}
 	if st := b.status(t, "n-1"); st.State != api.StateSent || st.ProviderStatus != "sent" || st.MessageSID != "SM2" {
 		t.Fatalf("status %+v", st)

@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 // A signed status callback marks a number undeliverable only when it is
@@ -16,17 +18,17 @@ import (
 func TestCallbackMarksOnlyTheRecipient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m", nil)
-	runWorker(t, b)
-	id := b.enqueue(t, sms("+14155550144", "hello"))
+	b.RunWorker(t, app.WorkerOptions{})
+	id := b.enqueue(t, apienv.NewSMS("+14155550144", "hello"))
 	b.delivery(t, id)
 	path := "/v1/callbacks/sms/acme/" + id
-	params := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30005"}, "To": {"+14155550999"}, "AccountSid": {b.sms.AccountSID}}
-	code, err := b.sms.PostCallback(context.Background(), b.http.URL+path, params, fakes.Sign(b.sms.AuthToken, b.callbackURL+path, params))
+	params := url.Values{"MessageSid": {"SM1"}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30005"}, "To": {"+14155550999"}, "AccountSid": {b.SMS.AccountSID}}
+	code, err := b.SMS.PostCallback(context.Background(), b.HTTP.URL+path, params, fakes.Sign(b.SMS.AuthToken, b.CallbackURL+path, params))
 	if err != nil || code != http.StatusNoContent {
 		t.Fatalf("signed callback: %d %v", code, err)
 	}
-	other := b.enqueue(t, sms("+14155550999", "to the number the callback named"))
+	other := b.enqueue(t, apienv.NewSMS("+14155550999", "to the number the callback named"))
 	b.delivery(t, other)
-	again := b.enqueue(t, sms("+14155550144", "to the recipient"))
+	again := b.enqueue(t, apienv.NewSMS("+14155550144", "to the recipient"))
 	b.delivery(t, again)
 }

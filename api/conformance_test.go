@@ -115,7 +115,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	}
 	// Every notification answered 202 is in the queue (or sent).
 	for _, id := range c.accepted[:min(len(c.accepted), 50)] {
-		if _, err := b.task(t, id); err != nil {
+		if _, err := b.Task(t, id); err != nil {
 			t.Errorf("accepted %s is not in the queue: %v", id, err)
 		}
 	}
@@ -202,7 +202,7 @@ func (c *conformance) one(i int) {
 	if valid {
 		c.valid++
 	}
-	resp, err := http.DefaultClient.Do(newReq(c.b.http.URL))
+	resp, err := http.DefaultClient.Do(newReq(c.b.HTTP.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,9 +465,9 @@ func (c *conformance) generate() request {
 	who := g.r.IntN(20)
 	switch {
 	case who < 14:
-		req.token, req.tenant = b.tokens["acme"], "acme"
+		req.token, req.tenant = b.Tokens["acme"], "acme"
 	case who < 17:
-		req.token, req.tenant = b.tokens["globex"], "globex"
+		req.token, req.tenant = b.Tokens["globex"], "globex"
 	default:
 		req.token, req.admin = adminToken, true
 	}
@@ -578,7 +578,7 @@ func (c *conformance) generate() request {
 		req.header.Set("Content-Type", "application/x-www-form-urlencoded")
 		sig := "bm9wZQ=="
 		if g.r.IntN(10) < 8 {
-			sig, req.signed = fakes.Sign(b.sms.AuthToken, b.callbackURL+req.path, form), true
+			sig, req.signed = fakes.Sign(b.SMS.AuthToken, b.CallbackURL+req.path, form), true
 		}
 		req.header.Set("X-Twilio-Signature", sig)
 		req.token = ""

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
 // serve runs the API as `sluice api` does (Run: its own listener with the
@@ -29,19 +28,11 @@ func serve(t *testing.T, b *bundle, cfg api.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := app.NewAPI(cfg, nil, app.APIOptions{Redis: b.rdb, Listener: ln, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	srv, err := app.NewAPI(cfg, nil, app.APIOptions{Redis: b.RDB, Listener: ln, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	sluicetest.Background(t, "run", srv.Run)
 	return ln.Addr().String()
 }
 
@@ -97,12 +88,12 @@ func quotas(addr, token string, limit time.Duration) (int, error) {
 func TestIdleKeepAliveConnectionsDoNotHoldTheCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:tenant=100/1h", nil)
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.MaxConns, cfg.MaxConnsPerClient, cfg.IdleTimeout = 64, 0, 10*time.Minute
 	addr := serve(t, b, cfg)
 	for _, c := range []struct{ name, request string }{
 		{"no credential", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"},
-		{"a tenant's token inside its rate", "GET /v1/quotas HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b.tokens["acme"] + "\r\n\r\n"},
+		{"a tenant's token inside its rate", "GET /v1/quotas HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b.Tokens["acme"] + "\r\n\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for range 64 {
@@ -111,7 +102,7 @@ func TestIdleKeepAliveConnectionsDoNotHoldTheCap(t *testing.T) {
 					time.Sleep(25 * time.Millisecond) // inside SLUICE_API_RATE, as the attack paces itself
 				}
 			}
-			code, err := quotas(addr, b.tokens["globex"], 11*time.Second)
+			code, err := quotas(addr, b.Tokens["globex"], 11*time.Second)
 			if err != nil || code != http.StatusOK {
 				t.Fatalf("another tenant's request with 64 idle connections held: %d %v", code, err)
 			}
@@ -124,7 +115,7 @@ func TestIdleKeepAliveConnectionsDoNotHoldTheCap(t *testing.T) {
 func TestBusyConnectionsAreNotClosed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:tenant=100/1h", nil)
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.MaxConns, cfg.MaxConnsPerClient = 16, 0
 	addr := serve(t, b, cfg)
 	// 16 uploads that send their head and half their body, then wait.
@@ -135,12 +126,12 @@ func TestBusyConnectionsAreNotClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		fmt.Fprintf(c, "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{", b.tokens["acme"])
+		fmt.Fprintf(c, "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{", b.Tokens["acme"])
 		conns = append(conns, c)
 	}
 	served := make(chan error, 1)
 	go func() {
-		code, err := quotas(addr, b.tokens["globex"], 30*time.Second)
+		code, err := quotas(addr, b.Tokens["globex"], 30*time.Second)
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("status %d", code)
 		}
@@ -178,7 +169,7 @@ func TestBusyConnectionsAreNotClosed(t *testing.T) {
 func TestConnectionsPerClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:tenant=100/1h", nil)
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.MaxConns, cfg.MaxConnsPerClient = 64, 4
 	addr := serve(t, b, cfg)
 	const heavy = "127.0.0.2"
@@ -188,7 +179,7 @@ func TestConnectionsPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		fmt.Fprintf(c, "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{", b.tokens["acme"])
+		fmt.Fprintf(c, "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{", b.Tokens["acme"])
 	}
 	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(heavy)}}).Dial("tcp", addr)
 	if err != nil {
@@ -206,7 +197,7 @@ func TestConnectionsPerClient(t *testing.T) {
 		resp.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("fifth connection of one address: %d %v", resp.StatusCode, resp.Header)
 	}
-	if code, err := quotas(addr, b.tokens["globex"], 10*time.Second); err != nil || code != http.StatusOK {
+	if code, err := quotas(addr, b.Tokens["globex"], 10*time.Second); err != nil || code != http.StatusOK {
 		t.Fatalf("another address: %d %v", code, err)
 	}
 	// One of the address's own idle connections gives way to its next one
@@ -235,7 +226,7 @@ func TestConnectionsPerClient(t *testing.T) {
 func TestHeadlessConnectionsHoldAtMostTheHeadTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:tenant=100/1h", nil)
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.MaxConns, cfg.MaxConnsPerClient = 16, 0
 	addr := serve(t, b, cfg)
 	for range 16 {
@@ -246,7 +237,7 @@ func TestHeadlessConnectionsHoldAtMostTheHeadTimeout(t *testing.T) {
 		defer c.Close()
 	}
 	start := time.Now()
-	if code, err := quotas(addr, b.tokens["globex"], 8*time.Second); err != nil || code != http.StatusOK {
+	if code, err := quotas(addr, b.Tokens["globex"], 8*time.Second); err != nil || code != http.StatusOK {
 		t.Fatalf("with 16 headless connections held: %d %v", code, err)
 	}
 	t.Logf("served %v after 16 headless connections took every slot (head timeout 5 s)", time.Since(start).Round(time.Millisecond))
@@ -258,7 +249,7 @@ func TestHeadlessConnectionsHoldAtMostTheHeadTimeout(t *testing.T) {
 func TestHeaderLimitExact(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:tenant=100/1h", nil)
-	cfg := b.cfg
+	cfg := b.Config
 	cfg.MaxHeaderBytes = api.MinHeaderBytes
 	addr := serve(t, b, cfg)
 	head := func(size int) string {

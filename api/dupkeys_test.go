@@ -13,7 +13,7 @@ import (
 func TestDuplicateMembersRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=100/1m,email:recipient=100/1m", nil)
-	acme := b.tokens["acme"]
+	acme := b.Tokens["acme"]
 	for _, c := range []struct {
 		name, method, path, body, pointer string
 	}{
@@ -31,26 +31,26 @@ func TestDuplicateMembersRefused(t *testing.T) {
 			`{"type":"opt-out","type":"opt-in"}`, "/type"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := b.do(t, c.method, c.path, acme, c.body)
-			if r.status != http.StatusUnprocessableEntity {
-				t.Fatalf("%d %s", r.status, r.body)
+			r := b.Do(t, c.method, c.path, acme, c.body)
+			if r.Status != http.StatusUnprocessableEntity {
+				t.Fatalf("%d %s", r.Status, r.Body)
 			}
-			p := r.problem(t)
+			p := r.Problem(t)
 			if p.Type != "urn:sluice:problem:duplicate-member" || len(p.InvalidParams) != 1 || p.InvalidParams[0].Pointer != c.pointer {
 				t.Fatalf("problem %+v, want duplicate-member at %s", p, c.pointer)
 			}
 		})
 	}
-	if q := b.queued(t); len(q) != 0 {
+	if q := b.Queued(t); len(q) != 0 {
 		t.Fatalf("%d tasks enqueued from refused bodies", len(q))
 	}
-	if n := len(b.rdb.Keys(context.Background(), "*consent*").Val()); n != 0 {
+	if n := len(b.RDB.Keys(context.Background(), "*consent*").Val()); n != 0 {
 		t.Fatalf("%d consent keys written from refused bodies", n)
 	}
 	// The same member name in two objects is no repeat.
-	r := b.do(t, "POST", "/v1/notifications", acme,
+	r := b.Do(t, "POST", "/v1/notifications", acme,
 		`{"notifications":[{"channel":"sms","to":"+14155550123","body":"a"},{"channel":"sms","to":"+14155550124","body":"b"}]}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("a batch without repeats: %d %s", r.status, r.body)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("a batch without repeats: %d %s", r.Status, r.Body)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -25,18 +27,18 @@ func TestFromDomainsPerTenant(t *testing.T) {
 		}
 		return n
 	}
-	if r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], mail("news@acme.com")); r.status != 202 {
-		t.Fatalf("own domain: %d %s", r.status, r.body)
+	if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], mail("news@acme.com")); r.Status != 202 {
+		t.Fatalf("own domain: %d %s", r.Status, r.Body)
 	}
-	r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], mail("ceo@globex.com"))
-	p := r.problem(t)
-	if r.status != 422 || p.Type != api.ProblemBase+"invalid-notification" || len(p.InvalidParams) != 1 || p.InvalidParams[0].Name != "from" {
-		t.Fatalf("another tenant's domain: %d %s", r.status, r.body)
+	r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], mail("ceo@globex.com"))
+	p := r.Problem(t)
+	if r.Status != 422 || p.Type != api.ProblemBase+"invalid-notification" || len(p.InvalidParams) != 1 || p.InvalidParams[0].Name != "from" {
+		t.Fatalf("another tenant's domain: %d %s", r.Status, r.Body)
 	}
-	if r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], mail("")); r.status != 202 {
-		t.Fatalf("no From: %d %s", r.status, r.body)
+	if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], mail("")); r.Status != 202 {
+		t.Fatalf("no From: %d %s", r.Status, r.Body)
 	}
-	if n := len(b.queued(t)); n != 2 {
+	if n := len(b.Queued(t)); n != 2 {
 		t.Fatalf("%d queued, want 2", n)
 	}
 }
@@ -46,16 +48,16 @@ func TestFromDomainsPerTenant(t *testing.T) {
 func TestFromDomainsWorkerArchives(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, map[string]string{"SLUICE_EMAIL_FROM_DOMAINS": "acme=acme.com"})
-	runWorker(t, b)
+	b.RunWorker(t, app.WorkerOptions{})
 	n := tasks.NewEmail("acme", "ann@example.com", "Hi", "Hello")
 	n.From = "ceo@globex.com"
 	n.ID = tasks.NewID()
-	client := asynq.NewClientFromRedisClient(b.rdb)
-	if _, err := tasks.Enqueue(context.Background(), client, b.keys, n, asynq.Queue(b.cfg.Layout().Route("acme", tasks.DefaultLane(""), nil))); err != nil {
+	client := asynq.NewClientFromRedisClient(b.RDB)
+	if _, err := tasks.Enqueue(context.Background(), client, b.Keys, n, asynq.Queue(b.Config.Layout().Route("acme", tasks.DefaultLane(""), nil))); err != nil {
 		t.Fatal(err)
 	}
 	var st api.Status
-	eventually(t, 10*time.Second, "the email to be archived", func() bool {
+	sluicetest.Eventually(t, 10*time.Second, "the email to be archived", func() bool {
 		st = b.status(t, n.ID)
 		return st.State == api.StateArchived
 	})

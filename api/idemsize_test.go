@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 // The record of a 500-notification batch's Idempotency-Key is at most
@@ -15,45 +16,45 @@ import (
 func TestIdempotencyRecordSize(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
-	tok := b.tokens["acme"]
+	tok := b.Tokens["acme"]
 	var items []any
 	for i := range api.MaxBatch {
-		items = append(items, sms(fmt.Sprintf("+1415555%04d", i), "your code"))
+		items = append(items, apienv.NewSMS(fmt.Sprintf("+1415555%04d", i), "your code"))
 	}
 	body := map[string]any{"notifications": items}
-	first := b.do(t, "POST", "/v1/notifications", tok, body, "Idempotency-Key", "big-batch")
-	if first.status != 202 {
-		t.Fatalf("first: %d %s", first.status, first.body)
+	first := b.Do(t, "POST", "/v1/notifications", tok, body, "Idempotency-Key", "big-batch")
+	if first.Status != 202 {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
-	size, err := b.rdb.MemoryUsage(context.Background(), api.IdempotencyRedisKey("acme", "big-batch")).Result()
+	size, err := b.RDB.MemoryUsage(context.Background(), api.IdempotencyRedisKey("acme", "big-batch")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("record of a %d-notification batch: %d B (MEMORY USAGE); the answer is %d B", api.MaxBatch, size, len(first.body))
+	t.Logf("record of a %d-notification batch: %d B (MEMORY USAGE); the answer is %d B", api.MaxBatch, size, len(first.Body))
 	if size > 1024 {
 		t.Fatalf("record of a 500-notification batch is %d B, over 1 KB", size)
 	}
 	for range 2 {
-		again := b.do(t, "POST", "/v1/notifications", tok, body, "Idempotency-Key", "big-batch")
-		if again.status != 202 || again.header.Get(api.HeaderReplayed) != "true" || string(again.body) != string(first.body) {
-			t.Fatalf("replay differs: %d %v\n%.300s\nwant\n%.300s", again.status, again.header, again.body, first.body)
+		again := b.Do(t, "POST", "/v1/notifications", tok, body, "Idempotency-Key", "big-batch")
+		if again.Status != 202 || again.Header.Get(api.HeaderReplayed) != "true" || string(again.Body) != string(first.Body) {
+			t.Fatalf("replay differs: %d %v\n%.300s\nwant\n%.300s", again.Status, again.Header, again.Body, first.Body)
 		}
 	}
 	// Mixed states (one sent already when the answer was made) replay as answered.
-	mixed := map[string]any{"notifications": []any{sms("+14155550200", "a"), sms("+14155550201", "b")}}
+	mixed := map[string]any{"notifications": []any{apienv.NewSMS("+14155550200", "a"), apienv.NewSMS("+14155550201", "b")}}
 	markSent(t, b, "acme", api.NotificationID("acme", "mixed", 0))
-	m1 := b.do(t, "POST", "/v1/notifications", tok, mixed, "Idempotency-Key", "mixed")
-	m2 := b.do(t, "POST", "/v1/notifications", tok, mixed, "Idempotency-Key", "mixed")
+	m1 := b.Do(t, "POST", "/v1/notifications", tok, mixed, "Idempotency-Key", "mixed")
+	m2 := b.Do(t, "POST", "/v1/notifications", tok, mixed, "Idempotency-Key", "mixed")
 	var ma api.BatchAccepted
-	m1.json(t, &ma)
-	if m1.status != 202 || ma.Notifications[0].State != api.StateSent || ma.Notifications[1].State != api.StateQueued ||
-		m2.header.Get(api.HeaderReplayed) != "true" || string(m2.body) != string(m1.body) {
-		t.Fatalf("mixed states: %s, replayed %q %s", m1.body, m2.header.Get(api.HeaderReplayed), m2.body)
+	m1.JSON(t, &ma)
+	if m1.Status != 202 || ma.Notifications[0].State != api.StateSent || ma.Notifications[1].State != api.StateQueued ||
+		m2.Header.Get(api.HeaderReplayed) != "true" || string(m2.Body) != string(m1.Body) {
+		t.Fatalf("mixed states: %s, replayed %q %s", m1.Body, m2.Header.Get(api.HeaderReplayed), m2.Body)
 	}
-	one := b.do(t, "POST", "/v1/notifications", tok, sms("+14155550999", "single"), "Idempotency-Key", "single")
-	re := b.do(t, "POST", "/v1/notifications", tok, sms("+14155550999", "single"), "Idempotency-Key", "single")
-	if one.status != 202 || re.status != 202 || string(re.body) != string(one.body) || re.header.Get("Location") != one.header.Get("Location") ||
-		re.header.Get("Location") != "/v1/notifications/"+api.NotificationID("acme", "single", 0) {
-		t.Fatalf("single replay: %d %s %q, first %d %s %q", re.status, re.body, re.header.Get("Location"), one.status, one.body, one.header.Get("Location"))
+	one := b.Do(t, "POST", "/v1/notifications", tok, apienv.NewSMS("+14155550999", "single"), "Idempotency-Key", "single")
+	re := b.Do(t, "POST", "/v1/notifications", tok, apienv.NewSMS("+14155550999", "single"), "Idempotency-Key", "single")
+	if one.Status != 202 || re.Status != 202 || string(re.Body) != string(one.Body) || re.Header.Get("Location") != one.Header.Get("Location") ||
+		re.Header.Get("Location") != "/v1/notifications/"+api.NotificationID("acme", "single", 0) {
+		t.Fatalf("single replay: %d %s %q, first %d %s %q", re.Status, re.Body, re.Header.Get("Location"), one.Status, one.Body, one.Header.Get("Location"))
 	}
 }

@@ -10,12 +10,11 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
 // Auth checks tokens as the API does, for the routes mounted beside it: the
@@ -24,13 +23,13 @@ func TestAuthChecksTokensAsTheAPI(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
 	ctx := context.Background()
-	auth := b.srv.Auth()
+	auth := b.API.Auth()
 	for _, c := range []struct {
 		name, token, tenant, id string
 		ok                      bool
 	}{
 		{"Admin", adminToken, "", api.AdminTokenID, true},
-		{"Tenant", b.tokens["acme"], "acme", strings.Split(b.tokens["acme"], "_")[1], true},
+		{"Tenant", b.Tokens["acme"], "acme", strings.Split(b.Tokens["acme"], "_")[1], true},
 		{"Unknown", "sluice_0000_wrong", "", "", false},
 		{"Empty", "", "", "", false},
 		{"AdminTokenPrefix", adminToken[:len(adminToken)-1], "", "", false},
@@ -42,7 +41,7 @@ func TestAuthChecksTokensAsTheAPI(t *testing.T) {
 			}
 		})
 	}
-	_, id, _, _ := auth.Identify(ctx, b.tokens["globex"])
+	_, id, _, _ := auth.Identify(ctx, b.Tokens["globex"])
 	if ok, err := auth.Valid(ctx, "globex", id); err != nil || !ok {
 		t.Fatalf("globex's token: valid %v %v", ok, err)
 	}
@@ -52,7 +51,7 @@ func TestAuthChecksTokensAsTheAPI(t *testing.T) {
 	if ok, _ := auth.Valid(ctx, "", api.AdminTokenID); !ok {
 		t.Fatal("the admin is not valid")
 	}
-	if err := b.srv.Tokens().Revoke(ctx, "globex", id); err != nil {
+	if err := b.API.Tokens().Revoke(ctx, "globex", id); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := auth.Valid(ctx, "globex", id); err != nil || ok {
@@ -73,14 +72,14 @@ func TestAuthSessionKeyFollowsTheSecrets(t *testing.T) {
 	b := setup(t, rules, nil)
 	key := func(cfg api.Config) []byte {
 		t.Helper()
-		srv, err := app.NewAPI(cfg, nil, app.APIOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
+		srv, err := app.NewAPI(cfg, nil, app.APIOptions{Redis: b.RDB, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return srv.Auth().SessionKey("sluice ui session")
 	}
-	same := key(b.cfg)
-	if !bytes.Equal(same, b.srv.Auth().SessionKey("sluice ui session")) || bytes.Equal(same, b.srv.Auth().SessionKey("another purpose")) {
+	same := key(b.Config)
+	if !bytes.Equal(same, b.API.Auth().SessionKey("sluice ui session")) || bytes.Equal(same, b.API.Auth().SessionKey("another purpose")) {
 		t.Fatal("the session key is not one per configuration and purpose")
 	}
 	// The derivation the dashboard's cookies were signed with before it
@@ -90,7 +89,7 @@ func TestAuthSessionKeyFollowsTheSecrets(t *testing.T) {
 	if !bytes.Equal(same, m.Sum(nil)) {
 		t.Fatal("the session key changed its derivation: every browser would be signed out")
 	}
-	otherAdmin, otherKey, noAdmin := b.cfg, b.cfg, b.cfg
+	otherAdmin, otherKey, noAdmin := b.Config, b.Config, b.Config
 	otherAdmin.AdminToken = strings.Repeat("b", 40)
 	otherKey.TokenKey = strings.Repeat("k", 40)
 	noAdmin.AdminToken = ""
@@ -99,7 +98,7 @@ func TestAuthSessionKeyFollowsTheSecrets(t *testing.T) {
 			t.Errorf("changing the %s keeps the session key", name)
 		}
 	}
-	srv, err := app.NewAPI(noAdmin, nil, app.APIOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := app.NewAPI(noAdmin, nil, app.APIOptions{Redis: b.RDB, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +112,8 @@ func TestAuthSessionKeyFollowsTheSecrets(t *testing.T) {
 func TestMountedRoutes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
-	var logs syncBuffer
-	srv, err := app.NewAPI(b.cfg, nil, app.APIOptions{Redis: b.rdb, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	var logs sluicetest.LogBuffer
+	srv, err := app.NewAPI(b.Config, nil, app.APIOptions{Redis: b.RDB, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,22 +146,4 @@ func TestMountedRoutes(t *testing.T) {
 	if !strings.Contains(l, `"route":"GET /mounted"`) || !strings.Contains(l, `"tenant":"acme","token_id":"tok1"`) || strings.Contains(l, "/bare") {
 		t.Fatalf("access log: %s", l)
 	}
-}
-
-// syncBuffer collects log output from the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 func smsBatch(n int) map[string]any {
 	var items []any
 	for i := range n {
-		items = append(items, sms(fmt.Sprintf("+1415555%04d", i), "batch"))
+		items = append(items, apienv.NewSMS(fmt.Sprintf("+1415555%04d", i), "batch"))
 	}
 	return map[string]any{"notifications": items}
 }
@@ -23,22 +24,22 @@ func smsBatch(n int) map[string]any {
 func TestNotificationRateCountsNotifications(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, map[string]string{"SLUICE_API_NOTIFICATION_RATE": "600/1m"})
-	tok := b.tokens["acme"]
-	if r := b.do(t, "POST", "/v1/notifications", tok, smsBatch(500)); r.status != 202 {
-		t.Fatalf("500: %d %s", r.status, r.body)
+	tok := b.Tokens["acme"]
+	if r := b.Do(t, "POST", "/v1/notifications", tok, smsBatch(500)); r.Status != 202 {
+		t.Fatalf("500: %d %s", r.Status, r.Body)
 	}
-	r := b.do(t, "POST", "/v1/notifications", tok, smsBatch(200))
-	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || r.problem(t).Type != api.ProblemBase+"rate-limited" {
-		t.Fatalf("200 more: %d %v %s", r.status, r.header, r.body)
+	r := b.Do(t, "POST", "/v1/notifications", tok, smsBatch(200))
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" || r.Problem(t).Type != api.ProblemBase+"rate-limited" {
+		t.Fatalf("200 more: %d %v %s", r.Status, r.Header, r.Body)
 	}
-	if n := len(b.queued(t)); n != 500 {
+	if n := len(b.Queued(t)); n != 500 {
 		t.Fatalf("%d queued after the refusal, want 500", n)
 	}
-	if r := b.do(t, "POST", "/v1/notifications", tok, smsBatch(100)); r.status != 202 {
-		t.Fatalf("100 more: %d %s", r.status, r.body)
+	if r := b.Do(t, "POST", "/v1/notifications", tok, smsBatch(100)); r.Status != 202 {
+		t.Fatalf("100 more: %d %s", r.Status, r.Body)
 	}
-	if r := b.do(t, "POST", "/v1/notifications", b.tokens["globex"], smsBatch(500)); r.status != 202 {
-		t.Fatalf("another token: %d %s", r.status, r.body)
+	if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], smsBatch(500)); r.Status != 202 {
+		t.Fatalf("another token: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -54,9 +55,9 @@ func TestNotificationRateConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], smsBatch(50))
+			r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], smsBatch(50))
 			mu.Lock()
-			codes[r.status]++
+			codes[r.Status]++
 			mu.Unlock()
 		}()
 	}

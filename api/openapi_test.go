@@ -51,13 +51,13 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := setup(t, "sms:recipient=1/1m,sms:tenant=1000/1h,email:recipient=10/1m", nil)
-	acme, globex := b.tokens["acme"], b.tokens["globex"]
+	acme, globex := b.Tokens["acme"], b.Tokens["globex"]
 	var queuedID string
 	signer, err := unsubscribe.NewSigner("test-secret-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := b.srv.Services().Consent.Subject("acme", tasks.Email, "eve@example.com")
+	subject, err := b.API.Services().Consent.Subject("acme", tasks.Email, "eve@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 					v := s.headers[i+1]
 					if v == "{sign}" { // signed as the provider would for this path
 						params, _ := url.ParseQuery(s.body)
-						v = fakes.Sign(b.sms.AuthToken, b.callbackURL+path, params)
+						v = fakes.Sign(b.SMS.AuthToken, b.CallbackURL+path, params)
 					}
 					req.Header.Set(s.headers[i], v)
 				}
@@ -196,7 +196,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 			if !s.validRequest && reqErr == nil {
 				t.Fatalf("a request the API refuses passes openapi.yaml")
 			}
-			resp, err := http.DefaultClient.Do(newReq(b.http.URL))
+			resp, err := http.DefaultClient.Do(newReq(b.HTTP.URL))
 			if err != nil {
 				t.Fatal(err)
 			}

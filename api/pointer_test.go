@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-openapi/jsonpointer"
 
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -19,9 +20,9 @@ var newPointer = jsonpointer.New
 // go-openapi's RFC 6901 implementation against the request body it
 // answers: each invalid param must have one ("" is the whole body), and it
 // must resolve. It returns how many it checked.
-func resolvePointers(t *testing.T, body []byte, r reply) int {
+func resolvePointers(t *testing.T, body []byte, r apienv.Reply) int {
 	t.Helper()
-	r.problem(t)
+	r.Problem(t)
 	var doc any
 	if err := json.Unmarshal(body, &doc); err != nil {
 		t.Fatalf("request body is not JSON: %v", err)
@@ -29,9 +30,9 @@ func resolvePointers(t *testing.T, body []byte, r reply) int {
 	var p struct {
 		Params []map[string]any `json:"invalid-params"`
 	}
-	r.json(t, &p)
+	r.JSON(t, &p)
 	if len(p.Params) == 0 {
-		t.Errorf("%s: no invalid-params: %s", body, r.body)
+		t.Errorf("%s: no invalid-params: %s", body, r.Body)
 	}
 	for _, ip := range p.Params {
 		s, ok := ip["pointer"].(string)
@@ -99,18 +100,18 @@ func TestProblemPointersResolve(t *testing.T) {
 		map[string]any{"channel": "sms", "to": "+14155550100", "body": "hi", "from": "+15005550006", "messaging_service_sid": "MG0123456789abcdef0123456789abcdef"},
 		map[string]any{}, map[string]any{"channel": "email"},
 	)
-	post := func(body any) (reply, []byte) {
+	post := func(body any) (apienv.Reply, []byte) {
 		raw, err := json.Marshal(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b.do(t, "POST", "/v1/notifications", b.tokens["acme"], raw), raw
+		return b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], raw), raw
 	}
 	checked := 0
 	for i, c := range cases {
 		r, raw := post(c)
-		if r.status != http.StatusUnprocessableEntity && r.status != http.StatusForbidden {
-			t.Errorf("case %d %s: status %d, want 422 or 403: %s", i, raw, r.status, r.body)
+		if r.Status != http.StatusUnprocessableEntity && r.Status != http.StatusForbidden {
+			t.Errorf("case %d %s: status %d, want 422 or 403: %s", i, raw, r.Status, r.Body)
 			continue
 		}
 		checked += resolvePointers(t, raw, r)
@@ -133,16 +134,16 @@ func TestProblemPointersResolve(t *testing.T) {
 
 	// The escapes as RFC 6901 writes them, for a header name with both.
 	r, _ := post(email(map[string]any{"headers": map[string]any{"X~a/b": "v"}}))
-	if p := r.problem(t); len(p.InvalidParams) != 1 || p.InvalidParams[0].Pointer != "/headers/X~0a~1b" {
-		t.Errorf("header X~a/b: %s; want the pointer /headers/X~0a~1b", r.body)
+	if p := r.Problem(t); len(p.InvalidParams) != 1 || p.InvalidParams[0].Pointer != "/headers/X~0a~1b" {
+		t.Errorf("header X~a/b: %s; want the pointer /headers/X~0a~1b", r.Body)
 	}
 	r, _ = post(map[string]any{"notifications": []any{email(nil), email(map[string]any{"headers": map[string]any{"X-Campaign": " "}})}})
-	if p := r.problem(t); len(p.InvalidParams) != 1 || p.InvalidParams[0].Pointer != "/notifications/1/headers/X-Campaign" ||
+	if p := r.Problem(t); len(p.InvalidParams) != 1 || p.InvalidParams[0].Pointer != "/notifications/1/headers/X-Campaign" ||
 		p.InvalidParams[0].Name != `headers["X-Campaign"]` {
-		t.Errorf("empty X-Campaign in a batch: %s", r.body)
+		t.Errorf("empty X-Campaign in a batch: %s", r.Body)
 	}
 	r, raw := post(map[string]any{"channel": "email", "to": "ann@example.com", "body": "no subject"})
-	if !strings.Contains(string(r.body), `"pointer":""`) {
-		t.Errorf("a missing member of a single notification should point at the whole body (\"\"): %s for %s", r.body, raw)
+	if !strings.Contains(string(r.Body), `"pointer":""`) {
+		t.Errorf("a missing member of a single notification should point at the whole body (\"\"): %s for %s", r.Body, raw)
 	}
 }

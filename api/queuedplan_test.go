@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 	"github.com/sluicehq/sluice/plans"
 )
 
@@ -16,31 +18,31 @@ func TestQueuedCapFromThePlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, map[string]string{"SLUICE_TENANT_MAX_QUEUED": "100"})
 	defaults, _ := plans.Parse(rules)
-	if _, err := plans.NewStore(b.rdb, defaults).Set(context.Background(), "acme", "max-queued=3", "test"); err != nil {
+	if _, err := plans.NewStore(b.RDB, defaults).Set(context.Background(), "acme", "max-queued=3", "test"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "acme's plan in force", func() bool {
-		n, _, set, _ := b.srv.Services().Plans.Policy().QueuedCaps("acme")
+	sluicetest.Eventually(t, 5*time.Second, "acme's plan in force", func() bool {
+		n, _, set, _ := b.API.Services().Plans.Policy().QueuedCaps("acme")
 		return set && n == 3
 	})
 	for i := range 3 {
-		if r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "x")); r.status != 202 {
-			t.Fatalf("acme %d: %d %s", i, r.status, r.body)
+		if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550100", "x")); r.Status != 202 {
+			t.Fatalf("acme %d: %d %s", i, r.Status, r.Body)
 		}
 	}
-	last := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "x"))
-	if last.status != http.StatusTooManyRequests {
-		t.Fatalf("acme's 4th: %d %s", last.status, last.body)
+	last := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550100", "x"))
+	if last.Status != http.StatusTooManyRequests {
+		t.Fatalf("acme's 4th: %d %s", last.Status, last.Body)
 	}
-	if p := last.problem(t); p.Type != "urn:sluice:problem:queue-full" {
-		t.Fatalf("refusal: %s", last.body)
+	if p := last.Problem(t); p.Type != "urn:sluice:problem:queue-full" {
+		t.Fatalf("refusal: %s", last.Body)
 	}
-	if n := len(b.queued(t)); n != 3 {
+	if n := len(b.Queued(t)); n != 3 {
 		t.Fatalf("%d queued for acme, want its plan's 3", n)
 	}
 	for range 5 {
-		if r := b.do(t, "POST", "/v1/notifications", b.tokens["globex"], sms("+14155550100", "x")); r.status != 202 {
-			t.Fatalf("globex: %d %s", r.status, r.body)
+		if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], apienv.NewSMS("+14155550100", "x")); r.Status != 202 {
+			t.Fatalf("globex: %d %s", r.Status, r.Body)
 		}
 	}
 }

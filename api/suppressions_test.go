@@ -32,16 +32,16 @@ func TestSuppressionsAPIRecordsWhatTheCheckReads(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m", nil)
 	ctx := context.Background()
-	store := b.srv.Services().Consent
-	acme := b.tokens["acme"]
+	store := b.API.Services().Consent
+	acme := b.Tokens["acme"]
 	const num = "+14155550180"
 
 	var got suppressionReply
-	r := b.do(t, "POST", "/v1/suppressions/sms/"+num, acme, `{"type":"out","scope":"marketing"}`)
-	if r.status != http.StatusOK {
-		t.Fatalf("opt-out: %d %s", r.status, r.body)
+	r := b.Do(t, "POST", "/v1/suppressions/sms/"+num, acme, `{"type":"out","scope":"marketing"}`)
+	if r.Status != http.StatusOK {
+		t.Fatalf("opt-out: %d %s", r.Status, r.Body)
 	}
-	r.json(t, &got)
+	r.JSON(t, &got)
 	if !got.Suppressed || got.OptedOut["marketing"] == nil || got.Recipient == num || len(got.Ledger) != 1 || got.Ledger[0].Source != "api" {
 		t.Fatalf("after the opt-out: %+v", got)
 	}
@@ -56,25 +56,25 @@ func TestSuppressionsAPIRecordsWhatTheCheckReads(t *testing.T) {
 	}
 	// The same recipient by its keyed hash: no number in the URL.
 	var bySubject suppressionReply
-	if r := b.do(t, "GET", "/v1/suppressions/sms/~"+got.Subject, acme, nil); r.status != http.StatusOK {
-		t.Fatalf("by subject: %d %s", r.status, r.body)
-	} else if r.json(t, &bySubject); bySubject.OptedOut["marketing"] == nil || len(bySubject.Ledger) != 1 || strings.Contains(string(r.body), "5550180") {
-		t.Fatalf("by subject: %s", r.body)
+	if r := b.Do(t, "GET", "/v1/suppressions/sms/~"+got.Subject, acme, nil); r.Status != http.StatusOK {
+		t.Fatalf("by subject: %d %s", r.Status, r.Body)
+	} else if r.JSON(t, &bySubject); bySubject.OptedOut["marketing"] == nil || len(bySubject.Ledger) != 1 || strings.Contains(string(r.Body), "5550180") {
+		t.Fatalf("by subject: %s", r.Body)
 	}
-	if r := b.do(t, "GET", "/v1/suppressions/sms/~"+got.Subject, b.tokens["globex"], nil); r.status != http.StatusOK || strings.Contains(string(r.body), "marketing") {
-		t.Fatalf("globex with acme's subject: %d %s", r.status, r.body)
+	if r := b.Do(t, "GET", "/v1/suppressions/sms/~"+got.Subject, b.Tokens["globex"], nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "marketing") {
+		t.Fatalf("globex with acme's subject: %d %s", r.Status, r.Body)
 	}
-	if r := b.do(t, "GET", "/v1/suppressions/sms/"+num+"?tenant=acme", b.tokens["globex"], nil); r.status != http.StatusForbidden {
-		t.Fatalf("globex reading acme's: %d", r.status)
+	if r := b.Do(t, "GET", "/v1/suppressions/sms/"+num+"?tenant=acme", b.Tokens["globex"], nil); r.Status != http.StatusForbidden {
+		t.Fatalf("globex reading acme's: %d", r.Status)
 	}
 
-	if r := b.do(t, "DELETE", "/v1/suppressions/sms/"+num, acme, nil); r.status != http.StatusOK {
-		t.Fatalf("lift: %d %s", r.status, r.body)
+	if r := b.Do(t, "DELETE", "/v1/suppressions/sms/"+num, acme, nil); r.Status != http.StatusOK {
+		t.Fatalf("lift: %d %s", r.Status, r.Body)
 	}
 	if v, _ := store.Check(ctx, "acme", tasks.SMS, num, "marketing", false); v.Blocked() {
 		t.Fatal("still blocked after DELETE")
 	}
-	b.do(t, "GET", "/v1/suppressions/sms/"+num, acme, nil).json(t, &got)
+	b.Do(t, "GET", "/v1/suppressions/sms/"+num, acme, nil).JSON(t, &got)
 	if got.Suppressed || len(got.Ledger) != 2 || got.Ledger[1].Action != "in" {
 		t.Fatalf("after the lift: %+v", got)
 	}
@@ -86,25 +86,25 @@ func TestEventsAPIAllChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "email:recipient=10/1m", nil)
 	ctx := context.Background()
-	store := b.srv.Services().Consent
-	acme := b.tokens["acme"]
+	store := b.API.Services().Consent
+	acme := b.Tokens["acme"]
 
 	var events []string
 	for i := range 200 {
 		events = append(events, fmt.Sprintf(`{"recipient":"r%d@example.com","type":"bounce","code":550}`, i))
 	}
 	events = append(events, `{"recipient":"bad address","type":"complaint"}`)
-	r := b.do(t, "POST", "/v1/events/email", acme, `{"events":[`+strings.Join(events, ",")+`]}`)
-	if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "/events/200/recipient") {
-		t.Fatalf("a batch with a bad event: %d %s", r.status, r.body)
+	r := b.Do(t, "POST", "/v1/events/email", acme, `{"events":[`+strings.Join(events, ",")+`]}`)
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), "/events/200/recipient") {
+		t.Fatalf("a batch with a bad event: %d %s", r.Status, r.Body)
 	}
-	if n := len(b.rdb.Keys(ctx, "*:consent:email:*").Val()); n != 0 {
+	if n := len(b.RDB.Keys(ctx, "*:consent:email:*").Val()); n != 0 {
 		t.Fatalf("%d recipients recorded from a refused batch", n)
 	}
 
-	r = b.do(t, "POST", "/v1/events/email", acme, `{"events":[`+strings.Join(events[:200], ",")+`,{"recipient":"cy@example.com","type":"complaint"}]}`)
-	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"recorded":201`) {
-		t.Fatalf("import: %d %s", r.status, r.body)
+	r = b.Do(t, "POST", "/v1/events/email", acme, `{"events":[`+strings.Join(events[:200], ",")+`,{"recipient":"cy@example.com","type":"complaint"}]}`)
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"recorded":201`) {
+		t.Fatalf("import: %d %s", r.Status, r.Body)
 	}
 	if v, _ := store.Check(ctx, "acme", tasks.Email, "r7@example.com", "otp", true); v.Reason != consent.BlockedUndeliverable {
 		t.Fatalf("a bounced address, exempt category: %+v", v)
@@ -117,11 +117,11 @@ func TestEventsAPIAllChecked(t *testing.T) {
 		t.Fatalf("ledger %+v, %v", ledger, err)
 	}
 	// No address in clear anywhere in Redis.
-	for _, k := range b.rdb.Keys(ctx, "*").Val() {
+	for _, k := range b.RDB.Keys(ctx, "*").Val() {
 		if strings.Contains(k, "example.com") {
 			t.Fatalf("key %s holds an address", k)
 		}
-		if typ := b.rdb.Type(ctx, k).Val(); typ != "none" && strings.Contains(b.rdb.Dump(ctx, k).Val(), "example.com") {
+		if typ := b.RDB.Type(ctx, k).Val(); typ != "none" && strings.Contains(b.RDB.Dump(ctx, k).Val(), "example.com") {
 			t.Fatalf("%s (%s) holds an address", k, typ)
 		}
 	}

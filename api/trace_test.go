@@ -2,19 +2,18 @@ package api_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
-	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 // A producer that is not Go sends a W3C traceparent with its request: the
@@ -26,15 +25,13 @@ func TestAPIContinuesTheClientsTrace(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	traced := b.another(t, ctx, app.APIOptions{TracerProvider: tp})
+	traced := b.another(t, app.APIOptions{TracerProvider: tp})
 
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	var a api.Accepted
-	r := traced.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "traced"),
+	r := traced.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550100", "traced"),
 		"traceparent", "00-"+traceID+"-"+parentID+"-01")
-	r.json(t, &a)
+	r.JSON(t, &a)
 	var server tracetest.SpanStub
 	for _, s := range exp.GetSpans() {
 		if s.SpanKind == trace.SpanKindServer && s.Name == "POST /v1/notifications" {
@@ -48,7 +45,7 @@ func TestAPIContinuesTheClientsTrace(t *testing.T) {
 		t.Fatalf("the API's span is trace %s, parent %s (remote %v); want the client's trace %s, parent %s",
 			server.SpanContext.TraceID(), server.Parent.SpanID(), server.Parent.IsRemote(), traceID, parentID)
 	}
-	ti, err := b.task(t, a.ID)
+	ti, err := b.Task(t, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,16 +54,9 @@ func TestAPIContinuesTheClientsTrace(t *testing.T) {
 		t.Fatalf("the task's traceparent is %q, want %q (the API span's context)", got, want)
 	}
 	// The worker continues it.
-	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	b.sms.WaitCount(t, 1, 10*time.Second)
-	eventually(t, 5*time.Second, "a worker span in the client's trace", func() bool {
+	b.RunWorker(t, app.WorkerOptions{TracerProvider: tp})
+	b.SMS.WaitCount(t, 1, 10*time.Second)
+	sluicetest.Eventually(t, 5*time.Second, "a worker span in the client's trace", func() bool {
 		for _, s := range exp.GetSpans() {
 			if s.SpanKind != trace.SpanKindServer || !strings.HasPrefix(s.Name, "POST ") {
 				if s.SpanContext.TraceID().String() == traceID && s.Parent.SpanID() == server.SpanContext.SpanID() {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"image/png"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,14 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -168,24 +168,17 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1m,sms:tenant=20/1h,email:tenant=2/1h drop", map[string]string{
 		"SLUICE_DELAYED_CHECK_INTERVAL": "100ms", "SLUICE_POLL_INTERVAL": "50ms"})
-	w, err := app.NewWorker(b.wcfg, app.WorkerOptions{Redis: b.rdb, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stopWorker := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-done })
+	b.RunWorker(t, app.WorkerOptions{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	browser := newChromium(t, ctx)
-	base := b.http.URL
-	acme := b.tokens["acme"]
+	base := b.HTTP.URL
+	acme := b.Tokens["acme"]
 	enqueue := func(n map[string]any) {
 		t.Helper()
-		if r := b.do(t, "POST", "/v1/notifications", acme, n); r.status != 202 {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r := b.Do(t, "POST", "/v1/notifications", acme, n); r.Status != 202 {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 	}
 
@@ -194,7 +187,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// the chart has a history to draw.
 	for _, ago := range []time.Duration{52, 47, 41, 40, 33, 25, 18, 11, 6} {
 		at := time.Now().Add(-ago * time.Minute)
-		lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.wcfg.SubjectSecret), CompactMembers: b.wcfg.CompactMembers,
+		lim, err := throttle.New(b.RDB, throttle.Options{Secret: []byte(b.WorkerConfig.SubjectSecret), CompactMembers: b.WorkerConfig.CompactMembers,
 			Direct: true, Now: func() time.Time { return at }})
 		if err != nil {
 			t.Fatal(err)
@@ -221,7 +214,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, to := range []string{"+14155550100", "+14155550101", "+14155550102"} {
-			enqueue(sms(to, "hello"))
+			enqueue(apienv.NewSMS(to, "hello"))
 		}
 		must(t, admin, "usage shows the three sends",
 			chromedp.WaitVisible(chromedp.CSS(`#live-windows tr[data-window="sms:tenant:3600000"][data-used="12"]`)))
@@ -237,16 +230,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		// number waits a minute for its slot (1/1m), a third with a 5 s
 		// deadline cannot make it and expires, and the third email
 		// overflows a drop rule of 2/1h.
-		enqueue(sms("+14155550100", "second"))
-		expiring := sms("+14155550100", "third")
+		enqueue(apienv.NewSMS("+14155550100", "second"))
+		expiring := apienv.NewSMS("+14155550100", "third")
 		expiring["ttl"] = "5s"
 		enqueue(expiring)
 		for _, to := range []string{"ann@example.com", "bob@example.com", "cy@example.com"} {
 			enqueue(map[string]any{"channel": "email", "to": to, "subject": "Hi", "body": "hello"})
 		}
-		eventually(t, 20*time.Second, "one message waiting and two archived", func() bool {
+		sluicetest.Eventually(t, 20*time.Second, "one message waiting and two archived", func() bool {
 			var retry, archived int
-			for _, ti := range b.queued(t) {
+			for _, ti := range b.Queued(t) {
 				switch ti.State {
 				case asynq.TaskStateRetry:
 					retry++
@@ -325,7 +318,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	t.Run("TenantSeesItselfOnly", func(t *testing.T) {
 		globex := tab(t, browser)
-		signIn(t, globex, base, b.tokens["globex"], "/ui/tenants/globex")
+		signIn(t, globex, base, b.Tokens["globex"], "/ui/tenants/globex")
 		if page := pageHTML(t, globex); strings.Contains(page, "acme") {
 			t.Fatal("globex's page names acme")
 		}

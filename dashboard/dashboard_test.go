@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -18,13 +17,15 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/dashboard"
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -112,7 +113,7 @@ func (b *browser) csrf(path string) string {
 // fill admits n sends into tenant's window of rule, as a worker would.
 func fill(t *testing.T, b *bundle, tenant, scope, rule, subject string, n int) {
 	t.Helper()
-	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers, Direct: true})
+	lim, err := throttle.New(b.RDB, throttle.Options{Secret: []byte(b.Config.SubjectSecret), CompactMembers: b.Config.CompactMembers, Direct: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func usedIn(t *testing.T, b *bundle, tenant, scope, rule string) int {
 			Used        int
 		}
 	}
-	b.do(t, "GET", "/v1/quotas?tenant="+tenant, adminToken, nil).json(t, &q)
+	b.Do(t, "GET", "/v1/quotas?tenant="+tenant, adminToken, nil).JSON(t, &q)
 	for _, w := range q.Windows {
 		if w.Scope == scope && w.Rule == rule {
 			return w.Used
@@ -155,7 +156,7 @@ func usedIn(t *testing.T, b *bundle, tenant, scope, rule string) int {
 func TestUILoginAndSession(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
-	br := newBrowser(t, b.http.URL)
+	br := newBrowser(t, b.HTTP.URL)
 	if p := br.get("/ui"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/login?next=%2Fui" {
 		t.Fatalf("signed out /ui: %d to %q", p.status, p.header.Get("Location"))
 	}
@@ -167,7 +168,7 @@ func TestUILoginAndSession(t *testing.T) {
 	if p.status != http.StatusUnauthorized || p.header.Get("Set-Cookie") != "" || !strings.Contains(p.body, "unknown or revoked") {
 		t.Fatalf("bad token: %d cookie %q: %s", p.status, p.header.Get("Set-Cookie"), p.body)
 	}
-	p = br.do("POST", "/ui/login", url.Values{"token": {b.tokens["acme"]}})
+	p = br.do("POST", "/ui/login", url.Values{"token": {b.Tokens["acme"]}})
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/tenants/acme" {
 		t.Fatalf("tenant login: %d to %q", p.status, p.header.Get("Location"))
 	}
@@ -175,7 +176,7 @@ func TestUILoginAndSession(t *testing.T) {
 	if !c.HttpOnly || c.Secure || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui" || c.MaxAge <= 0 {
 		t.Fatalf("session cookie over plain HTTP: %+v", c)
 	}
-	if strings.Contains(c.Value, b.tokens["acme"]) || strings.Contains(c.Value, strings.Split(b.tokens["acme"], "_")[2]) {
+	if strings.Contains(c.Value, b.Tokens["acme"]) || strings.Contains(c.Value, strings.Split(b.Tokens["acme"], "_")[2]) {
 		t.Fatal("the cookie holds the token")
 	}
 	if p := br.get("/ui"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/ui/tenants/acme" {
@@ -186,10 +187,10 @@ func TestUILoginAndSession(t *testing.T) {
 	}
 
 	// A tampered cookie is no session.
-	u, _ := url.Parse(b.http.URL + "/ui")
+	u, _ := url.Parse(b.HTTP.URL + "/ui")
 	forged := *c
 	forged.Value = strings.Replace(c.Value, c.Value[:8], "AAAAAAAA", 1)
-	other := newBrowser(t, b.http.URL)
+	other := newBrowser(t, b.HTTP.URL)
 	other.c.Jar.SetCookies(u, []*http.Cookie{&forged})
 	if p := other.get("/ui/tenants/acme"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/ui/login") {
 		t.Fatalf("forged cookie: %d to %q", p.status, p.header.Get("Location"))
@@ -207,8 +208,8 @@ func TestUILoginAndSession(t *testing.T) {
 	}
 
 	// Revoking the token ends its sessions at the next request.
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
-	if err := b.srv.Tokens().Revoke(context.Background(), "acme", b.tokens["acme"]); err != nil {
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
+	if err := b.API.Tokens().Revoke(context.Background(), "acme", b.Tokens["acme"]); err != nil {
 		t.Fatal(err)
 	}
 	if p := br.get("/ui/tenants/acme"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/ui/login") {
@@ -219,7 +220,7 @@ func TestUILoginAndSession(t *testing.T) {
 	}
 
 	// The admin lands on the overview, which lists both tenants.
-	admin := newBrowser(t, b.http.URL)
+	admin := newBrowser(t, b.HTTP.URL)
 	admin.login(adminToken, "/ui")
 	if p := admin.get("/ui"); p.status != 200 || !strings.Contains(p.body, `data-tenant="globex"`) || !strings.Contains(p.body, "Queue depths") {
 		t.Fatalf("overview: %d %s", p.status, p.body)
@@ -230,7 +231,7 @@ func TestUILoginAndSession(t *testing.T) {
 func TestUISecureCookieOverTLS(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
-	srv := httptest.NewTLSServer(b.srv.Handler())
+	srv := httptest.NewTLSServer(b.API.Handler())
 	t.Cleanup(srv.Close)
 	c := srv.Client()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -266,12 +267,12 @@ func TestUISecureCookieBehindAProxy(t *testing.T) {
 		header, value string
 		secure        bool
 	}{{"X-Forwarded-Proto", "https", true}, {"Forwarded", `for=203.0.113.7;proto=https`, true}, {"X-Forwarded-Proto", "http", false}, {"", "", false}} {
-		br := newBrowser(t, b.http.URL)
+		br := newBrowser(t, b.HTTP.URL)
 		var hs []string
 		if tc.header != "" {
 			hs = []string{tc.header, tc.value}
 		}
-		p := br.do("POST", "/ui/login", url.Values{"token": {b.tokens["acme"]}}, hs...)
+		p := br.do("POST", "/ui/login", url.Values{"token": {b.Tokens["acme"]}}, hs...)
 		if p.status != http.StatusSeeOther {
 			t.Fatalf("%s: %v: login %d", tc.header, tc.value, p.status)
 		}
@@ -287,10 +288,10 @@ func TestUISecureCookieBehindAProxy(t *testing.T) {
 func TestUITenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
-	b.do(t, "POST", "/v1/notifications", b.tokens["globex"], sms("+14155550199", "globex secret"))
+	b.Do(t, "POST", "/v1/notifications", b.Tokens["globex"], apienv.NewSMS("+14155550199", "globex secret"))
 	fill(t, b, "globex", "sms:tenant", "1000/1h", "", 3)
-	acme := newBrowser(t, b.http.URL)
-	acme.login(b.tokens["acme"], "/ui/tenants/acme")
+	acme := newBrowser(t, b.HTTP.URL)
+	acme.login(b.Tokens["acme"], "/ui/tenants/acme")
 	csrf := acme.csrf("/ui/tenants/acme")
 	for _, req := range []struct {
 		method, path string
@@ -325,7 +326,7 @@ func TestUITenantIsolation(t *testing.T) {
 		t.Fatalf("acme's overview stream: %d", p.status)
 	}
 	// The admin sees globex, its window and its queued message (masked).
-	admin := newBrowser(t, b.http.URL)
+	admin := newBrowser(t, b.HTTP.URL)
 	admin.login(adminToken, "/ui")
 	p := admin.get("/ui/tenants/globex")
 	if p.status != 200 || !strings.Contains(p.body, `data-window="sms:tenant:3600000" data-used="3"`) || !strings.Contains(p.body, "1 queued") {
@@ -339,7 +340,7 @@ func TestUIResetNeedsCSRFAndConfirmation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	fill(t, b, "acme", "sms:tenant", "1000/1h", "", 4)
-	admin := newBrowser(t, b.http.URL)
+	admin := newBrowser(t, b.HTTP.URL)
 	admin.login(adminToken, "/ui")
 	p := admin.get("/ui/tenants/acme/reset?window=sms:tenant:3600000")
 	if p.status != 200 || !strings.Contains(p.body, "Reset a quota window?") || !strings.Contains(p.body, "<strong>4</strong> sends") ||
@@ -378,8 +379,8 @@ func TestUIResetNeedsCSRFAndConfirmation(t *testing.T) {
 		t.Fatalf("a refused reset changed the window: used %d", n)
 	}
 	// A tenant's own sign-in, with its own valid token, may not lift its quota.
-	acme := newBrowser(t, b.http.URL)
-	acme.login(b.tokens["acme"], "/ui/tenants/acme")
+	acme := newBrowser(t, b.HTTP.URL)
+	acme.login(b.Tokens["acme"], "/ui/tenants/acme")
 	tok := acme.csrf("/ui/tenants/acme")
 	if p := acme.do("POST", "/ui/tenants/acme/reset", url.Values{"window": {"sms:tenant:3600000"}, "confirm": {"yes"}, "csrf": {tok}}); p.status != http.StatusForbidden {
 		t.Fatalf("tenant reset: %d", p.status)
@@ -426,7 +427,7 @@ func browserFrom(t *testing.T, base, ip string) *browser {
 func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, map[string]string{"SLUICE_API_AUTH_FAILURES": "20/1m"})
-	bad := browserFrom(t, b.http.URL, "127.0.0.1")
+	bad := browserFrom(t, b.HTTP.URL, "127.0.0.1")
 	codes := map[int]int{}
 	for range 100 {
 		codes[bad.do("POST", "/ui/login", url.Values{"token": {"guess"}}).status]++
@@ -438,15 +439,15 @@ func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" || p.header.Get("Set-Cookie") != "" {
 		t.Fatalf("admin token from the locked address: %d, Retry-After %q", p.status, p.header.Get("Retry-After"))
 	}
-	browserFrom(t, b.http.URL, "127.0.0.2").login(adminToken, "/ui")
+	browserFrom(t, b.HTTP.URL, "127.0.0.2").login(adminToken, "/ui")
 	// Successful sign-ins never count: the other address stays open.
 	for range 30 {
-		browserFrom(t, b.http.URL, "127.0.0.2").login(b.tokens["acme"], "/ui/tenants/acme")
+		browserFrom(t, b.HTTP.URL, "127.0.0.2").login(b.Tokens["acme"], "/ui/tenants/acme")
 	}
 
 	// Behind a proxy: the header names the client.
 	px := setup(t, uiRules, map[string]string{"SLUICE_API_AUTH_FAILURES": "20/1m", "SLUICE_API_CLIENT_IP_HEADER": "X-Forwarded-For"})
-	proxy := newBrowser(t, px.http.URL)
+	proxy := newBrowser(t, px.HTTP.URL)
 	for range 100 {
 		proxy.do("POST", "/ui/login", url.Values{"token": {"guess"}}, "X-Forwarded-For", "203.0.113.7")
 	}
@@ -463,7 +464,7 @@ func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 	// auth-limited), a valid token from another client is served.
 	v1 := map[int]int{}
 	for i := range 30 {
-		req, _ := http.NewRequest("GET", px.http.URL+"/v1/quotas", nil)
+		req, _ := http.NewRequest("GET", px.HTTP.URL+"/v1/quotas", nil)
 		req.Header.Set("Authorization", fmt.Sprintf("Bearer sluice_%04d_random", i))
 		req.Header.Set("X-Forwarded-For", "203.0.113.50")
 		resp, err := http.DefaultClient.Do(req)
@@ -479,7 +480,7 @@ func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 	if v1[http.StatusUnauthorized] != 20 || v1[http.StatusTooManyRequests] != 10 {
 		t.Fatalf("30 random bearer tokens from one client: %v, want 20 × 401, 10 × 429", v1)
 	}
-	req, _ := http.NewRequest("GET", px.http.URL+"/v1/quotas?tenant=acme", nil)
+	req, _ := http.NewRequest("GET", px.HTTP.URL+"/v1/quotas?tenant=acme", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("X-Forwarded-For", "198.51.100.10")
 	resp, err := http.DefaultClient.Do(req)
@@ -498,16 +499,16 @@ func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 func TestUISessionEndsAtLogoutAndRevoke(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
-	u, _ := url.Parse(b.http.URL + "/ui")
+	u, _ := url.Parse(b.HTTP.URL + "/ui")
 	for _, how := range []string{"logout", "revoke"} {
-		tok := b.tokens["acme"]
+		tok := b.Tokens["acme"]
 		if how == "revoke" {
 			var err error
-			if tok, _, err = b.srv.Tokens().Create(context.Background(), "acme", "revoke", "test"); err != nil {
+			if tok, _, err = b.API.Tokens().Create(context.Background(), "acme", "revoke", "test"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		br := newBrowser(t, b.http.URL)
+		br := newBrowser(t, b.HTTP.URL)
 		br.login(tok, "/ui/tenants/acme")
 		cookies := br.c.Jar.Cookies(u)
 		csrf := br.csrf("/ui/tenants/acme")
@@ -515,10 +516,10 @@ func TestUISessionEndsAtLogoutAndRevoke(t *testing.T) {
 			if p := br.do("POST", "/ui/logout", url.Values{"csrf": {csrf}}); p.status != http.StatusSeeOther {
 				t.Fatalf("logout: %d", p.status)
 			}
-		} else if err := b.srv.Tokens().Revoke(context.Background(), "acme", tok); err != nil {
+		} else if err := b.API.Tokens().Revoke(context.Background(), "acme", tok); err != nil {
 			t.Fatal(err)
 		}
-		replay := newBrowser(t, b.http.URL)
+		replay := newBrowser(t, b.HTTP.URL)
 		replay.c.Jar.SetCookies(u, cookies)
 		if p := replay.get("/ui/tenants/acme"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/ui/login") {
 			t.Fatalf("%s: replayed cookie: %d to %q", how, p.status, p.header.Get("Location"))
@@ -543,8 +544,8 @@ func TestUISecurityHeadersAndNoInlineCode(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	fill(t, b, "acme", "sms:tenant", "1000/1h", "", 2)
-	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "hi"))
-	admin := newBrowser(t, b.http.URL)
+	b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550100", "hi"))
+	admin := newBrowser(t, b.HTTP.URL)
 	for _, path := range []string{"/ui/login", "/ui/nope"} {
 		checkHeaders(t, path, admin.get(path))
 	}
@@ -599,40 +600,20 @@ func checkHeaders(t *testing.T, what string, p page) {
 	}
 }
 
-// syncBuffer collects log output from the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A recipient lookup shows the recipient's windows and messages with the
 // recipient masked; the number is neither in the page, nor in a URL, nor
 // in the log (debug level included).
 func TestUIRecipientLookupNeverShowsOrLogsTheRecipient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
-	var logs syncBuffer
-	srv := b.newServer(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	var logs sluicetest.LogBuffer
+	logged := b.Another(t, app.APIOptions{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	fill(t, b, "acme", "sms:recipient", "1/1m", "+14155550100", 1)
-	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550100", "hi"))
-	b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms("+14155550111", "someone else"))
-	b.do(t, "POST", "/v1/suppressions/sms/+14155550100", b.tokens["acme"], map[string]any{"type": "out", "scope": "marketing", "ref": "req-7"})
-	br := newBrowser(t, hs.URL)
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550100", "hi"))
+	b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS("+14155550111", "someone else"))
+	b.Do(t, "POST", "/v1/suppressions/sms/+14155550100", b.Tokens["acme"], map[string]any{"type": "out", "scope": "marketing", "ref": "req-7"})
+	br := newBrowser(t, logged.HTTP.URL)
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
 	csrf := br.csrf("/ui/tenants/acme")
 	p := br.do("POST", "/ui/tenants/acme/recipient", url.Values{"csrf": {csrf}, "recipient": {"+1 (415) 555-0100"}})
 	p.body = html.UnescapeString(p.body)
@@ -666,8 +647,8 @@ func TestUIChartIsSVG(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	fill(t, b, "acme", "sms:tenant", "1000/1h", "", 5)
-	br := newBrowser(t, b.http.URL)
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	br := newBrowser(t, b.HTTP.URL)
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
 	p := br.get("/ui/tenants/acme/chart.svg?channel=sms")
 	if p.status != 200 || p.header.Get("Content-Type") != "image/svg+xml" {
 		t.Fatalf("chart: %d %q", p.status, p.header.Get("Content-Type"))
@@ -715,11 +696,11 @@ func TestUIChartIsSVG(t *testing.T) {
 func TestUILiveStreamFollowsTheWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, nil)
-	br := newBrowser(t, b.http.URL)
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	br := newBrowser(t, b.HTTP.URL)
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/ui/tenants/acme/live", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.HTTP.URL+"/ui/tenants/acme/live", nil)
 	br.c.Timeout = 0
 	resp, err := br.c.Do(req)
 	if err != nil {
@@ -791,18 +772,18 @@ func readEvents(r io.Reader) <-chan [2]string {
 func TestUIDeadlineIsTheWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, map[string]string{"SLUICE_SEND_SLACK": "1m"})
-	client := asynq.NewClientFromRedisClient(b.rdb)
+	client := asynq.NewClientFromRedisClient(b.RDB)
 	t.Cleanup(func() { client.Close() })
 	now := time.Now().UTC()
 	for i, expires := range []time.Duration{30 * time.Second, time.Hour + 30*time.Second, 3 * time.Hour} {
 		n := tasks.Notification{Tenant: "acme", Channel: tasks.SMS, To: "+1415555010" + strconv.Itoa(i), Body: "hi",
 			ExpiresAt: now.Add(expires), EnqueuedAt: now}
-		q := b.srv.Services().Plans.Policy().Queue(b.cfg.Layout(), n)
-		if _, err := tasks.Enqueue(context.Background(), client, b.keys, n, asynq.Queue(q), asynq.ProcessIn(2*time.Hour)); err != nil {
+		q := b.API.Services().Plans.Policy().Queue(b.Config.Layout(), n)
+		if _, err := tasks.Enqueue(context.Background(), client, b.Keys, n, asynq.Queue(q), asynq.ProcessIn(2*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	admin := newBrowser(t, b.http.URL)
+	admin := newBrowser(t, b.HTTP.URL)
 	admin.login(adminToken, "/ui")
 	p := admin.get("/ui/tenants/acme")
 	row := regexp.MustCompile(`<tr data-reason="expiry_soon"[^>]*>.*?<td class="num">(\d+)</td><td>first ([^<]*)</td></tr>`).FindStringSubmatch(p.body)

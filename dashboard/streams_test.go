@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
 
 // openStream opens a live stream and reads its first event; close ends it.
@@ -55,8 +58,8 @@ func TestUILiveStreamsFairShares(t *testing.T) {
 		}
 	}()
 	for range 32 { // 32 sessions of acme, 2 streams each
-		br := newBrowser(t, b.http.URL)
-		br.login(b.tokens["acme"], "/ui/tenants/acme")
+		br := newBrowser(t, b.HTTP.URL)
+		br.login(b.Tokens["acme"], "/ui/tenants/acme")
 		for range 2 {
 			st, c := openStream(t, br, "/ui/tenants/acme/live")
 			codes[st]++
@@ -66,8 +69,8 @@ func TestUILiveStreamsFairShares(t *testing.T) {
 	if codes[http.StatusOK] != 8 || codes[http.StatusTooManyRequests] != 56 {
 		t.Fatalf("64 streams of one tenant: %v, want 8 × 200 and 56 × 429", codes)
 	}
-	one := newBrowser(t, b.http.URL)
-	one.login(b.tokens["globex"], "/ui/tenants/globex")
+	one := newBrowser(t, b.HTTP.URL)
+	one.login(b.Tokens["globex"], "/ui/tenants/globex")
 	for i := range 3 {
 		st, c := openStream(t, one, "/ui/tenants/globex/live")
 		closers = append(closers, c)
@@ -75,7 +78,7 @@ func TestUILiveStreamsFairShares(t *testing.T) {
 			t.Fatalf("globex's stream %d of one session: %d, want %d", i+1, st, want)
 		}
 	}
-	admin := newBrowser(t, b.http.URL)
+	admin := newBrowser(t, b.HTTP.URL)
 	admin.login(adminToken, "/ui")
 	if st, c := openStream(t, admin, "/ui/live"); st != 200 {
 		t.Fatalf("the admin's overview stream: %d", st)
@@ -86,20 +89,14 @@ func TestUILiveStreamsFairShares(t *testing.T) {
 	for _, c := range closers[:64] {
 		c()
 	}
-	br := newBrowser(t, b.http.URL)
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	br := newBrowser(t, b.HTTP.URL)
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
+	// The server notices a closed stream at its next write: poll.
+	sluicetest.EventuallyValue(t, 10*time.Second, "acme's closed streams to be given back (a stream answered 200)", func() (int, bool) {
 		st, c := openStream(t, br, "/ui/tenants/acme/live")
 		closers = append(closers, c)
-		if st == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acme's streams were not given back: %d", st)
-		}
-		time.Sleep(20 * time.Millisecond) // the server notices a closed stream at its next write
-	}
+		return st, st == 200
+	})
 }
 
 // Dashboard pages count against the token's SLUICE_API_RATE, shared with
@@ -107,8 +104,8 @@ func TestUILiveStreamsFairShares(t *testing.T) {
 func TestUIRoutesUnderTheTokenRate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, map[string]string{"SLUICE_API_RATE": "5/1m"})
-	br := newBrowser(t, b.http.URL)
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	br := newBrowser(t, b.HTTP.URL)
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
 	codes := map[int]int{}
 	for range 5 {
 		codes[br.get("/ui/tenants/acme").status]++
@@ -119,8 +116,8 @@ func TestUIRoutesUnderTheTokenRate(t *testing.T) {
 	if p := br.get("/ui/tenants/acme"); p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" {
 		t.Fatalf("6th page: %d", p.status)
 	}
-	if r := b.do(t, "GET", "/v1/quotas", b.tokens["acme"], nil); r.status != http.StatusTooManyRequests {
-		t.Fatalf("the API with the same token after its budget went on pages: %d", r.status)
+	if r := b.Do(t, "GET", "/v1/quotas", b.Tokens["acme"], nil); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("the API with the same token after its budget went on pages: %d", r.Status)
 	}
 }
 
@@ -129,12 +126,12 @@ func TestUITenantPageShowsQueuedCaps(t *testing.T) {
 	t.Parallel()
 	b := setup(t, uiRules, map[string]string{"SLUICE_TENANT_MAX_QUEUED": "1000", "SLUICE_TENANT_MAX_QUEUED_BYTES": "2097152"})
 	for _, to := range []string{"+14155550100", "+14155550101", "+14155550102"} {
-		if r := b.do(t, "POST", "/v1/notifications", b.tokens["acme"], sms(to, "hello")); r.status != 202 {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], apienv.NewSMS(to, "hello")); r.Status != 202 {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 	}
-	br := newBrowser(t, b.http.URL)
-	br.login(b.tokens["acme"], "/ui/tenants/acme")
+	br := newBrowser(t, b.HTTP.URL)
+	br.login(b.Tokens["acme"], "/ui/tenants/acme")
 	p := br.get("/ui/tenants/acme")
 	if p.status != 200 || !strings.Contains(p.body, "Queued now: 3 notifications of 1000") || !strings.Contains(p.body, "of 2.0 MiB") {
 		i := strings.Index(p.body, "Queued now")
@@ -149,18 +146,18 @@ func TestUILiveStreamEndsWithItsSession(t *testing.T) {
 	b := setup(t, uiRules, nil)
 	for _, how := range []string{"logout", "revoke"} {
 		t.Run(how, func(t *testing.T) {
-			tok := b.tokens["acme"]
+			tok := b.Tokens["acme"]
 			if how == "revoke" {
 				var err error
-				if tok, _, err = b.srv.Tokens().Create(context.Background(), "acme", "stream-"+how, "test"); err != nil {
+				if tok, _, err = b.API.Tokens().Create(context.Background(), "acme", "stream-"+how, "test"); err != nil {
 					t.Fatal(err)
 				}
 			}
-			br := newBrowser(t, b.http.URL)
+			br := newBrowser(t, b.HTTP.URL)
 			br.login(tok, "/ui/tenants/acme")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/ui/tenants/acme/live", nil)
+			req, _ := http.NewRequestWithContext(ctx, "GET", b.HTTP.URL+"/ui/tenants/acme/live", nil)
 			c := *br.c
 			c.Timeout = 0
 			resp, err := c.Do(req)
@@ -178,7 +175,7 @@ func TestUILiveStreamEndsWithItsSession(t *testing.T) {
 				if p := br.do("POST", "/ui/logout", url.Values{"csrf": {br.csrf("/ui/tenants/acme")}}); p.status != http.StatusSeeOther {
 					t.Fatalf("logout: %d", p.status)
 				}
-			} else if err := b.srv.Tokens().Revoke(context.Background(), "acme", tok); err != nil {
+			} else if err := b.API.Tokens().Revoke(context.Background(), "acme", tok); err != nil {
 				t.Fatal(err)
 			}
 			ended := time.Now()

@@ -7,17 +7,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -71,53 +75,10 @@ func (e *env) sluiceRun(extra map[string]string, args ...string) string {
 	return out.String()
 }
 
-type apiReply struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// call sends one API request; body may be a string, an io.Reader or a value to marshal.
-func (a *apiEnv) call(method, path, token string, body any, headers ...string) apiReply {
+// call sends one API request to the `sluice api` process (apienv.Call).
+func (a *apiEnv) call(method, path, token string, body any, headers ...string) apienv.Reply {
 	a.t.Helper()
-	var rd io.Reader
-	switch v := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(v)
-	case io.Reader:
-		rd = v
-	default:
-		raw, _ := json.Marshal(v)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, a.base+path, rd)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return apiReply{resp.StatusCode, resp.Header, raw}
-}
-
-func (r apiReply) decode(t *testing.T, v any) {
-	t.Helper()
-	if err := json.Unmarshal(r.body, v); err != nil {
-		t.Fatalf("answer %d: %v: %s", r.status, err, r.body)
-	}
+	return apienv.Call(a.t, a.base, method, path, token, body, headers...)
 }
 
 func smsJSON(to, body string) string {
@@ -128,17 +89,30 @@ func smsJSON(to, body string) string {
 // more can reach the provider.
 func (e *env) waitDrained(timeout time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	// Asynq offers no push signal for an empty queue; a read of every
+	// queue costs Redis, which the workers' sends need: every 50 ms.
+	sluicetest.EventuallyValueEvery(e.t, timeout, 50*time.Millisecond, "the queue to drain (no task in any state)", func() (queueRead, bool) {
 		qi, err := e.queueInfo()
-		if err == nil && qi.Size == 0 && qi.Active == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the queue did not drain within %v: %+v", timeout, qi)
-		}
-		time.Sleep(50 * time.Millisecond) // Asynq offers no push signal for an empty queue
-	}
+		return queueRead{qi, err}, err == nil && qi.Size == 0 && qi.Active == 0
+	})
+}
+
+// queueRead is a read of the queues' counters, as a wait reports it.
+type queueRead struct {
+	Info *asynq.QueueInfo
+	Err  error
+}
+
+// waitState polls a notification's status every 50 ms (it is read from
+// Redis: nothing signals a change) until it is in one of states, and
+// returns it.
+func (a *apiEnv) waitState(t *testing.T, tok, id string, timeout time.Duration, states ...string) api.Status {
+	t.Helper()
+	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, fmt.Sprintf("notification %s to be %s", id, strings.Join(states, " or ")), func() (api.Status, bool) {
+		var st api.Status
+		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
+		return st, slices.Contains(states, st.State)
+	})
 }
 
 // Producers retry over HTTP with Idempotency-Keys — sequentially,
@@ -173,7 +147,7 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 				defer wg.Done()
 				r := a.call("POST", "/v1/notifications", acme, body, "Idempotency-Key", key)
 				mu.Lock()
-				codes[r.status]++
+				codes[r.Status]++
 				mu.Unlock()
 			}()
 		}
@@ -183,15 +157,15 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 				e.rdb.Del(context.Background(), api.IdempotencyRedisKey("acme", key))
 			}
 			r := a.call("POST", "/v1/notifications", acme, body, "Idempotency-Key", key)
-			codes[r.status]++
-			if r.status != 202 {
-				t.Fatalf("key %s retry %d: %d %s", key, retry, r.status, r.body)
+			codes[r.Status]++
+			if r.Status != 202 {
+				t.Fatalf("key %s retry %d: %d %s", key, retry, r.Status, r.Body)
 			}
-			if r.header.Get(api.HeaderReplayed) == "true" {
+			if r.Header.Get(api.HeaderReplayed) == "true" {
 				replays++
 			}
 			var acc api.Accepted
-			r.decode(t, &acc)
+			r.JSON(t, &acc)
 			idOf[key] = acc.ID
 		}
 	}
@@ -199,11 +173,11 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 		t.Fatalf("answers to the retries: %v", codes)
 	}
 	// Mismatch and in-flight duplicate.
-	if r := a.call("POST", "/v1/notifications", acme, smsJSON("+14155550000", "another body"), "Idempotency-Key", "order-0"); r.status != 422 {
-		t.Fatalf("key reused with another body: %d %s", r.status, r.body)
+	if r := a.call("POST", "/v1/notifications", acme, smsJSON("+14155550000", "another body"), "Idempotency-Key", "order-0"); r.Status != 422 {
+		t.Fatalf("key reused with another body: %d %s", r.Status, r.Body)
 	}
 	pr, pw := io.Pipe()
-	first := make(chan apiReply, 1)
+	first := make(chan apienv.Reply, 1)
 	go func() {
 		first <- a.call("POST", "/v1/notifications", acme, io.Reader(pr), "Idempotency-Key", "slow")
 	}()
@@ -211,61 +185,54 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 	if _, err := pw.Write([]byte(slow[:8])); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.rdb.Exists(context.Background(), api.IdempotencyRedisKey("acme", "slow")).Val() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow request never took its key")
-		}
-		time.Sleep(10 * time.Millisecond) // the key is a Redis record: no signal to wait on
-	}
-	if r := a.call("POST", "/v1/notifications", acme, slow, "Idempotency-Key", "slow"); r.status != 409 {
-		t.Fatalf("duplicate while the first is in flight: %d %s", r.status, r.body)
+	// The key is a Redis record: no signal to wait on.
+	sluicetest.Eventually(t, 5*time.Second, "the slow request to take its key", func() bool {
+		return e.rdb.Exists(context.Background(), api.IdempotencyRedisKey("acme", "slow")).Val() > 0
+	})
+	if r := a.call("POST", "/v1/notifications", acme, slow, "Idempotency-Key", "slow"); r.Status != 409 {
+		t.Fatalf("duplicate while the first is in flight: %d %s", r.Status, r.Body)
 	}
 	pw.Write([]byte(slow[8:]))
 	pw.Close()
-	if r := <-first; r.status != 202 {
-		t.Fatalf("the slow first request: %d %s", r.status, r.body)
+	if r := <-first; r.Status != 202 {
+		t.Fatalf("the slow first request: %d %s", r.Status, r.Body)
 	}
 
 	// Another tenant: nothing of acme's is visible or writable.
 	someID := idOf["order-1"]
 	theirs := a.call("GET", "/v1/notifications/"+someID, globex, nil)
 	missing := a.call("GET", "/v1/notifications/"+tasks.NewID(), globex, nil)
-	if theirs.status != 404 || !bytes.Equal(theirs.body, missing.body) {
-		t.Fatalf("globex reading acme's notification: %d %s (missing: %d %s)", theirs.status, theirs.body, missing.status, missing.body)
+	if theirs.Status != 404 || !bytes.Equal(theirs.Body, missing.Body) {
+		t.Fatalf("globex reading acme's notification: %d %s (missing: %d %s)", theirs.Status, theirs.Body, missing.Status, missing.Body)
 	}
-	if r := a.call("GET", "/v1/quotas?tenant=acme&channel=sms", globex, nil); r.status != 403 {
-		t.Fatalf("globex reading acme's quotas: %d %s", r.status, r.body)
+	if r := a.call("GET", "/v1/quotas?tenant=acme&channel=sms", globex, nil); r.Status != 403 {
+		t.Fatalf("globex reading acme's quotas: %d %s", r.Status, r.Body)
 	}
-	if r := a.call("POST", "/v1/notifications", globex, `{"tenant":"acme","channel":"sms","to":"+14155550001","body":"x"}`); r.status != 403 {
-		t.Fatalf("globex enqueueing for acme: %d %s", r.status, r.body)
+	if r := a.call("POST", "/v1/notifications", globex, `{"tenant":"acme","channel":"sms","to":"+14155550001","body":"x"}`); r.Status != 403 {
+		t.Fatalf("globex enqueueing for acme: %d %s", r.Status, r.Body)
 	}
 
 	// Status: two SMS to one number under 1 per 3 s; the second waits.
 	var ids []string
 	for i := 0; i < 2; i++ {
 		var acc api.Accepted
-		a.call("POST", "/v1/notifications", acme, smsJSON("+14155558888", fmt.Sprintf("status %d", i))).decode(t, &acc)
+		a.call("POST", "/v1/notifications", acme, smsJSON("+14155558888", fmt.Sprintf("status %d", i))).JSON(t, &acc)
 		ids = append(ids, acc.ID)
 	}
 	// The two go to different workers at once: either may be the one that waits.
-	var st api.Status
+	// Polling the status endpoint is the scenario.
 	held := ""
-	deadline = time.Now().Add(10 * time.Second)
-	for held == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("neither notification read as waiting: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the status endpoint is the scenario
+	waiting := sluicetest.EventuallyValue(t, 10*time.Second, "either notification to read as waiting", func() (api.Status, bool) {
+		var st api.Status
 		for _, id := range ids {
-			if a.call("GET", "/v1/notifications/"+id, acme, nil).decode(t, &st); st.State == api.StateWaiting {
+			if a.call("GET", "/v1/notifications/"+id, acme, nil).JSON(t, &st); st.State == api.StateWaiting {
 				held = id
-				break
+				return st, true
 			}
 		}
-	}
+		return st, false
+	})
 	ids[1] = held
-	waiting := st
 	if waiting.Reason != "throttled" || waiting.Rule != "sms:recipient 1/3s" || waiting.Slot.IsZero() {
 		t.Fatalf("waiting: %+v", waiting)
 	}
@@ -283,14 +250,11 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 			arrived = d.At
 		}
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for st.State != api.StateSent {
-		if time.Now().After(deadline) {
-			t.Fatalf("the throttled notification never read as sent: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-		a.call("GET", "/v1/notifications/"+ids[1], acme, nil).decode(t, &st)
-	}
+	sluicetest.EventuallyValue(t, 5*time.Second, "the throttled notification to read as sent", func() (api.Status, bool) {
+		var st api.Status
+		a.call("GET", "/v1/notifications/"+ids[1], acme, nil).JSON(t, &st)
+		return st, st.State == api.StateSent
+	})
 	if arrived.Before(waiting.Slot) || arrived.After(waiting.Slot.Add(time.Second)) {
 		t.Fatalf("arrived at %v; the status said slot %v", arrived, waiting.Slot)
 	}
@@ -304,9 +268,9 @@ func TestAPIIdempotencyIsolationAndStatus(t *testing.T) {
 		e.rdb.Del(context.Background(), api.IdempotencyRedisKey("acme", key))
 		r := a.call("POST", "/v1/notifications", acme, smsJSON(fmt.Sprintf("+1415555%04d", k), "order confirmed"), "Idempotency-Key", key)
 		var acc api.Accepted
-		r.decode(t, &acc)
-		if r.status != 202 || acc.State != api.StateSent {
-			t.Fatalf("retry of %s after its send: %d %s", key, r.status, r.body)
+		r.JSON(t, &acc)
+		if r.Status != 202 || acc.State != api.StateSent {
+			t.Fatalf("retry of %s after its send: %d %s", key, r.Status, r.Body)
 		}
 	}
 	e.waitDrained(10 * time.Second)
@@ -360,8 +324,8 @@ loop:
 		select {
 		case <-tick.C:
 			r := a.call("POST", "/v1/notifications", tok, smsJSON(fmt.Sprintf("+1415555%04d", n%500), "load"), "Idempotency-Key", fmt.Sprintf("load-%d", n))
-			if r.status != 202 {
-				t.Fatalf("enqueue %d: %d %s", n, r.status, r.body)
+			if r.Status != 202 {
+				t.Fatalf("enqueue %d: %d %s", n, r.Status, r.Body)
 			}
 			n++
 		case <-changeAt:
@@ -371,7 +335,7 @@ loop:
 				for i := 0; i < 200; i++ {
 					var q struct{ Windows []struct{ Rule string } }
 					r := a.call("GET", "/v1/quotas?tenant=acme&channel=sms", apiAdminToken, nil)
-					if json.Unmarshal(r.body, &q) == nil && len(q.Windows) == 1 && q.Windows[0].Rule == "5/2s" {
+					if json.Unmarshal(r.Body, &q) == nil && len(q.Windows) == 1 && q.Windows[0].Rule == "5/2s" {
 						apiSaw <- time.Now()
 						return
 					}

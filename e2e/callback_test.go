@@ -40,11 +40,11 @@ func TestCallbackDeliveryLoop(t *testing.T) {
 	ids := map[string]string{} // recipient → id
 	for to := range fates {
 		r := a.call("POST", "/v1/notifications", a.tokens["acme"], smsJSON(to, "hello"))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		ids[to] = acc.ID
 	}
 	ds := e.sms.WaitCount(t, 3, 30*time.Second)
@@ -64,7 +64,7 @@ func TestCallbackDeliveryLoop(t *testing.T) {
 	}{"+14155550150": {api.StateDelivered, 0}, "+14155550151": {api.StateUndelivered, 30007}, "+14155550152": {api.StateFailed, 30005}}
 	for to, id := range ids {
 		var st api.Status
-		a.call("GET", "/v1/notifications/"+id, a.tokens["acme"], nil).decode(t, &st)
+		a.call("GET", "/v1/notifications/"+id, a.tokens["acme"], nil).JSON(t, &st)
 		if st.State != want[to].state || st.ErrorCode != want[to].code || st.MessageSID == "" {
 			t.Errorf("%s: %+v; want %s with code %d", to, st, want[to].state, want[to].code)
 		}
@@ -73,16 +73,8 @@ func TestCallbackDeliveryLoop(t *testing.T) {
 	// The failed number is suppressed for acme: archived, never sent.
 	r := a.call("POST", "/v1/notifications", a.tokens["acme"], smsJSON("+14155550152", "again"))
 	var next api.Accepted
-	r.decode(t, &next)
-	var st api.Status
-	deadline := time.Now().Add(30 * time.Second)
-	for st.State != api.StateArchived {
-		if time.Now().After(deadline) {
-			t.Fatalf("the SMS to a suppressed number: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+next.ID, a.tokens["acme"], nil).decode(t, &st)
-	}
+	r.JSON(t, &next)
+	st := a.waitState(t, a.tokens["acme"], next.ID, 30*time.Second, api.StateArchived) // the SMS to a suppressed number
 	if st.Reason != "suppressed" || len(e.sms.Deliveries()) != 3 {
 		t.Fatalf("status %+v after %d deliveries; want reason suppressed and 3", st, len(e.sms.Deliveries()))
 	}
@@ -93,12 +85,12 @@ func TestCallbackDeliveryLoop(t *testing.T) {
 	if code, err := e.sms.PostCallback(context.Background(), a.base+path, forged, fakes.Sign("not-the-token", a.base+path, forged)); err != nil || code != http.StatusForbidden {
 		t.Fatalf("forged callback: %d, %v", code, err)
 	}
-	a.call("GET", "/v1/notifications/"+ids["+14155550150"], a.tokens["acme"], nil).decode(t, &st)
+	a.call("GET", "/v1/notifications/"+ids["+14155550150"], a.tokens["acme"], nil).JSON(t, &st)
 	if st.State != api.StateDelivered {
 		t.Fatalf("after a forged callback: %+v", st)
 	}
 
-	metrics := string(a.call("GET", "/metrics", "", nil).body)
+	metrics := string(a.call("GET", "/metrics", "", nil).Body)
 	for _, line := range []string{
 		`sluice_delivery_outcomes_total{channel="sms",code_class="none",status="delivered"} 1`,
 		`sluice_delivery_outcomes_total{channel="sms",code_class="filtered",status="undelivered"} 1`,

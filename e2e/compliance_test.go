@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -147,20 +148,18 @@ func TestExpiredIsNeverSent(t *testing.T) {
 		expiring = append(expiring, n.ID)
 		e.enqueue(n)
 	}
+	type found struct {
+		Task *asynq.TaskInfo
+		Err  error
+	}
 	for _, id := range expiring {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		// Asynq has no completion signal to wait on.
+		f := sluicetest.EventuallyValueEvery(t, 20*time.Second, 50*time.Millisecond, id+" archived as expired", func() (found, bool) {
 			ti, err := tasks.DefaultLayout.FindTask(e.insp, "", nil, id)
-			if err == nil && ti.State == asynq.TaskStateArchived {
-				if !strings.Contains(ti.LastErr, "expired") {
-					t.Fatalf("%s archived with %q", id, ti.LastErr)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not archived as expired within 20 s: %+v %v", id, ti, err)
-			}
-			time.Sleep(50 * time.Millisecond) // Asynq has no completion signal to wait on
+			return found{ti, err}, err == nil && ti.State == asynq.TaskStateArchived
+		})
+		if !strings.Contains(f.Task.LastErr, "expired") {
+			t.Fatalf("%s archived with %q", id, f.Task.LastErr)
 		}
 	}
 	if n := len(e.sms.Deliveries()); n != 1 {

@@ -141,8 +141,8 @@ func TestAPISlowUnauthenticatedUploads(t *testing.T) {
 		counts[st]++
 	}
 	t.Logf("answers: %v; peak fds %d (%d before), goroutines during %d (%d before), cap %d", counts, peakFDs.Load(), baseFDs, g, baseG, maxConns)
-	if served.status != 202 {
-		t.Fatalf("the well-behaved client: %d %s", served.status, served.body)
+	if served.Status != 202 {
+		t.Fatalf("the well-behaved client: %d %s", served.Status, served.Body)
 	}
 	if counts["401"] != 500 || counts["431"] != 100 {
 		t.Fatalf("answers to the slow uploads: %v, want 500 × 401 and 100 × 431", counts)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -41,11 +42,11 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	enqueue := func(category, body string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"sms","to":%q,"body":%q,"category":%q}`, num, body, category))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	var campaign []string
@@ -74,14 +75,14 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	var sup struct {
 		Suppressed bool `json:"suppressed"`
 	}
-	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &sup); sup.Suppressed {
+	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &sup); sup.Suppressed {
 		t.Fatal("a forged STOP suppressed the number")
 	}
 	if code := inbound("Stop", "SM2", true); code != http.StatusOK {
 		t.Fatalf("STOP: %d", code)
 	}
 	stopAt := time.Now()
-	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &sup); !sup.Suppressed {
+	if a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &sup); !sup.Suppressed {
 		t.Fatal("not suppressed once the webhook answered")
 	}
 	if code := inbound("STOP", "SM3", true); code != http.StatusOK {
@@ -90,28 +91,31 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	otp := enqueue("otp", "code 123456")
 
 	// Every campaign task ends: delivered before the STOP, or archived.
+	// One bound for them all, taken in turn; the status is read from
+	// Redis: nothing to wait on.
 	suppressed := 0
-	deadline := time.Now().Add(60 * time.Second)
-	for _, id := range campaign {
-		for {
+	left := campaign
+	type still struct {
+		ID     string
+		Status api.Status
+	}
+	sluicetest.EventuallyValueEvery(t, 60*time.Second, 50*time.Millisecond, "every campaign task delivered or archived", func() (still, bool) {
+		for ; len(left) > 0; left = left[1:] {
 			var st api.Status
-			a.call("GET", "/v1/notifications/"+id, tok, nil).decode(t, &st)
-			if st.State == api.StateArchived {
+			a.call("GET", "/v1/notifications/"+left[0], tok, nil).JSON(t, &st)
+			switch st.State {
+			case api.StateArchived:
 				if st.Reason != tasks.ReasonSuppressed {
-					t.Fatalf("%s archived as %+v", id, st)
+					t.Fatalf("%s archived as %+v", left[0], st)
 				}
 				suppressed++
-				break
+			case api.StateDelivered, api.StateSent:
+			default:
+				return still{left[0], st}, false
 			}
-			if st.State == api.StateDelivered || st.State == "sent" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still %+v after 60 s", id, st)
-			}
-			time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
 		}
-	}
+		return still{}, true
+	})
 	ds := e.sms.WaitCount(t, 21-suppressed+2, 30*time.Second) // the delivered marketing, the OTP, one confirmation
 	var marketing, otps, replies int
 	for _, d := range ds {
@@ -154,7 +158,7 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	var ledger struct {
 		Ledger []struct{ Action, Source, Keyword, Ref string } `json:"ledger"`
 	}
-	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &ledger)
+	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &ledger)
 	if len(ledger.Ledger) != 3 || ledger.Ledger[0].Keyword != "STOP" || ledger.Ledger[0].Ref != "SM2" || ledger.Ledger[2].Action != "in" {
 		t.Fatalf("ledger %+v", ledger.Ledger)
 	}
@@ -198,11 +202,11 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 	send := func(category string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"email","to":"Reader@Example.org","subject":"s","body":"b","category":%q}`, category))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	send("newsletter")
@@ -246,15 +250,7 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 	}
 	late := send("newsletter")
 	signin := send("signin")
-	var st api.Status
-	deadline := time.Now().Add(30 * time.Second)
-	for st.State != api.StateArchived {
-		if time.Now().After(deadline) {
-			t.Fatalf("the newsletter after the unsubscribe: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+late, tok, nil).decode(t, &st)
-	}
+	st := a.waitState(t, tok, late, 30*time.Second, api.StateArchived) // the newsletter after the unsubscribe
 	if st.Reason != tasks.ReasonSuppressed {
 		t.Fatalf("archived as %+v", st)
 	}

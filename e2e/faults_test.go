@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/fakes"
-
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -46,12 +46,8 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 		// at the provider, so a burst keeps each worker's slots busy (Asynq
 		// offers no signal for it: poll).
 		var active []string
-		for deadline := time.Now().Add(30 * time.Second); len(active) < 9; {
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: fewer than 9 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
-			}
-			active = e.activeTasks()
-			time.Sleep(20 * time.Millisecond)
+		if err := sluicetest.Wait(30*time.Second, "9 tasks in flight", func() bool { active = e.activeTasks(); return len(active) >= 9 }); err != nil {
+			t.Fatalf("kill %d: fewer than 9 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
 		}
 		// Tasks cluster on one worker (the one whose forwarder moved them
 		// to the queue tends to dequeue them): kill the one Asynq's latest
@@ -221,13 +217,10 @@ func readyz(addr string) int {
 // waitStatus polls /readyz (the worker offers no push signal) until it answers want.
 func waitStatus(t *testing.T, addr string, want int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for readyz(addr) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz did not answer %d within %v", want, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, fmt.Sprintf("/readyz to answer %d", want), func() (int, bool) {
+		code := readyz(addr)
+		return code, code == want
+	})
 }
 
 // A 2-second Redis crash while sends are in flight: nothing is sent while

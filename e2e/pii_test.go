@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -42,17 +43,11 @@ func TestNoPIIAtRest(t *testing.T) {
 	add(tasks.NewSMS("acme", "+14155557200", "secret-body-later code 600000"), asynq.ProcessIn(time.Hour))
 	add(tasks.NewSMS("acme", refused, "secret-body-refused code 700000"))
 	e.sms.WaitCount(t, 5, 30*time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// Asynq offers no signal for a settled queue.
+	sluicetest.EventuallyValueEvery(t, 20*time.Second, 50*time.Millisecond, "the queue to settle (1 archived, 6 waiting, none active)", func() (queueRead, bool) {
 		qi, err := e.queueInfo()
-		if err == nil && qi.Archived == 1 && qi.Retry+qi.Scheduled == 6 && qi.Active == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue never settled: %+v %v", qi, err)
-		}
-		time.Sleep(50 * time.Millisecond) // Asynq offers no signal for a settled queue
-	}
+		return queueRead{qi, err}, err == nil && qi.Archived == 1 && qi.Retry+qi.Scheduled == 6 && qi.Active == 0
+	})
 	ctx := context.Background()
 	var keys []string
 	iter := e.rdb.Scan(ctx, 0, "*", 1000).Iterator()

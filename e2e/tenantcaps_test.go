@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -60,8 +61,8 @@ func TestTenantQueuedCap(t *testing.T) {
 	before := usedMemory(t, e)
 
 	for b := range 2 {
-		if r := a.call("POST", "/v1/notifications", acme, smsBatch(b*500, 500, "your order shipped")); r.status != 202 {
-			t.Fatalf("batch %d: %d %s", b, r.status, r.body)
+		if r := a.call("POST", "/v1/notifications", acme, smsBatch(b*500, 500, "your order shipped")); r.Status != 202 {
+			t.Fatalf("batch %d: %d %s", b, r.Status, r.Body)
 		}
 	}
 	held := usedMemory(t, e) - before
@@ -81,9 +82,9 @@ func TestTenantQueuedCap(t *testing.T) {
 			Type       string `json:"type"`
 			RetryAfter int    `json:"retry_after"`
 		}
-		r.decode(t, &p)
-		if r.status != 429 || r.header.Get("Retry-After") == "" || p.Type != "urn:sluice:problem:queue-full" {
-			t.Fatalf("over the cap: %d Retry-After=%q %s", r.status, r.header.Get("Retry-After"), r.body)
+		r.JSON(t, &p)
+		if r.Status != 429 || r.Header.Get("Retry-After") == "" || p.Type != "urn:sluice:problem:queue-full" {
+			t.Fatalf("over the cap: %d Retry-After=%q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
 		}
 	}
 	// sluice enqueue is under the same cap.
@@ -100,11 +101,11 @@ func TestTenantQueuedCap(t *testing.T) {
 	ids := map[string]string{}
 	for i := range 5 {
 		r := a.call("POST", "/v1/notifications", globex, smsJSON(fmt.Sprintf("+1650555%04d", i), "globex"))
-		if r.status != 202 {
-			t.Fatalf("globex: %d %s", r.status, r.body)
+		if r.Status != 202 {
+			t.Fatalf("globex: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		ids[acc.ID] = "globex"
 	}
 	e.worker("w0", nil)
@@ -113,19 +114,18 @@ func TestTenantQueuedCap(t *testing.T) {
 	// The worker takes sent notifications out of the count in the
 	// background, about a round trip after the send: wait for the count.
 	quota := tasks.NewQueueQuota(e.rdb, tasks.Caps{TTL: time.Hour})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		u, err := quota.Usage(context.Background(), "acme")
-		if err == nil && u.Notifications == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acme's queued count after the drain: %+v, %v; want 0", u, err)
-		}
-		time.Sleep(20 * time.Millisecond) // the count has no change signal
+	// The count has no change signal: poll.
+	type usage struct {
+		Usage tasks.QueuedUsage
+		Err   error
 	}
+	sluicetest.EventuallyValue(t, 10*time.Second, "acme's queued count to be 0 after the drain", func() (usage, bool) {
+		u, err := quota.Usage(context.Background(), "acme")
+		return usage{u, err}, err == nil && u.Notifications == 0
+	})
 
 	// Sent notifications no longer count: acme may enqueue again.
-	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.status != 202 {
-		t.Fatalf("after the queue drained: %d %s", r.status, r.body)
+	if r := a.call("POST", "/v1/notifications", acme, smsBatch(5000, 500, "again")); r.Status != 202 {
+		t.Fatalf("after the queue drained: %d %s", r.Status, r.Body)
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -131,11 +132,11 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 	send := func(to string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"email","to":%q,"subject":"Sale","body":"50%% off","category":"marketing"}`, to))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	for _, to := range []string{"bob@example.com", "cy@example.com", "dan@example.com"} {
@@ -160,7 +161,7 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 		return false
 	})
 	for id, to := range late {
-		st := a.waitArchived(t, tok, id, 30*time.Second)
+		st := a.waitState(t, tok, id, 30*time.Second, api.StateArchived, api.StateDelivered, api.StateSent)
 		if st.Reason != tasks.ReasonSuppressed {
 			t.Errorf("%s's email archived as %+v", to, st)
 		}
@@ -175,7 +176,7 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 		var sup struct {
 			Ledger []struct{ Source, Ref string } `json:"ledger"`
 		}
-		a.call("GET", "/v1/suppressions/email/"+to, tok, nil).decode(t, &sup)
+		a.call("GET", "/v1/suppressions/email/"+to, tok, nil).JSON(t, &sup)
 		if len(sup.Ledger) != 1 || sup.Ledger[0].Source != want[0] || sup.Ledger[0].Ref != want[1] {
 			t.Errorf("%s's ledger %+v, want source %s ref %s", to, sup.Ledger, want[0], want[1])
 		}
@@ -206,23 +207,6 @@ func postProviderReports(t *testing.T, a *apiEnv, sg *ecdsa.PrivateKey, sns *sns
 	}
 }
 
-// waitArchived polls a notification's status until it is archived.
-func (a *apiEnv) waitArchived(t *testing.T, tok, id string, timeout time.Duration) api.Status {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var st api.Status
-		a.call("GET", "/v1/notifications/"+id, tok, nil).decode(t, &st)
-		if st.State == api.StateArchived || st.State == api.StateDelivered || st.State == "sent" {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still %+v after %v", id, st, timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-	}
-}
-
 // Telnyx end to end: the workers send through Telnyx's wire format (its
 // fake records each message), Telnyx's signed delivery reports show in
 // GET /v1/notifications/{id}, and an inbound STOP opts the number out: the
@@ -244,11 +228,11 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 	send := func(category string) string {
 		t.Helper()
 		r := a.call("POST", "/v1/notifications", tok, fmt.Sprintf(`{"channel":"sms","to":%q,"body":"hello","category":%q}`, num, category))
-		if r.status != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", r.status, r.body)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
 		}
 		var acc api.Accepted
-		r.decode(t, &acc)
+		r.JSON(t, &acc)
 		return acc.ID
 	}
 	id := send("transactional")
@@ -256,15 +240,16 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 	if d.ID != id || d.To != num || d.From != tenantNumber || d.StatusCallback != "http://"+addr+"/v1/callbacks/telnyx/acme/"+id {
 		t.Fatalf("Telnyx received %+v", d)
 	}
-	var st api.Status
-	deadline := time.Now().Add(15 * time.Second)
-	for st.State != api.StateDelivered {
-		if time.Now().After(deadline) {
-			t.Fatalf("after Telnyx's reports %+v: %+v", tx.Reports(), st)
-		}
-		time.Sleep(50 * time.Millisecond) // the status is read from Redis: nothing to wait on
-		a.call("GET", "/v1/notifications/"+id, tok, nil).decode(t, &st)
+	// The status is read from Redis: nothing to wait on.
+	type read struct {
+		Status  api.Status
+		Reports []fakes.TelnyxWebhook
 	}
+	st := sluicetest.EventuallyValueEvery(t, 15*time.Second, 50*time.Millisecond, "the notification to read as delivered after Telnyx's reports", func() (read, bool) {
+		var st api.Status
+		a.call("GET", "/v1/notifications/"+id, tok, nil).JSON(t, &st)
+		return read{st, tx.Reports()}, st.State == api.StateDelivered
+	}).Status
 	if st.MessageSID != d.SID || st.ProviderStatus != "delivered" {
 		t.Fatalf("status %+v, want delivered with Telnyx's id %s", st, d.SID)
 	}
@@ -277,12 +262,12 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 		Suppressed bool                               `json:"suppressed"`
 		Ledger     []struct{ Source, Keyword string } `json:"ledger"`
 	}
-	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).decode(t, &sup)
+	a.call("GET", "/v1/suppressions/sms/"+num, tok, nil).JSON(t, &sup)
 	if !sup.Suppressed || len(sup.Ledger) != 1 || sup.Ledger[0].Keyword != "STOP" {
 		t.Fatalf("after STOP: %+v", sup)
 	}
 	late := send("marketing")
-	if st := a.waitArchived(t, tok, late, 30*time.Second); st.State != api.StateArchived || st.Reason != tasks.ReasonSuppressed {
+	if st := a.waitState(t, tok, late, 30*time.Second, api.StateArchived, api.StateDelivered, api.StateSent); st.State != api.StateArchived || st.Reason != tasks.ReasonSuppressed {
 		t.Fatalf("the marketing SMS after STOP: %+v", st)
 	}
 	for _, d := range tx.Deliveries() {

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -121,20 +122,14 @@ func TestQueueQuotaLapses(t *testing.T) {
 	if err := q.Reserve(ctx, queuedSMS("acme", 1)); !errors.Is(err, tasks.ErrQueueFull) {
 		t.Fatalf("at the cap: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Waiting for the TTL itself to pass.
+	sluicetest.EventuallyValueEvery(t, 5*time.Second, 50*time.Millisecond, "the entry to lapse (no notifications, no bytes)", func() (tasks.QueuedUsage, bool) {
 		u, err := q.Usage(ctx, "acme")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if u.Notifications == 0 && u.Bytes == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("entry did not lapse: %+v", u)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for the TTL itself to pass
-	}
+		return u, u.Notifications == 0 && u.Bytes == 0
+	})
 	if err := q.Reserve(ctx, queuedSMS("acme", 1)); err != nil {
 		t.Fatalf("after the lapse: %v", err)
 	}

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -51,13 +51,10 @@ func TestPriorityLane(t *testing.T) {
 	}
 	// Marketing and the 4th OTP wait: once the worker handed them all back to
 	// Asynq (no signal for that: poll), 30 wait and still only 4 went out.
-	deadline := time.Now().Add(10 * time.Second)
-	for qi := b.queueStats(t); qi.Retry+qi.Scheduled != 30; qi = b.queueStats(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("marketing and the 4th OTP should wait: %+v", qi)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	sluicetest.EventuallyValue(t, 10*time.Second, "marketing and the 4th OTP to wait (30 retry or scheduled)", func() (*asynq.QueueInfo, bool) {
+		qi := b.queueStats(t)
+		return qi, qi.Retry+qi.Scheduled == 30
+	})
 	if n := len(b.sms.Deliveries()); n != 4 {
 		t.Fatalf("%d deliveries while 30 wait; want 4", n)
 	}

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/unsubscribe"
@@ -185,17 +185,14 @@ func TestWorkerMigratesOldSuppressionsAtStart(t *testing.T) {
 	}
 	b.start(t, b.cfg)
 	store := b.consentStore(t)
-	var events []consent.Event
-	deadline := time.Now().Add(10 * time.Second)
-	for len(events) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the old suppression was not moved within 10 s")
-		}
-		time.Sleep(20 * time.Millisecond) // the move is seen in Redis only: nothing to wait on
-		if events, err = store.Ledger(ctx, "acme", tasks.SMS, to); err != nil {
+	// The move is seen in Redis only: nothing to wait on.
+	events := sluicetest.EventuallyValue(t, 10*time.Second, "the old suppression moved to the ledger", func() ([]consent.Event, bool) {
+		events, err := store.Ledger(ctx, "acme", tasks.SMS, to)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
+		return events, len(events) > 0
+	})
 	if len(events) != 1 || events[0].Action != consent.Undeliverable || events[0].Code != 21610 || events[0].Ref != "delivery-migration" {
 		t.Fatalf("ledger %+v", events)
 	}

@@ -6,10 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/scripts"
-
 	"testing"
 	"time"
 
@@ -17,8 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
@@ -126,15 +125,7 @@ func (b *bundle) startOpts(t *testing.T, cfg worker.Config, opts app.WorkerOptio
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker.Run: %v", err)
-		}
-	})
+	sluicetest.Background(t, "worker.Run", w.Run)
 	return &running{w: w, reg: reg}
 }
 
@@ -224,17 +215,15 @@ func queueStats(t *testing.T, insp *asynq.Inspector, l tasks.Layout) *asynq.Queu
 // notification of state changes).
 func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond func(*asynq.TaskInfo) bool) *asynq.TaskInfo {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ti, err := b.cfg.Layout().FindTask(b.insp, "", nil, id)
-		if err == nil && cond(ti) {
-			return ti
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s: condition not reached in %v (last: %+v, err %v)", id, timeout, ti, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	type found struct {
+		Task *asynq.TaskInfo
+		Err  error
 	}
+	// Every 50 ms: a lookup may read every queue of the layout.
+	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, "task "+id+" to reach the condition", func() (found, bool) {
+		ti, err := b.cfg.Layout().FindTask(b.insp, "", nil, id)
+		return found{ti, err}, err == nil && cond(ti)
+	}).Task
 }
 
 // mustKeys is the key ring of testKeys.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -84,18 +85,12 @@ func TestQueueGateIsOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m")
 	r := b.start(t, b.cfg)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "answered"}) > 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 15 s idle the gate answered %v polls (sent %v)",
-				metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "answered"}),
-				metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "sent"}))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	type polls struct{ Answered, Sent float64 }
+	sluicetest.EventuallyValueEvery(t, 15*time.Second, 100*time.Millisecond, "the idle worker's gate to answer more than 100 polls", func() (polls, bool) {
+		p := polls{metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "answered"}),
+			metric(t, r.reg, "sluice_queue_polls_total", map[string]string{"result": "sent"})}
+		return p, p.Answered > 100
+	})
 	n := tasks.NewSMS("acme", "+14155550500", "still delivered")
 	b.enqueue(t, n)
 	b.sms.WaitCount(t, 1, 10*time.Second)

@@ -2,12 +2,14 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
 // redisClients counts the connections the test's redis-server holds.
@@ -44,15 +46,9 @@ func TestListenFailureClosesEverything(t *testing.T) {
 	}
 	// Redis drops a closed connection from CLIENT LIST as it reads the
 	// close; it signals nothing, so poll.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	sluicetest.EventuallyValue(t, 5*time.Second, fmt.Sprintf("redis-server to hold at most the %d connections it held before New "+
+		"(more after Run returned: the worker left its clients open)", before), func() (int, bool) {
 		n := b.redisClients(t)
-		if n <= before {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server still holds %d connections after Run returned, %d before New: the worker left its clients open", n, before)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n, n <= before
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -85,15 +86,9 @@ func TestSlowLiveTaskIsNotRequeued(t *testing.T) {
 // pending or active.
 func (b *bundle) waitIdle(t *testing.T, timeout time.Duration) *asynq.QueueInfo {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	// Every 50 ms: a read of every queue's counters is costly.
+	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, "the queue to be idle (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
 		qi := b.queueStats(t)
-		if qi.Active == 0 && qi.Pending == 0 {
-			return qi
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue not idle after %v: %+v", timeout, qi)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return qi, qi.Active == 0 && qi.Pending == 0
+	})
 }

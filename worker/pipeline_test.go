@@ -6,16 +6,15 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/app"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -377,7 +376,7 @@ func TestRerunSendsOnce(t *testing.T) {
 func TestWarnsAboutSkiplistLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m,sms:tenant=1000/1h")
-	var logs syncLog
+	var logs sluicetest.LogBuffer
 	w, err := app.NewWorker(b.cfg, app.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -397,12 +396,3 @@ func TestWarnsAboutSkiplistLimits(t *testing.T) {
 		t.Fatalf("a warning for a limit below the setting:\n%s", out)
 	}
 }
-
-// syncLog is a log sink safe for concurrent writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }

@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -83,7 +83,7 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		t.Helper()
 		tenant := pick(name+"-tenant-", func(a string) bool { return a == master }, func(n string) []string { return []string{n} })
 		queue := pick(name+"-queue-", func(a string) bool { return a != master }, queuesOf)
-		var logs syncLog
+		var logs sluicetest.LogBuffer
 		cfg, err := worker.ParseConfig(map[string]string{
 			"SLUICE_REDIS_URL":            "redis://" + cl.Addrs[0],
 			"SLUICE_REDIS_CLUSTER_ADDRS":  strings.Join(cl.Addrs, ","),
@@ -160,13 +160,12 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		if wait == 0 {
 			waitMine(12) // admitted on the master alone
 		} else {
-			// Each task says once that its admission was not acknowledged
-			// (the worker gives no other signal); nothing may be sent.
-			for deadline := time.Now().Add(30 * time.Second); strings.Count(logs.String(), "redis replicas did not acknowledge the admission") < 8; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: the unacknowledged admissions were not reported:\n%s", name, logs.String())
-				}
-			}
+			// Each task says once in the log that its admission was not
+			// acknowledged (the worker gives no other signal: the log's
+			// writes wake the wait); nothing may be sent.
+			logs.WaitFor(t, 30*time.Second, name+": the 8 unacknowledged admissions reported", func(s string) bool {
+				return strings.Count(s, "redis replicas did not acknowledge the admission") >= 8
+			})
 			if n := len(mine()); n != 4 {
 				t.Fatalf("%s: %d receipts with no replica acknowledging, want the 4 from before", name, n)
 			}
@@ -178,15 +177,10 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		enqueue(limit)
 		// Settled: every task sent or booked for its slot a minute ahead.
 		insp := asynq.NewInspectorFromRedisClient(cc)
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		sluicetest.EventuallyValueEvery(t, time.Minute, 50*time.Millisecond, name+": tasks settled (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
 			qi := queueStats(t, insp, cfg.Layout())
-			if qi.Pending == 0 && qi.Active == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: tasks not settled after a minute: %+v", name, qi)
-			}
-		}
+			return qi, qi.Pending == 0 && qi.Active == 0
+		})
 		receipts = map[string]int{}
 		for _, d := range mine() {
 			receipts[d.To]++

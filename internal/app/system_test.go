@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/webhook"
@@ -180,8 +181,7 @@ func (s *system) inbound(t *testing.T, body string) {
 func (s *system) waitIdle(t *testing.T) {
 	t.Helper()
 	insp := asynq.NewInspectorFromRedisClient(s.rdb)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	sluicetest.EventuallyValueEvery(t, 20*time.Second, 100*time.Millisecond, "Asynq to hold no task waiting or running", func() (int, bool) {
 		busy := 0
 		queues, err := insp.Queues()
 		if err != nil {
@@ -192,12 +192,6 @@ func (s *system) waitIdle(t *testing.T) {
 				busy += qi.Pending + qi.Active + qi.Scheduled + qi.Retry
 			}
 		}
-		if busy == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks still waiting or running after 20s", busy)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return busy, busy == 0
+	})
 }

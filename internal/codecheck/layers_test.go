@@ -50,7 +50,8 @@ var layers = []layer{
 // harness are the test harness's packages, beside the layers: tests and
 // other harness packages import them, nothing else does; they may import
 // any package of the layers.
-var harness = []string{"internal/redistest", "internal/tlstest", "internal/fakes", "webhook/internal/webhooktest"}
+var harness = []string{"internal/redistest", "internal/tlstest", "internal/fakes", "webhook/internal/webhooktest",
+	"internal/sluicetest", "internal/sluicetest/apienv"}
 
 // No package of the root module imports one of its own layer or of a
 // layer above, or the test harness; every package has its place.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
 const queue = "orphans-test"
@@ -264,22 +265,20 @@ func TestListedTaskIsKept(t *testing.T) {
 	// Asynq writes its server and worker lists on its heartbeat; wait for
 	// the task to be listed (Asynq signals nothing).
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	deadline := time.Now().Add(10 * time.Second)
-	for listed := false; !listed; {
+	sluicetest.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the running task listed by its server", func() bool {
 		servers, err := insp.Servers()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range servers {
 			for _, w := range s.ActiveWorkers {
-				listed = listed || w.TaskID == id
+				if w.TaskID == id {
+					return true
+				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the running task was never listed by its server")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	// Two sweeps After apart in the sweeper's clock, with the lease still
 	// between them in Redis's (a heartbeat moving it in between makes the
 	// case vacuous, so the pair is tried again).

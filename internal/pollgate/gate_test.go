@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
 func queues(n int) []string {
@@ -64,13 +65,7 @@ func setupOn(t *testing.T, srv *redistest.Server, rdb *redis.Client, qs []string
 // offers no notification of it).
 func (b *bundle) waitActive(t *testing.T, want bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.gate.Active() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("gate active = %v after 10s, want %v", !want, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	sluicetest.Eventually(t, 10*time.Second, fmt.Sprintf("gate active = %v", want), func() bool { return b.gate.Active() == want })
 }
 
 // server runs an Asynq server over qs on client c, handling every task by
@@ -294,24 +289,20 @@ func TestRecognisesTheAsynqVersionInUse(t *testing.T) {
 	}
 	// Let the last task finish (a state, polled: Asynq signals nothing).
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	var active, completed, archived int
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		active, completed, archived = 0, 0, 0
+	type held struct{ Active, Completed, Archived int }
+	h := sluicetest.EventuallyValueEvery(t, 10*time.Second, 50*time.Millisecond, "the last task to finish (none active)", func() (held, bool) {
+		var h held
 		for _, q := range qs {
 			qi, err := insp.GetQueueInfo(q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			active, completed, archived = active+qi.Active, completed+qi.Completed, archived+qi.Archived
+			h.Active, h.Completed, h.Archived = h.Active+qi.Active, h.Completed+qi.Completed, h.Archived+qi.Archived
 		}
-		if active == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if active != 0 || completed != 1 || archived != 1 {
-		t.Errorf("queues hold %d active, %d completed, %d archived; want 0, 1, 1: a write was lost", active, completed, archived)
+		return h, h.Active == 0
+	})
+	if h.Active != 0 || h.Completed != 1 || h.Archived != 1 {
+		t.Errorf("queues hold %d active, %d completed, %d archived; want 0, 1, 1: a write was lost", h.Active, h.Completed, h.Archived)
 	}
 	polls := []string{"pending,paused,active,lease", "scheduled,pending", "retry,pending", "completed", "lease"}
 	recognised, seen := map[string]int{}, map[string]int{}
@@ -380,9 +371,8 @@ func TestTrackingRefusedMeansPlainPolling(t *testing.T) {
 	o.Username, o.Password = "worker", "pw"
 	rdb := redis.NewClient(&o)
 	t.Cleanup(func() { rdb.Close() })
-	var logs strings.Builder
-	var mu sync.Mutex
-	b := setupOn(t, srv, rdb, queues(3), pollgate.Options{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	var logs sluicetest.LogBuffer
+	b := setupOn(t, srv, rdb, queues(3), pollgate.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	got := make(chan string, 1)
 	server(t, b.gated, queues(3), got, asynq.Config{})
 	client := asynq.NewClientFromRedisClient(rdb)
@@ -399,33 +389,10 @@ func TestTrackingRefusedMeansPlainPolling(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("task not taken with the gate off")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		warned := strings.Contains(logs.String(), "queue gate off")
-		mu.Unlock()
-		if warned {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no warning that the gate is off; log:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	logs.WaitFor(t, 5*time.Second, "a warning that the gate is off", func(s string) bool { return strings.Contains(s, "queue gate off") })
 	if b.gate.Active() || b.gate.Stats().Skipped != 0 {
 		t.Fatalf("gate active %v, stats %+v: want off, nothing answered", b.gate.Active(), b.gate.Stats())
 	}
-}
-
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // A lost subscription turns the gate off until it is back, and nothing

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,21 +14,13 @@ import (
 
 	"github.com/sluicehq/sluice/internal/redisguard"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 )
 
 var ctx = context.Background()
 
-// syncLog is a log sink safe for concurrent writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 type bundle struct {
-	log *syncLog
+	log *sluicetest.LogBuffer
 	reg *prometheus.Registry
 }
 
@@ -37,7 +28,7 @@ type bundle struct {
 // stopped when the test ends.
 func start(t *testing.T, srv *redistest.Server, opts redisguard.Options) (*redisguard.Guard, redisguard.Report, error, *bundle) {
 	t.Helper()
-	b := &bundle{log: &syncLog{}, reg: prometheus.NewRegistry()}
+	b := &bundle{log: &sluicetest.LogBuffer{}, reg: prometheus.NewRegistry()}
 	opts.Logger = slog.New(slog.NewTextHandler(b.log, nil))
 	opts.Registerer = b.reg
 	g := redisguard.New(srv.Client(t), opts)
@@ -219,13 +210,11 @@ func TestEvictionsDegrade(t *testing.T) {
 		}
 	}
 	seen := time.Now()
-	var st redisguard.Status
-	for st = g.Status(); st.Ready(); st = g.Status() { // the watcher offers no signal: poll
-		if time.Since(seen) > 5*time.Second {
-			t.Fatal("readiness not degraded 5 s after Redis evicted")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The watcher offers no signal: poll.
+	st := sluicetest.EventuallyValue(t, 5*time.Second, "readiness degraded after Redis evicted", func() (redisguard.Status, bool) {
+		st := g.Status()
+		return st, !st.Ready()
+	})
 	t.Logf("degraded %v after the eviction: %s", time.Since(seen).Round(time.Millisecond), st.Problems[0])
 	if !strings.Contains(st.Problems[0], "Redis evicted") || !strings.Contains(st.Problems[0], srv.Addr) || !strings.Contains(st.Problems[0], "quota windows") {
 		t.Errorf("problem does not say what happened: %q", st.Problems[0])
@@ -250,11 +239,10 @@ func TestEvictionsDegrade(t *testing.T) {
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !g.Status().Ready(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("still degraded 10 s after the evictions stopped (DegradedFor 1s): %+v", g.Status())
-		}
-	}
+	sluicetest.EventuallyValue(t, 10*time.Second, "readiness back after the evictions stopped (DegradedFor 1s)", func() (redisguard.Status, bool) {
+		st := g.Status()
+		return st, st.Ready()
+	})
 }
 
 // Settings change at runtime: a policy turned evicting degrades readiness
@@ -308,7 +296,7 @@ func TestRuntimeChanges(t *testing.T) {
 func TestClusterEveryNode(t *testing.T) {
 	t.Parallel()
 	cl, cc := redistest.NewCluster(t, 3, 1)
-	b := &bundle{log: &syncLog{}, reg: prometheus.NewRegistry()}
+	b := &bundle{log: &sluicetest.LogBuffer{}, reg: prometheus.NewRegistry()}
 	g := redisguard.New(cc, redisguard.Options{WaitReplicas: 2, Logger: slog.New(slog.NewTextHandler(b.log, nil)), Registerer: b.reg})
 	r, err := g.Start(ctx)
 	if err != nil {
@@ -317,13 +305,14 @@ func TestClusterEveryNode(t *testing.T) {
 	defer g.Stop()
 	// CLUSTER SLOTS lists a replica once the cluster's gossip knows it holds
 	// data, a little after it synced: the next reads find it.
-	for deadline := time.Now().Add(45 * time.Second); len(r.Nodes) < len(cl.Nodes); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("read %d nodes of %d after 45 s", len(r.Nodes), len(cl.Nodes))
-		}
-		if r, err = g.Check(ctx); err != nil {
-			t.Fatal(err)
-		}
+	if len(r.Nodes) < len(cl.Nodes) {
+		r = sluicetest.EventuallyValueEvery(t, 45*time.Second, 100*time.Millisecond, fmt.Sprintf("a read of all %d nodes", len(cl.Nodes)), func() (redisguard.Report, bool) {
+			r, err := g.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r, len(r.Nodes) >= len(cl.Nodes)
+		})
 	}
 	roles := map[string]int{}
 	for _, n := range r.Nodes {
