@@ -294,23 +294,11 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		}
 		s.abort(batch)
 	}
-	var items []tasks.Item
-	var at []int // the index in ns of each item
-	for i, n := range ns {
-		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
-		if keyed {
-			// A retry whose first attempt was sent already: the id is not in
-			// the queue any more, but the workers' done record holds it.
-			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
-				abort()
-				return nil, err
-			} else if rec != nil && rec.Kind == throttle.RecordDone {
-				out[i].State = StateSent
-				uncount = append(uncount, n.ID)
-				continue
-			}
-		}
-		items, at = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(policy.Queue(layout, n))}}), append(at, i)
+	items, at, sent, err := s.toEnqueue(ctx, ns, keyed, out)
+	uncount = append(uncount, sent...)
+	if err != nil {
+		abort()
+		return nil, err
 	}
 	res, err := s.enqueueItems(ctx, batch, items, held)
 	if err != nil {
@@ -352,6 +340,31 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		s.metrics.enqueued.WithLabelValues(string(ch)).Inc()
 	}
 	return out, nil
+}
+
+// toEnqueue fills out (queued, or sent for a keyed retry whose first
+// attempt was sent already: the id is not in the queue any more, but the
+// workers' done record holds it) and returns the items still to enqueue,
+// the index in ns of each, and the ids sent already.
+func (s *Server) toEnqueue(ctx context.Context, ns []tasks.Notification, keyed bool, out []Accepted) ([]tasks.Item, []int, []string, error) {
+	policy, layout := s.policy(), s.cfg.Layout()
+	var items []tasks.Item
+	var at []int
+	var sent []string
+	for i, n := range ns {
+		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
+		if keyed {
+			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
+				return nil, nil, sent, err
+			} else if rec != nil && rec.Kind == throttle.RecordDone {
+				out[i].State = StateSent
+				sent = append(sent, n.ID)
+				continue
+			}
+		}
+		items, at = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(policy.Queue(layout, n))}}), append(at, i)
+	}
+	return items, at, sent, nil
 }
 
 // enqueueItems enqueues a request's items: held in batch (one script per
