@@ -2,10 +2,18 @@
 # The test command: makes sure redis-server and Chromium exist (installing
 # Debian's packages when run as root with apt and they are missing), runs every test with
 # the race detector (and the deploy/ module's), then a short fuzz pass over every parser.
+#   ./scripts/test.sh --quick                the edit-test loop: no race detector, no e2e, no fuzzing, no deploy/
 #   SLUICE_FUZZTIME=200000x ./scripts/test.sh   longer fuzzing, in executions (0 skips it)
 #   ./scripts/test.sh -run TestBoundary     extra arguments go to `go test`
+# Where the time goes, and why the phases are split as they are: docs/development.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+quick=
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
 
 # apt_install PKG: installs a Debian package when run as root with apt.
 apt_updated=
@@ -35,37 +43,50 @@ if [ -z "${SLUICE_CHROMIUM:-}" ] && ! chromium_bin >/dev/null 2>&1; then
 fi
 echo "test.sh: $(redis-server --version)"
 echo "test.sh: $("${SLUICE_CHROMIUM:-$(chromium_bin)}" --version 2>/dev/null || echo "browser at ${SLUICE_CHROMIUM:-$(chromium_bin)}")"
+
+packages=$(go list ./... | grep -v '/e2e$')
+if [ -n "$quick" ]; then
+  # Warm caches: about a minute and a half. Every package but e2e, without
+  # the race detector's 5-10x; the full run below is what CI runs.
+  exec go test -count=1 "$@" $packages
+fi
+
 # Tests start their own redis-server processes on free ports; the system one is not used.
+# Most tests wait on windows, timers and processes, not on the CPU: -parallel lets more
+# of a package's tests wait at once than the two cores' default of 2.
+phase() { local t0=$SECONDS; "$@"; echo "test.sh: $((SECONDS - t0)) s: ${*:1:6} …"; }
+phase go test -race -count=1 -timeout 20m -parallel 6 "$@" $packages
 # The end-to-end package runs after the others, alone: its audits time every
 # receipt at the fake providers with no tolerance beyond the workers' send
 # slack, and on two cores the other packages' race-detector load starved its
 # sends by seconds (the soak's receipts 9.4-9.5 s apart under 1/10s).
-go test -race -count=1 -timeout 20m "$@" $(go list ./... | grep -v '/e2e$')
-go test -race -count=1 -timeout 20m "$@" ./e2e
+phase go test -race -count=1 -timeout 20m -parallel 6 "$@" ./e2e
 # deploy/ is its own module (Helm, k8s.io/api, Prometheus, the Grafana SDK):
 # the chart, alert rules and dashboard, checked offline (docs/kubernetes.md).
 if [ "$#" -eq 0 ]; then
-  (cd deploy && go test -race -count=1 -timeout 5m ./...)
+  (cd deploy && phase go test -race -count=1 -timeout 5m ./...)
 fi
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
 # "context deadline exceeded" when a time budget ends (golang/go#75804, fixed
-# in Go 1.27); a count has no deadline to race. 10000x takes 2–8 s a target here, build included.
+# in Go 1.27); a count has no deadline to race. The targets of a package share
+# its instrumented test binary (built once, cached).
 fuzztime=${SLUICE_FUZZTIME:-10000x}
 if [ "$#" -eq 0 ] && [ "$fuzztime" != "0" ]; then
+  t0=$SECONDS
   for target in throttle:FuzzParseRule throttle:FuzzKey tasks:FuzzDecode tasks:FuzzReadBatch \
                 tasks:FuzzNormalizeRecipient tasks:FuzzParseKeyring tasks:FuzzHeaders tasks:FuzzListUnsubscribe \
                 plans:FuzzParse sender/smtp:FuzzEmailHeader plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates \
                 api:FuzzParseIdempotencyKey api:FuzzDuplicateMember throttle:FuzzParseRecord tasks:FuzzReadTaskError api:FuzzDecodeNotification \
                 sender/twilio:FuzzParseStatusCallback delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent \
                 sender/twilio:FuzzParseInbound unsubscribe:FuzzParseToken config:FuzzParseFromDomains \
-                webhook/sendgrid:FuzzParse webhook/mailgun:FuzzParse webhook/postmark:FuzzParse \
-                webhook/ses:FuzzParse webhook/ses:FuzzNotification sender/telnyx:FuzzParseEvent; do
+                webhook/sendgrid:FuzzParse webhook/mailgun:FuzzParse webhook/postmark:FuzzParse webhook/ses:FuzzParse \
+                webhook/ses:FuzzNotification sender/telnyx:FuzzParseEvent; do
     pkg=${target%%:*} fn=${target##*:}
     echo "test.sh: fuzzing $pkg $fn for $fuzztime"
     if ! out=$(go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "./$pkg" 2>&1); then
       echo "$out"; echo "test.sh: $pkg $fn failed; the input is saved under $pkg/testdata/fuzz/$fn" >&2; exit 1
     fi
   done
-  echo "test.sh: fuzzing found nothing"
+  echo "test.sh: $((SECONDS - t0)) s: fuzzing found nothing"
 fi
