@@ -44,7 +44,7 @@ func freshRedis(dir string) (*redistest.Server, *redis.Client) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return srv, redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
+	return srv, redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 }
 
 // plainLoop: asynq.Client.Enqueue of each notification's sealed task, one
@@ -96,23 +96,8 @@ func libraryBatches(ctx context.Context, dir string, ns []tasks.Notification) fl
 	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
 	defer rdb.Close()
-	p := tasks.NewProducer(rdb, keyring)
 	start := time.Now()
-	for i := 0; i < len(ns); i += 500 {
-		var items []tasks.Item
-		for _, n := range ns[i:min(len(ns), i+500)] {
-			items = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(tasks.DefaultLayout.Route(n.Tenant, tasks.LaneStandard, nil))}})
-		}
-		res, err := p.EnqueueMany(ctx, items)
-		if err != nil {
-			log.Fatal(err)
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				log.Fatal(r.Err)
-			}
-		}
-	}
+	enqueueRooms(ctx, rdb, ns, route(tasks.LaneStandard), true)
 	return float64(len(ns)) / time.Since(start).Seconds()
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -102,12 +101,8 @@ func route(lane tasks.Lane) func(tasks.Notification) string {
 // enqueues one SMS every 200 ms for d. It returns the trickle's
 // enqueue-to-send latencies.
 func fairFlood(ctx context.Context, bin, dir string, flood int, d time.Duration, rooms bool) []time.Duration {
-	srv, err := redistest.Launch(must(os.MkdirTemp(dir, "redis-")))
-	if err != nil {
-		log.Fatal(err)
-	}
+	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
 	other := sameShard("acme", tasks.LaneStandard, "other")
 	ns := make([]tasks.Notification, flood)
@@ -156,12 +151,8 @@ func fairFlood(ctx context.Context, bin, dir string, flood int, d time.Duration,
 // small one's last message takes from the worker's start. small alone
 // when big is 0.
 func fairBulk(ctx context.Context, bin, dir string, big, small int, rooms bool) time.Duration {
-	srv, err := redistest.Launch(must(os.MkdirTemp(dir, "redis-")))
-	if err != nil {
-		log.Fatal(err)
-	}
+	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
 	shop := sameShard("news", tasks.LaneBulk, "shop")
 	var ns []tasks.Notification
@@ -204,12 +195,8 @@ func fairBulk(ctx context.Context, bin, dir string, big, small int, rooms bool) 
 // the standard lane, queued at once, no binding rule; sends per tenant in
 // the first d; weights from the plan rules.
 func fairTenants(ctx context.Context, bin, dir string, d time.Duration, weights string, seed uint64) (counts, backlog map[string]int) {
-	srv, err := redistest.Launch(must(os.MkdirTemp(dir, "redis-")))
-	if err != nil {
-		log.Fatal(err)
-	}
+	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
 	rng := rand.New(rand.NewPCG(seed, 34))
 	backlog = map[string]int{}
@@ -274,12 +261,8 @@ func shares(counts, backlog map[string]int, weight map[string]int) (worst, jain 
 // worker takes to check every notification (the rooms and pending lists
 // empty), polled every 50 ms.
 func fairDrain(ctx context.Context, bin, dir string, flood int, rooms bool) time.Duration {
-	srv, err := redistest.Launch(must(os.MkdirTemp(dir, "redis-")))
-	if err != nil {
-		log.Fatal(err)
-	}
+	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
 	ns := make([]tasks.Notification, flood)
 	for i := range ns {
@@ -420,37 +403,9 @@ func fairDrains(ctx context.Context, bin, base, dir string, flood int) {
 }
 
 func fairIdle(ctx context.Context, bin, base, dir string) {
-	d := 20 * time.Second
-	if *quick {
-		d = 8 * time.Second
-	}
-	var nc, bc, ncpu, bcpu []float64
-	for range 2 {
-		c, _, u := idle(ctx, bin, dir, d)
-		nc, ncpu = append(nc, c), append(ncpu, float64(u))
-		c, _, u = idle(ctx, base, dir, d)
-		bc, bcpu = append(bc, c), append(bcpu, float64(u))
-	}
-	ratio := median(nc) / median(bc)
-	add(row{"fair", "idle worker, Redis commands/s, vs before",
-		fmt.Sprintf("%.1f vs %.1f (CPU %v vs %v per s)", median(nc), median(bc), time.Duration(median(ncpu)).Round(time.Microsecond), time.Duration(median(bcpu)).Round(time.Microsecond)),
-		f2(ratio), "≤ 1.15×", verdict(ratio <= 1.15)})
+	idleVs(ctx, bin, base, dir, "fair", "idle worker, Redis commands/s, vs before", 1.15)
 }
 
 func fairSaturated(ctx context.Context, bin, base, dir string) {
-	n := 20_000
-	if *quick {
-		n = 5_000
-	}
-	for _, tenants := range []int{1, 8} {
-		var a, b []float64
-		for range 3 {
-			a = append(a, float64(saturated(ctx, bin, dir, n, tenants, false, false)))
-			b = append(b, float64(saturated(ctx, base, dir, n, tenants, false, true)))
-		}
-		ratio := median(a) / median(b)
-		add(row{"fair", fmt.Sprintf("saturated worker, Redis CPU per delivered task, %d tenant(s), vs before", tenants),
-			fmt.Sprintf("%v vs %v", time.Duration(median(a)).Round(100*time.Nanosecond), time.Duration(median(b)).Round(100*time.Nanosecond)),
-			f2(ratio), "≤ 1.15×", verdict(ratio <= 1.15)})
-	}
+	saturatedVs(ctx, bin, base, dir, "fair", ", vs before", false, 1.15)
 }

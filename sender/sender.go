@@ -171,3 +171,26 @@ func Vars(ps []Provider) []config.Var {
 	}
 	return out
 }
+
+// ReadShared reads provider p's settings of type S from environ (nil:
+// the process environment) and checks those its routes on the API process
+// read (S's ValidateShared: a webhook's signing key, its base URL): what a
+// provider's webhook routes need, without the sending settings a worker
+// checks.
+func ReadShared[S any, PS interface {
+	*S
+	ValidateShared(*config.Problems)
+}](p Provider, environ map[string]string) (S, error) {
+	var zero S
+	st, err := p.NewSettings(environ)
+	if err != nil {
+		return zero, err
+	}
+	ps, ok := st.(PS)
+	if !ok {
+		return zero, fmt.Errorf("sender: %s's settings are %T, not %T", p.Name, st, ps)
+	}
+	var problems config.Problems
+	ps.ValidateShared(&problems)
+	return *ps, problems.Err()
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/consent/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/webhook"
@@ -35,14 +36,7 @@ type Deps struct {
 // WebhookSettings reads the provider's settings from environ (nil: the
 // process environment) and validates what the API reads of them.
 func WebhookSettings(environ map[string]string) (Settings, error) {
-	st, err := Provider.NewSettings(environ)
-	if err != nil {
-		return Settings{}, err
-	}
-	s := *st.(*Settings)
-	var p config.Problems
-	s.ValidateShared(&p)
-	return s, p.Err()
+	return sender.ReadShared[Settings](Provider, environ)
 }
 
 // NewWebhooks builds the handlers of CallbackRoute (h.Callback) and

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -289,12 +290,5 @@ func portVariants(fullURL string) []string {
 // process, which mounts NewCallbacks at CallbackRoute and NewInbound at
 // InboundRoute (internal/app).
 func CallbackSettings(environ map[string]string) (Settings, error) {
-	st, err := Provider.NewSettings(environ)
-	if err != nil {
-		return Settings{}, err
-	}
-	s := *st.(*Settings)
-	var p config.Problems
-	s.ValidateShared(&p)
-	return s, p.Err()
+	return sender.ReadShared[Settings](Provider, environ)
 }
