@@ -203,9 +203,11 @@ func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error 
 
 // admission is a send the limiter admitted for now.
 type admission struct {
-	d      throttle.Decision
-	limits []throttle.Limit
-	caps   []throttle.Cap
+	d throttle.Decision
+	c check // what it was checked under
+	// sendBy is the latest instant the send may begin, in this process's
+	// clock: half the send slack after its slot.
+	sendBy time.Time
 }
 
 // reserve asks the limiter, under the plans in force, until the send is
@@ -222,14 +224,24 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err != nil {
 			return nil, err
 		}
+		decided := time.Now()
 		why := waitReason(d, c.Limits)
 		switch d.Status {
 		case throttle.StatusAdmitted:
-			if d.Wait == 0 {
-				return &admission{d, c.Limits, c.Caps}, nil
+			var sendBy time.Time
+			if late := d.Now.Sub(d.At); w.cfg.SendSlack > 0 && late > w.cfg.SendSlack/2 {
+				// The check's first reply was lost (Redis died after running
+				// it) and its retry got this run's admission back, its slot
+				// already past: sending now would crowd the next window.
+				w.releaseWaiter(waiter)
+				w.lateWake(ctx, *n, d, c.Limits, late, log)
+				err = errLate
+			} else if d.Wait == 0 {
+				return &admission{d, c, decided.Add(w.cfg.SendSlack/2 - max(late, 0))}, nil
+			} else {
+				sendBy, err = w.waitForSlot(ctx, *n, d, c.Limits, log)
+				w.releaseWaiter(waiter)
 			}
-			sendBy, err := w.waitForSlot(ctx, *n, d, c.Limits, log)
-			w.releaseWaiter(waiter)
 			if cc := c.opts.Consent; err == nil && cc != nil {
 				// An opt-out recorded during the wait holds from the moment
 				// it is recorded: read it again before the send.
@@ -251,7 +263,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			return &admission{d, c.Limits, c.Caps}, nil
+			return &admission{d, c, sendBy}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
@@ -343,7 +355,7 @@ func (w *Worker) settled(n tasks.Notification, c check, d throttle.Decision, why
 // the provider says so); a transient failure retried with backoff until
 // the task's real retry budget is used up.
 func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, next asynq.Handler, log *slog.Logger) error {
-	if len(a.caps) > 0 {
+	if len(a.c.Caps) > 0 {
 		done, err := w.takeCaps(ctx, n, a, log)
 		if err != nil {
 			return err
@@ -351,6 +363,11 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		defer done()
 	}
 	start := time.Now()
+	if late := start.Sub(a.sendBy); w.cfg.SendSlack > 0 && late > 0 {
+		if err := w.recheck(ctx, t, n, a, late, log); err != nil {
+			return err
+		}
+	}
 	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
 	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
 	if err == nil {
@@ -363,7 +380,7 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		se = &sender.SendError{Err: err}
 	}
 	if se.NotSent {
-		w.release(ctx, n, a.d.Attempt, a.limits, log)
+		w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 	}
 	if se.Throttled && !se.Permanent {
 		return w.backPressure(ctx, n, se, log)
@@ -385,6 +402,31 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	}
 	log.Warn("transient send failure; will retry", "err", err, "retried", retried, "outcome_known", se.NotSent)
 	return err
+}
+
+// recheck asks the limiter again, for now, for a send whose wait for an
+// in-flight cap (the cap full, or Redis away meanwhile) took it past its
+// slot: sending on the old slot would crowd the next window. It keeps the
+// caps it holds; a send that no longer fits now goes back to Asynq for its
+// new slot (nil: a holds the new admission).
+func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, late time.Duration, log *slog.Logger) error {
+	w.lateWake(ctx, n, a.d, a.c.Limits, late+w.cfg.SendSlack/2, log)
+	c := a.c
+	c.opts.Horizon = 0 // admitted for now, or booked
+	d, _, err := w.check(ctx, n, c, log)
+	if err != nil {
+		return err
+	}
+	why := waitReason(d, c.Limits)
+	switch d.Status {
+	case throttle.StatusAdmitted:
+		a.d = d
+		return nil
+	case throttle.StatusBooked, throttle.StatusDenied:
+		return w.reschedule(ctx, t, n, d, why, log)
+	default:
+		return w.settled(n, c, d, why, log)
+	}
 }
 
 // backPressure handles a provider's throttling answer: it holds the scope
@@ -439,26 +481,26 @@ func (w *Worker) takeCaps(ctx context.Context, n tasks.Notification, a *admissio
 		var l throttle.Lease
 		err := w.withRedis(ctx, log, "in-flight cap", func(ctx context.Context) error {
 			var err error
-			l, err = w.limiter.Acquire(ctx, n.Tenant, holder, ttl, a.caps...)
+			l, err = w.limiter.Acquire(ctx, n.Tenant, holder, ttl, a.c.Caps...)
 			return err
 		})
 		if err != nil {
-			w.release(ctx, n, a.d.Attempt, a.limits, log)
+			w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 			return nil, &UnavailableError{Err: err}
 		}
 		if l.Granted {
 			break
 		}
 		if time.Now().Add(pause).After(deadline) {
-			w.release(ctx, n, a.d.Attempt, a.limits, log)
+			w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 			w.metrics.CapWaits.WithLabelValues(string(n.Channel), "deferred").Inc()
-			log.Info("in-flight cap full; deferring", "cap", a.caps[l.Full].String())
+			log.Info("in-flight cap full; deferring", "cap", a.c.Caps[l.Full].String())
 			retryAt := time.Now().Add(time.Second)
-			return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: a.caps[l.Full].String()}
+			return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: a.c.Caps[l.Full].String()}
 		}
 		select {
 		case <-ctx.Done():
-			w.release(ctx, n, a.d.Attempt, a.limits, log)
+			w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 			return nil, ctx.Err()
 		case <-time.After(pause/2 + rand.N(pause)):
 		}
@@ -476,7 +518,7 @@ func (w *Worker) takeCaps(ctx context.Context, n tasks.Notification, a *admissio
 				return
 			case <-tick.C:
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/3)
-				l, err := w.limiter.Acquire(rctx, n.Tenant, holder, ttl, a.caps...)
+				l, err := w.limiter.Acquire(rctx, n.Tenant, holder, ttl, a.c.Caps...)
 				cancel()
 				if err != nil || !l.Granted {
 					log.Warn("in-flight lease could not be renewed; the send goes on", "err", err)
@@ -489,7 +531,7 @@ func (w *Worker) takeCaps(ctx context.Context, n tasks.Notification, a *admissio
 		<-renewed
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := w.limiter.Free(fctx, n.Tenant, holder, a.caps...); err != nil {
+		if err := w.limiter.Free(fctx, n.Tenant, holder, a.c.Caps...); err != nil {
 			log.Warn("in-flight slots not freed; they come back when their lease lapses", "err", err, "lapse_in", ttl)
 		}
 	}, nil
