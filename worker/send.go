@@ -220,26 +220,27 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err := w.comply(c, n, log); err != nil {
 			return nil, err
 		}
-		d, waiter, err := w.check(ctx, *n, c, log)
+		d, waiter, asked, err := w.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err
 		}
-		decided := time.Now()
 		why := waitReason(d, c.Limits)
 		switch d.Status {
 		case throttle.StatusAdmitted:
-			var sendBy time.Time
-			if late := d.Now.Sub(d.At); w.cfg.SendSlack > 0 && late > w.cfg.SendSlack/2 {
-				// The check's first reply was lost (Redis died after running
-				// it) and its retry got this run's admission back, its slot
-				// already past: sending now would crowd the next window.
+			// The send may begin no later than half the send slack after its
+			// slot. A slot already past by then — the reply was slow (a
+			// starved process), or lost with Redis and the retry got this
+			// run's admission back — would crowd the next window: give it
+			// back and ask again.
+			sendBy := asked.Add(d.Wait + w.cfg.SendSlack/2 - max(d.Now.Sub(d.At), 0))
+			if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > 0 {
 				w.releaseWaiter(waiter)
-				w.lateWake(ctx, *n, d, c.Limits, late, log)
+				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
-				return &admission{d, c, decided.Add(w.cfg.SendSlack/2 - max(late, 0))}, nil
+				return &admission{d, c, sendBy}, nil
 			} else {
-				sendBy, err = w.waitForSlot(ctx, *n, d, c.Limits, log)
+				err = w.waitForSlot(ctx, *n, d, c.Limits, sendBy, log)
 				w.releaseWaiter(waiter)
 			}
 			if cc := c.opts.Consent; err == nil && cc != nil {
@@ -277,7 +278,11 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 // MaxInlineWait is admitted for its instant when a waiter token is free
 // (held, returned with the decision: the caller releases it after its
 // wait); without one it is booked through Asynq instead.
-func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (throttle.Decision, bool, error) {
+//
+// asked is when the call that answered left this process: the decision
+// was taken after it, so asked + Wait is never later than the slot in this
+// process's clock — the bound a send's lateness is judged by.
+func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (d throttle.Decision, waiter bool, asked time.Time, err error) {
 	opts := c.opts
 	opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
 	if n.Channel == tasks.SMS && w.suppressCodes != nil {
@@ -290,14 +295,14 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 		// number undeliverable.
 		opts.Note = w.delivery.RecipientNote(n.Tenant, n.ID, n.To, w.cfg.DedupeTTL)
 	}
-	waiter := w.tryWaiter()
+	waiter = w.tryWaiter()
 	if !waiter {
 		opts.Horizon = 0
 	}
 	checkCtx, span := w.startCheck(ctx, c.Limits)
-	var d throttle.Decision
-	err := w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
+	err = w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 		var err error
+		asked = time.Now()
 		d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, c.Limits...)
 		return err
 	})
@@ -306,7 +311,7 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 		w.releaseWaiter(waiter)
 		w.metrics.LimiterError.Inc()
 		log.Error("quota check failed; nothing sent, will try again", "err", err, "cause", unavailableWhy(err))
-		return d, false, &UnavailableError{Err: err}
+		return d, false, asked, &UnavailableError{Err: err}
 	}
 	if w.onDecide != nil {
 		w.onDecide(n, d)
@@ -318,7 +323,7 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 		w.releaseWaiter(waiter)
 		waiter = false
 	}
-	return d, waiter, nil
+	return d, waiter, asked, nil
 }
 
 // settled handles the limiter's answers that end the run without a send:
@@ -413,14 +418,14 @@ func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notificatio
 	w.lateWake(ctx, n, a.d, a.c.Limits, late+w.cfg.SendSlack/2, log)
 	c := a.c
 	c.opts.Horizon = 0 // admitted for now, or booked
-	d, _, err := w.check(ctx, n, c, log)
+	d, _, asked, err := w.check(ctx, n, c, log)
 	if err != nil {
 		return err
 	}
 	why := waitReason(d, c.Limits)
 	switch d.Status {
 	case throttle.StatusAdmitted:
-		a.d = d
+		a.d, a.sendBy = d, asked.Add(w.cfg.SendSlack/2)
 		return nil
 	case throttle.StatusBooked, throttle.StatusDenied:
 		return w.reschedule(ctx, t, n, d, why, log)

@@ -20,16 +20,14 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// waitForSlot sleeps until an admission made for a near instant is due,
-// and returns the latest instant the send may begin: half the send slack
-// after the slot. Everything between the wake-up and the send (the consent
-// re-read) shares that half; the other half is for the send's own way to
-// the provider. On shutdown it gives the slot back and hands the task to
-// Asynq for it.
-func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) (time.Time, error) {
+// waitForSlot sleeps until an admission made for a near instant is due.
+// sendBy is the latest instant the send may begin (half the send slack
+// after the slot); everything between the wake-up and the send (the
+// consent re-read) shares that half with the send's own way to the
+// provider. A wake-up already past it gives the slot back (errLate). On
+// shutdown it gives the slot back and hands the task to Asynq for it.
+func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, sendBy time.Time, log *slog.Logger) error {
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
-	start := time.Now()
-	sendBy := start.Add(d.Wait + w.cfg.SendSlack/2)
 	timer := time.NewTimer(d.Wait)
 	defer timer.Stop()
 	select {
@@ -37,18 +35,18 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 		// A timer that fires late (a starved CPU, a GC pause) would send
 		// after the slot by more than the slack allows for: give the slot
 		// back and ask again rather than crowd the next window.
-		if late := time.Since(start) - d.Wait; w.cfg.SendSlack > 0 && late > w.cfg.SendSlack/2 {
-			w.lateWake(ctx, n, d, limits, late, log)
-			return sendBy, errLate
+		if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > 0 {
+			w.lateWake(ctx, n, d, limits, late+w.cfg.SendSlack/2, log)
+			return errLate
 		}
-		return sendBy, nil
+		return nil
 	case <-ctx.Done():
 	case <-w.stopping:
 	}
 	w.release(ctx, n, d.Attempt, limits, log)
 	log.Info("stopping: gave back a slot not yet used; the task goes back to the queue for it")
 	at := time.Now().Add(time.Until(d.Now.Add(d.Wait)))
-	return sendBy, &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
+	return &ThrottledError{RetryAt: at, WakeAt: slotTime(at), Rule: "shutdown"}
 }
 
 // lateWake gives back a slot whose send could no longer begin within half
