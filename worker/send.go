@@ -232,7 +232,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			// starved process), or lost with Redis and the retry got this
 			// run's admission back — would crowd the next window: give it
 			// back and ask again.
-			sendBy := asked.Add(d.Wait + w.cfg.SendSlack/2 - max(d.Now.Sub(d.At), 0))
+			sendBy := slotBy(asked, time.Now(), d).Add(w.cfg.SendSlack / 2)
 			if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > 0 {
 				w.releaseWaiter(waiter)
 				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
@@ -280,8 +280,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 // wait); without one it is booked through Asynq instead.
 //
 // asked is when the call that answered left this process: the decision
-// was taken after it, so asked + Wait is never later than the slot in this
-// process's clock — the bound a send's lateness is judged by.
+// was taken between it and the reply (slotBy).
 func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (d throttle.Decision, waiter bool, asked time.Time, err error) {
 	opts := c.opts
 	opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
@@ -324,6 +323,15 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 		waiter = false
 	}
 	return d, waiter, asked, nil
+}
+
+// slotBy places an admission's slot in this process's clock: the decision
+// was taken between asked and replied (Redis's clock may differ from this
+// one; the round trip does not), so at their midpoint plus the wait — off
+// by at most half the round trip — less how far the slot was already past
+// when it was taken (an admission handed back again after a lost reply).
+func slotBy(asked, replied time.Time, d throttle.Decision) time.Time {
+	return asked.Add(replied.Sub(asked)/2 + d.Wait - max(d.Now.Sub(d.At), 0))
 }
 
 // settled handles the limiter's answers that end the run without a send:
@@ -425,7 +433,7 @@ func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notificatio
 	why := waitReason(d, c.Limits)
 	switch d.Status {
 	case throttle.StatusAdmitted:
-		a.d, a.sendBy = d, asked.Add(w.cfg.SendSlack/2)
+		a.d, a.sendBy = d, slotBy(asked, time.Now(), d).Add(w.cfg.SendSlack/2)
 		return nil
 	case throttle.StatusBooked, throttle.StatusDenied:
 		return w.reschedule(ctx, t, n, d, why, log)
