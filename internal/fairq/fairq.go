@@ -78,6 +78,7 @@ type Stats struct {
 	Refills   uint64 // refills sent (each with a dequeue)
 	Moved     uint64 // tasks moved from rooms into pending lists
 	Redirects uint64 // dequeues answered from another shard of the lane than Asynq asked
+	Known     int    // queues whose rooms and pending list a refill or dequeue has read
 }
 
 // Dispatcher is the fair dispatch of a worker's Asynq servers.
@@ -140,7 +141,15 @@ func New(rdb redis.UniversalClient, o Options) *Dispatcher {
 
 // Stats returns the counts so far.
 func (d *Dispatcher) Stats() Stats {
-	return Stats{Refills: d.refills.Load(), Moved: d.moved.Load(), Redirects: d.redirect.Load()}
+	st := Stats{Refills: d.refills.Load(), Moved: d.moved.Load(), Redirects: d.redirect.Load()}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.shards {
+		if s.known {
+			st.Known++
+		}
+	}
+	return st
 }
 
 // Waiting returns, per queue, the sum of the weights of the tenants the

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/fairq"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -327,12 +328,13 @@ func TestIdleCostsNothing(t *testing.T) {
 	var d *fairq.Dispatcher
 	r := serve(t, rdb, fairq.Options{Notified: func() bool { return true }})
 	d = r.d
-	time.Sleep(200 * time.Millisecond) // the server polls every 5 ms meanwhile
+	queues := len(layout.Queues())
+	sluicetest.Eventually(t, 10*time.Second, "every queue to be known empty", func() bool { return d.Stats().Known == queues })
 	before := d.Stats().Refills
-	if before > uint64(len(layout.Queues())) {
-		t.Fatalf("%d refills while idle, want at most one per queue (%d) to learn each is empty", before, len(layout.Queues()))
+	if before > uint64(queues) {
+		t.Fatalf("%d refills while idle, want at most one per queue (%d) to learn each is empty", before, queues)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // idle: the server polls every 5 ms meanwhile, and nothing may be refilled
 	if after := d.Stats().Refills; after != before {
 		t.Fatalf("%d refills while idle after learning every queue empty", after-before)
 	}
