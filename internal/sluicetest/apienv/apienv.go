@@ -122,15 +122,15 @@ func New(tb testing.TB, rules string, vars map[string]string) *Env {
 
 // NewServer builds another API process on the Env's configuration, as
 // New built API, watching tenant plans until the test ends, when it is
-// closed. opts default to the Env's Redis client and a logger that
-// discards (the registry, as app's: one of its own).
+// closed. opts default to the Env's Redis client and a logger of errors
+// to the test's output (the registry, as app's: one of its own).
 func (e *Env) NewServer(tb testing.TB, opts app.APIOptions) *api.Server {
 	tb.Helper()
 	if opts.Redis == nil {
 		opts.Redis = e.RDB
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = errorLog(tb)
 	}
 	srv, err := app.NewAPI(e.Config, e.Vars, opts)
 	if err != nil {
@@ -142,6 +142,12 @@ func (e *Env) NewServer(tb testing.TB, opts app.APIOptions) *api.Server {
 		tb.Fatal(err)
 	}
 	return srv
+}
+
+// errorLog logs errors to the test's output (shown when it fails, or with
+// -v): a page that answers 503 says why.
+func errorLog(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
 // Another is a copy of the Env whose API is a second process (NewServer
@@ -158,15 +164,15 @@ func (e *Env) Another(tb testing.TB, opts app.APIOptions) *Env {
 
 // RunWorker runs a worker on WorkerConfig until the test ends, when it
 // fails the test if Run returned an error. opts default to the Env's Redis
-// client and a logger that discards (the registry, as app's: one of its
-// own).
+// client and a logger of errors to the test's output (the registry, as
+// app's: one of its own).
 func (e *Env) RunWorker(tb testing.TB, opts app.WorkerOptions) {
 	tb.Helper()
 	if opts.Redis == nil {
 		opts.Redis = e.RDB
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = errorLog(tb)
 	}
 	w, err := app.NewWorker(e.WorkerConfig, opts)
 	if err != nil {
