@@ -232,7 +232,8 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			// starved process), or lost with Redis and the retry got this
 			// run's admission back — would crowd the next window: give it
 			// back and ask again.
-			sendBy := slotBy(asked, time.Now(), d).Add(w.cfg.SendSlack / 2)
+			slot := slotBy(asked, time.Now(), d)
+			sendBy := slot.Add(w.cfg.SendSlack / 2)
 			if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > 0 {
 				w.releaseWaiter(waiter)
 				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
@@ -240,7 +241,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			} else if d.Wait == 0 {
 				return &admission{d, c, sendBy}, nil
 			} else {
-				err = w.waitForSlot(ctx, *n, d, c.Limits, sendBy, log)
+				err = w.waitForSlot(ctx, *n, d, c.Limits, slot, sendBy, log)
 				w.releaseWaiter(waiter)
 			}
 			if cc := c.opts.Consent; err == nil && cc != nil {

@@ -20,15 +20,15 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// waitForSlot sleeps until an admission made for a near instant is due.
-// sendBy is the latest instant the send may begin (half the send slack
-// after the slot); everything between the wake-up and the send (the
+// waitForSlot sleeps until an admission made for a near instant is due:
+// its slot, placed in this process's clock (slotBy). sendBy is the latest
+// instant the send may begin (half the send slack after the slot); everything between the wake-up and the send (the
 // consent re-read) shares that half with the send's own way to the
 // provider. A wake-up already past it gives the slot back (errLate). On
 // shutdown it gives the slot back and hands the task to Asynq for it.
-func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, sendBy time.Time, log *slog.Logger) error {
+func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, slot, sendBy time.Time, log *slog.Logger) error {
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
-	timer := time.NewTimer(d.Wait)
+	timer := time.NewTimer(time.Until(slot))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
