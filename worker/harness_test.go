@@ -211,6 +211,35 @@ func queueStats(t *testing.T, insp *asynq.Inspector, l tasks.Layout) *asynq.Queu
 	return sum
 }
 
+// dueWithin counts the scheduled and retrying tasks of l's queues that
+// Asynq will run within d: a task put back for a moment (a late wake-up,
+// a cap) is not settled; one booked for its slot a minute ahead is.
+func dueWithin(t *testing.T, insp *asynq.Inspector, l tasks.Layout, d time.Duration) int {
+	t.Helper()
+	exist, err := insp.Queues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, by := 0, time.Now().Add(d)
+	for _, q := range l.Queues() {
+		if !slices.Contains(exist, q) {
+			continue
+		}
+		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){insp.ListScheduledTasks, insp.ListRetryTasks} {
+			ts, err := list(q, asynq.PageSize(1000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ti := range ts {
+				if ti.NextProcessAt.Before(by) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // waitTask polls Asynq's view of a task until cond holds (Asynq offers no
 // notification of state changes).
 func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond func(*asynq.TaskInfo) bool) *asynq.TaskInfo {
