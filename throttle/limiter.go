@@ -457,6 +457,24 @@ type Usage struct {
 	Now time.Time
 }
 
+// Load puts the limiter's function library on the server (on every
+// master of a Cluster) ahead of the first check, so that check does not
+// pay for it: a process that starts loads it once. A server without
+// functions is remembered (checks run the script); any other error is
+// returned, and the first check loads the library as it always does.
+func (l *Limiter) Load(ctx context.Context) error {
+	b := l.batch
+	if b.mode.Load() != modeFunction {
+		return nil
+	}
+	err := b.load(ctx, b.client)
+	if noFunctions(err) {
+		b.mode.Store(modeScript)
+		return nil
+	}
+	return err
+}
+
 // Usage reads the state of each limit of the group, with the slack Reserve
 // uses (0 for Allow). It writes nothing.
 func (l *Limiter) Usage(ctx context.Context, group string, slack time.Duration, limits ...Limit) ([]Usage, error) {

@@ -262,6 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		parts = append(parts, w.sweeperPart())
 	}
 	parts = append(parts,
+		lifecycle.Func("limiter", w.loadLimiter, nil),
 		lifecycle.Func("asynq", w.startServers, w.stopServers),
 		// The suppression lists of Sluice before consent move into the
 		// consent store once (the limiter reads both meanwhile).
@@ -272,6 +273,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Info("worker stopped")
 	}
 	return err
+}
+
+// loadLimiter loads the limiter's functions before the first task, whose
+// check would otherwise pay for it (a round trip that long can make its
+// slot look past). Not loaded (Redis away, say), the first check loads it.
+func (w *Worker) loadLimiter(ctx context.Context) error {
+	if err := w.limiter.Load(ctx); err != nil {
+		w.log.Warn("the limiter's functions were not loaded ahead of the first check; it will load them", "err", err)
+	}
+	return nil
 }
 
 // closeAll closes what New opened and the services, for a Run that could
