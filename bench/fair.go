@@ -121,9 +121,11 @@ func fairFlood(ctx context.Context, bin, dir string, flood int, d time.Duration,
 		defer close(done)
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
-		for end := time.Now().Add(d); time.Now().Before(end); {
+		for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
 			<-tick.C
-			n := tasks.NewSMS(other, "+14175550100", "mine")
+			// A recipient each: the flood's rule (1/1h per recipient) must
+			// not be what holds the trickle back.
+			n := tasks.NewSMS(other, fmt.Sprintf("+1417555%04d", i), "mine")
 			enq.Store(n.ID, time.Now())
 			enqueueRooms(ctx, rdb, []tasks.Notification{n}, route(tasks.LaneStandard), rooms)
 		}
@@ -333,10 +335,10 @@ func fair(ctx context.Context) {
 
 func fairFloods(ctx context.Context, bin, base, dir string, flood int, d time.Duration) {
 	lat := fairFlood(ctx, bin, dir, flood, d, true)
-	fmt.Printf("    fair: %d sends of the tenant sharing acme's shard: p50 %v p99 %v max %v\n", len(lat), pct(lat, .5), pct(lat, .99), pct(lat, 1))
+	fmt.Printf("    fair: %d of %d sends of the tenant sharing acme's shard: p50 %v p99 %v max %v\n", len(lat), int(d/(200*time.Millisecond)), pct(lat, .5), pct(lat, .99), pct(lat, 1))
 	add(row{"fair", fmt.Sprintf("a tenant on the shard of %d waiting, enqueue-to-send p99 / max", flood),
 		fmt.Sprintf("%v / %v", pct(lat, .99).Round(time.Millisecond), pct(lat, 1).Round(time.Millisecond)), "", "≤ 300 ms / ≤ 1 s",
-		verdict(len(lat) > 0 && pct(lat, .99) <= 300*time.Millisecond && pct(lat, 1) <= time.Second)})
+		verdict(len(lat) == int(d/(200*time.Millisecond)) && pct(lat, .99) <= 300*time.Millisecond && pct(lat, 1) <= time.Second)})
 	if base != "" {
 		before := fairFlood(ctx, base, dir, flood, d, false)
 		add(row{"fair", "before (one FIFO list per shard), p99 / max",
