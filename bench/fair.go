@@ -171,7 +171,7 @@ func fairBulk(ctx context.Context, bin, dir string, big, small int, rooms bool) 
 		ns = append(ns, n)
 	}
 	enqueueRooms(ctx, rdb, ns, route(tasks.LaneBulk), rooms)
-	env := baseEnv(srv.Addr, "sms.marketing:bulk,sms:recipient=1000/1m,sms:tenant=10000000/1h")
+	env := baseEnv(srv.Addr, "sms.marketing:bulk,sms:recipient=1000/1m,sms:tenant=1000000/1h")
 	env["SLUICE_SMS_SENDER"] = "log"
 	w := startBin(bin, env)
 	defer w.stop()
@@ -215,7 +215,7 @@ func fairTenants(ctx context.Context, bin, dir string, d time.Duration, weights 
 	}
 	rng.Shuffle(len(ns), func(i, j int) { ns[i], ns[j] = ns[j], ns[i] })
 	enqueueRooms(ctx, rdb, ns, route(tasks.LaneStandard), true)
-	env := baseEnv(srv.Addr, "sms:recipient=1000/1m,sms:tenant=10000000/1h"+weights)
+	env := baseEnv(srv.Addr, "sms:recipient=1000/1m,sms:tenant=1000000/1h"+weights)
 	env["SLUICE_SMS_SENDER"] = "log"
 	w := startBin(bin, env)
 	defer w.stop()
