@@ -380,7 +380,6 @@ func (s *Server) enqueueItems(ctx context.Context, batch *tasks.Batch, items []t
 	return s.producer.EnqueueMany(ctx, items)
 }
 
-
 // abort deletes what a failed batch enqueued; what Redis did not let it
 // delete is tried again in the background until shortly before the hold
 // ends (after that the items would be sent).

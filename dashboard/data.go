@@ -466,13 +466,13 @@ func head[T any](s []T, n int) []T {
 
 // uiQueue is one Asynq queue's depths, or a lane's (its shards summed).
 type uiQueue struct {
-	Name                                                   string
-	Lane                                                   string // a lane's row: its name; else ""
-	Shards                                                 int    // a lane's row: its shards (busy ones are listed after it)
+	Name                                                            string
+	Lane                                                            string // a lane's row: its name; else ""
+	Shards                                                          int    // a lane's row: its shards (busy ones are listed after it)
 	Waiting, Pending, Active, Scheduled, Retry, Archived, Completed int
-	Latency                                                time.Duration
-	Paused                                                 bool
-	ProcessedToday, FailedToday                            int
+	Latency                                                         time.Duration
+	Paused                                                          bool
+	ProcessedToday, FailedToday                                     int
 }
 
 func (q *uiQueue) add(info *asynq.QueueInfo) {
