@@ -106,9 +106,9 @@ type Options struct {
 	// admission: the script and a WAIT travel as one pipeline on one
 	// connection (WAIT is not allowed inside a script), on a Cluster to
 	// the master of the check's slot. An admission acknowledged by fewer
-	// within WaitTimeout is an error wrapping ErrNotReplicated, so a
-	// failover cannot lose an admission its caller acted on (Redis
-	// replicates asynchronously). Checks that admit nothing, MarkDone and
+	// within WaitTimeout is an error wrapping ErrNotReplicated, and is
+	// given back (as Release would), so a failover cannot lose an
+	// admission its caller acted on (Redis replicates asynchronously). Checks that admit nothing, MarkDone and
 	// Release do not wait. Default 0: no wait. Needs a single-node or a
 	// Cluster client.
 	WaitReplicas int
@@ -251,6 +251,14 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 	}
 	d, err := l.reserve(ctx, group, id, opts.Policy, opts, limits)
 	if err != nil {
+		if errors.Is(err, ErrNotReplicated) && d.Status == StatusAdmitted && d.Attempt > 0 {
+			// Admitted but not acknowledged: nothing will be sent on it.
+			// Give it back at once, as reserveAcross does: held while the
+			// replicas catch up (a failover takes seconds) it would have
+			// every other check booked behind it, and by the time it was
+			// acknowledged its slot would be too old to send on.
+			_, _ = l.Release(context.WithoutCancel(ctx), group, id, d.Attempt, limits...)
+		}
 		return Decision{}, err
 	}
 	return d, nil

@@ -15,7 +15,7 @@ import (
 
 // With WaitReplicas 1 an admission returns only once the replica holds it.
 // While no replica acknowledges, an admitting check fails with
-// ErrNotReplicated (the caller sends nothing), checks that admit nothing
+// ErrNotReplicated (the caller sends nothing) and gives the admission back, checks that admit nothing
 // and done records do not wait, and the same run asking again once the
 // replica is back gets its own admission — counted once.
 func TestWaitReplicas(t *testing.T) {
@@ -58,8 +58,16 @@ func TestWaitReplicas(t *testing.T) {
 	if !strings.Contains(err.Error(), "0 of 1 within 1s") {
 		t.Fatalf("error does not say how many acknowledged: %v", err)
 	}
-	// Nothing to acknowledge: a full window denies at once, without error.
-	if d, err := reserve("n3", "run-3"); err != nil || d.Status != throttle.StatusDenied {
+	// Given back at once: an unacknowledged admission held while replicas
+	// catch up would have every other check booked behind it.
+	if n := mc.ZCard(ctx, key).Val(); n != 1 {
+		t.Fatalf("the master holds %d entries after an admission no replica acknowledged, want 1 (n1; n2 given back)", n)
+	}
+	// Nothing to acknowledge: a full window (n1 under a limit of 1) denies
+	// at once, without error.
+	one := rule
+	one.Rule.Limit = 1
+	if d, err := lim.Reserve(ctx, "acme", "n3", throttle.ReserveOptions{Nonce: "run-3"}, one); err != nil || d.Status != throttle.StatusDenied {
 		t.Fatalf("a denial with the replica cut off: %+v, %v", d, err)
 	}
 	if err := lim.MarkDone(ctx, "acme", "n1", 1, time.Hour); err != nil {

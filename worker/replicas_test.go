@@ -79,16 +79,21 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 	const limit = 3
 	rules := fmt.Sprintf("sms:recipient=%d/1m,sms:tenant=100000/1h", limit)
 
-	phase := func(name string, wait int, master string, rcptBase int) (receipts map[string]int, violations int) {
+	phase := func(name string, wait int, master string, rcptBase int) (receipts map[string]int, violations int, log string) {
 		t.Helper()
 		tenant := pick(name+"-tenant-", func(a string) bool { return a == master }, func(n string) []string { return []string{n} })
 		queue := pick(name+"-queue-", func(a string) bool { return a != master }, queuesOf)
 		var logs sluicetest.LogBuffer
 		cfg, err := worker.ParseConfig(map[string]string{
-			"SLUICE_REDIS_URL":            "redis://" + cl.Addrs[0],
-			"SLUICE_REDIS_CLUSTER_ADDRS":  strings.Join(cl.Addrs, ","),
-			"SLUICE_REDIS_WAIT_REPLICAS":  strconv.Itoa(wait),
-			"SLUICE_REDIS_WAIT_TIMEOUT":   "200ms",
+			"SLUICE_REDIS_URL":           "redis://" + cl.Addrs[0],
+			"SLUICE_REDIS_CLUSTER_ADDRS": strings.Join(cl.Addrs, ","),
+			"SLUICE_REDIS_WAIT_REPLICAS": strconv.Itoa(wait),
+			"SLUICE_REDIS_WAIT_TIMEOUT":  "200ms",
+			// A send begins once its admission is acknowledged; the slack
+			// covers that (twice the wait timeout, as the worker asks),
+			// else a slow acknowledgement on a loaded machine gives the
+			// slot back and the send is booked a window later.
+			"SLUICE_SEND_SLACK":           "400ms",
 			"SLUICE_QUEUE":                queue,
 			"SLUICE_QUEUE_SHARDS":         "1",
 			"SLUICE_RULES":                rules,
@@ -191,22 +196,22 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 				violations++
 			}
 		}
-		return receipts, violations
+		return receipts, violations, logs.String()
 	}
 
-	got, bad := phase("control", 0, masters[0], 1000)
+	got, bad, _ := phase("control", 0, masters[0], 1000)
 	t.Logf("without WAIT: receipts per recipient %v (limit %d per minute): %d recipients over", got, limit, bad)
 	if bad == 0 {
 		// The loss needs the failover to win the race with the old
 		// master's restart; on a starved machine it sometimes does not.
 		// Once more, on the third master.
-		got, bad = phase("control-again", 0, masters[2], 3000)
+		got, bad, _ = phase("control-again", 0, masters[2], 3000)
 		t.Logf("without WAIT, again: receipts per recipient %v: %d recipients over", got, bad)
 	}
 	if bad == 0 {
 		t.Fatalf("without WAIT no window was exceeded (%v): the scenario did not lose admissions, so it tests nothing", got)
 	}
-	got, bad = phase("acked", 1, masters[1], 2000)
+	got, bad, logs := phase("acked", 1, masters[1], 2000)
 	t.Logf("with SLUICE_REDIS_WAIT_REPLICAS=1: receipts per recipient %v: %d recipients over", got, bad)
 	if bad != 0 {
 		t.Fatalf("with WAIT: %d recipients over their limit of %d: %v", bad, limit, got)
@@ -215,5 +220,8 @@ func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
 		if n != limit {
 			t.Errorf("%s received %d, want exactly %d (the window's limit)", to, n, limit)
 		}
+	}
+	if t.Failed() {
+		t.Logf("the worker's log in the acked phase:\n%s", logs)
 	}
 }

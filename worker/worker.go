@@ -241,6 +241,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, e := range w.currentPolicy().Entries() {
 		w.log.Info("rule", "rule", e.String())
 	}
+	if w.cfg.RedisWaitReplicas > 0 && w.cfg.SendSlack < 2*w.cfg.RedisWaitTimeout {
+		w.log.Warn("a send begins only once replicas acknowledge its admission, and one acknowledged later than half SEND_SLACK after its slot is given back and asked again (booked a window later when the window is full); set SEND_SLACK to at least twice REDIS_WAIT_TIMEOUT",
+			"send_slack", w.cfg.SendSlack, "redis_wait_timeout", w.cfg.RedisWaitTimeout)
+	}
 	parts := w.svc.Parts(w.cfg.Base, services.RunOptions{What: "worker", PlanInterval: w.cfg.PlanCheckInterval, OnPlanChange: w.onPlan,
 		NoRedisChecks: w.noRedisChecks, WaitReplicas: w.cfg.RedisWaitReplicas, OnGuard: w.watchRedis})
 	parts = append(parts,
