@@ -126,3 +126,51 @@ func TestPackageDocListsEveryOperation(t *testing.T) {
 		}
 	}
 }
+
+// fuzz.sh names every fuzz target of the module, so a new parser's fuzz
+// target is fuzzed with the others.
+func TestFuzzTargetsListed(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("fuzz.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`([a-z/]+):(Fuzz\w+)`).FindAllStringSubmatch(string(script), -1) {
+		listed[m[1]+":"+m[2]] = true
+	}
+	decl := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(\w+ \*testing\.F\)`)
+	found := 0
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "deploy" || d.Name() == "bench" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir // other modules, fuzz corpora
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Dir(strings.TrimPrefix(path, "../")))
+		for _, m := range decl.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if target := pkg + ":" + m[1]; !listed[target] {
+				t.Errorf("%s declares %s; scripts/fuzz.sh does not list %s", path, m[1], target)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("found no fuzz targets in the module")
+	}
+	if found != len(listed) {
+		t.Errorf("fuzz.sh lists %d targets, the module declares %d", len(listed), found)
+	}
+}
