@@ -602,7 +602,7 @@ func (u *Dashboard) chartData(ctx context.Context, tenant string, ch tasks.Chann
 		}
 	}
 	c.Rule = longest.Rule
-	s, err := u.b.Limiter.Series(ctx, tenant, longest.Limit("", ""), uiChartSpan, uiChartMinute)
+	s, err := u.b.Limiter.Series(ctx, tenant, longest.Limit("", "", ""), uiChartSpan, uiChartMinute)
 	if err != nil {
 		return c, false, fmt.Errorf("dashboard: chart: %w", err)
 	}

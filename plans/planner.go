@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/tasks"
@@ -64,9 +65,13 @@ func (pl Check) SendBy(slack time.Duration) time.Time {
 // From address).
 func (pr Planner) Check(p Policy, n tasks.Notification, origin string, now time.Time) Check {
 	m := p.Match(n.Tenant, n.Channel, n.Category)
+	if n.User == "" {
+		// A notification that names no person is not counted by user rules.
+		m.Rates = slices.DeleteFunc(m.Rates, func(e Entry) bool { return e.Scope == ScopeUser })
+	}
 	pl := Check{Match: m}
 	for _, e := range m.Rates {
-		pl.Limits = append(pl.Limits, e.Limit(n.To, origin))
+		pl.Limits = append(pl.Limits, e.Limit(n.To, origin, n.User))
 	}
 	for _, e := range m.Caps {
 		pl.Caps = append(pl.Caps, e.Cap(n.To, origin))

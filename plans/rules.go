@@ -21,7 +21,12 @@ const (
 	ScopeTenant    = "tenant"    // everything the tenant sends on the channel (and category)
 	ScopeSender    = "sender"    // per From number / sender id / From address, across tenants
 	ScopeProvider  = "provider"  // everything the deployment sends on the channel
+	ScopeUser      = "user"      // per person (the notification's user), on every channel the rule names
 )
+
+// AnyChannel in a user rule ("*.marketing:user=3/1d") counts a person's
+// sends on every channel in one window.
+const AnyChannel tasks.Channel = "*"
 
 // Kind is what an entry of the grammar says.
 type Kind int
@@ -132,8 +137,13 @@ func (e Entry) String() string {
 
 // Scope string of a rate entry in the limiter's keys: "sms:recipient",
 // "sms.marketing:tenant". Rules of a category count in their own windows.
+// A rule of every channel ('*') is "all.marketing:user" (keys take no '*';
+// no channel is named "all").
 func (e Entry) LimitScope() string {
 	ch := string(e.Channel)
+	if e.Channel == AnyChannel {
+		ch = "all"
+	}
 	if e.Category != "" {
 		ch += "." + e.Category
 	}
@@ -196,7 +206,11 @@ func (p *Policy) index() {
 //	[TENANT/]sms:reply-stop|start|help=TEXT                 the reply to a keyword (%2C: a comma)
 //	[TENANT/]sms:keywords-stop|start|help=WORD WORD         words besides the standard ones
 //
-// SCOPE is recipient, tenant, sender or provider; WINDOW a Go duration or
+// A rate rule's CHANNEL may be '*' for a user rule: every channel counts in
+// one window per person ("*.marketing:user=3/1d"); a notification without a
+// user is not counted by user rules.
+//
+// SCOPE is recipient, tenant, sender, provider or user; WINDOW a Go duration or
 // whole days ("1d"), a calendar period of a zone ("1d@America/Los_Angeles":
 // m, h, d, w, mo) or a bucketed window ("1h~60"), as throttle.ParseRule reads. Errors wrap ErrBadRules and name the entry.
 func Parse(s string) (Policy, error) {
@@ -317,6 +331,7 @@ var channelKinds = []entryKind{
 	{name: ScopeTenant, parse: parseRate},
 	{name: ScopeSender, parse: parseRate},
 	{name: ScopeProvider, parse: parseRate},
+	{name: ScopeUser, parse: parseRate},
 	{name: "exempt", parse: parseExempt},
 	{name: "quiet", parse: parseQuiet},
 	{name: "max-defer", parse: parseMaxDefer},
@@ -375,8 +390,10 @@ func parseEntry(s string) (Entry, error) {
 	}
 	ch, cat, hasCat := strings.Cut(strings.TrimSpace(target), ".")
 	e.Channel = tasks.Channel(ch)
-	if _, err := e.Channel.TaskType(); err != nil {
-		return e, err
+	if e.Channel != AnyChannel {
+		if _, err := e.Channel.TaskType(); err != nil {
+			return e, err
+		}
 	}
 	if hasCat {
 		if err := tasks.CheckCategory(cat); err != nil {
@@ -385,6 +402,9 @@ func parseEntry(s string) (Entry, error) {
 		e.Category = cat
 	}
 	text.word = strings.TrimSpace(word)
+	if e.Channel == AnyChannel && text.word != ScopeUser {
+		return e, errors.New("'*' (every channel) is for person caps: *[.CATEGORY]:user=LIMIT/WINDOW")
+	}
 	if k, ok := findKind(channelKinds, text.word); ok {
 		return k.parse(e, text)
 	}
@@ -677,7 +697,7 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 		}
 	}
 	applies := func(e Entry) bool {
-		return e.Channel == ch && (e.Category == category || e.Category == "" && !m.Exempt)
+		return (e.Channel == ch || e.Channel == AnyChannel) && (e.Category == category || e.Category == "" && !m.Exempt)
 	}
 	m.Caps = p.caps(tenant, applies)
 	m.Rates = p.rates(tenant, applies)
@@ -781,11 +801,16 @@ func (e Entry) Cap(recipient, from string) throttle.Cap {
 }
 
 // Limit binds a rate entry to a notification: its recipient for recipient
-// rules, its sender (from) for sender rules. Sender and provider windows are
-// shared by every tenant: they live in their own limiter group.
-func (e Entry) Limit(recipient, from string) throttle.Limit {
+// rules, its sender (from) for sender rules, its user (the person) for user
+// rules. Sender and provider windows are shared by every tenant: they live
+// in their own limiter group. A user rule's window is the tenant's, like a
+// recipient's, and one for every channel it names ("*": the same scope,
+// so the same window, whatever the notification's channel).
+func (e Entry) Limit(recipient, from, user string) throttle.Limit {
 	l := throttle.Limit{Scope: e.LimitScope(), Rule: e.Rule, Drop: e.Drop}
 	switch e.Scope {
+	case ScopeUser:
+		l.Subject = user
 	case ScopeRecipient:
 		l.Subject = recipient
 	case ScopeSender:

@@ -112,7 +112,7 @@ func TestMatchPrecedence(t *testing.T) {
 	// Sender and provider windows are shared by every tenant.
 	m := p.Match("acme", tasks.SMS, "")
 	for _, e := range m.Rates {
-		l := e.Limit("+14155550100", "+15005550006")
+		l := e.Limit("+14155550100", "+15005550006", "")
 		switch e.Scope {
 		case plans.ScopeSender:
 			if l.Group != plans.SharedGroup || l.Subject != "+15005550006" {

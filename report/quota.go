@@ -30,6 +30,8 @@ type QuotaQuery struct {
 	Recipient string
 	// From is the sender of sender rules; empty: the configured default.
 	From string
+	// User adds the person's windows (user rules); empty: none.
+	User string
 }
 
 // QuotaRow is one window's state.
@@ -86,23 +88,31 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 	var rep QuotaReport
 	var limits []throttle.Limit
 	var rows []QuotaRow
+	shown := map[string]bool{} // a user rule of every channel ('*') is one window: one row
 	for _, ch := range channels {
-		n := tasks.Notification{Tenant: q.Tenant, Channel: ch, To: q.Recipient, From: q.From, Category: q.Category}.Normalized()
+		n := tasks.Notification{Tenant: q.Tenant, Channel: ch, To: q.Recipient, From: q.From, Category: q.Category, User: q.User}.Normalized()
 		from := cfg.Origin(n)
 		m := policy.Match(q.Tenant, ch, q.Category)
 		for _, e := range m.Rates {
-			if (e.Scope == plans.ScopeRecipient && n.To == "") || (e.Scope == plans.ScopeSender && from == "") {
+			if (e.Scope == plans.ScopeRecipient && n.To == "") || (e.Scope == plans.ScopeSender && from == "") || (e.Scope == plans.ScopeUser && n.User == "") {
 				continue
 			}
-			limits = append(limits, e.Limit(n.To, from))
-			rows = append(rows, QuotaRow{Channel: ch, Category: n.CategoryOrDefault(), Rule: e})
+			rowCh := ch
+			if e.Channel == plans.AnyChannel {
+				if shown[e.String()] {
+					continue
+				}
+				shown[e.String()], rowCh = true, plans.AnyChannel
+			}
+			limits = append(limits, e.Limit(n.To, from, n.User))
+			rows = append(rows, QuotaRow{Channel: rowCh, Category: n.CategoryOrDefault(), Rule: e})
 		}
 		if m.Quiet != nil && n.To != "" {
 			rep.Quiet = append(rep.Quiet, quietRow(planner, m, n))
 		}
 	}
 	if len(limits) == 0 && len(rep.Quiet) == 0 {
-		return QuotaReport{}, fmt.Errorf("%w: tenant-wide rules need SLUICE_RULES, recipient rules a recipient, sender rules a sender", ErrNoRules)
+		return QuotaReport{}, fmt.Errorf("%w: tenant-wide rules need SLUICE_RULES, recipient rules a recipient, sender rules a sender, user rules a user", ErrNoRules)
 	}
 	rep.Now = time.Now()
 	if len(limits) > 0 {

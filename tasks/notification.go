@@ -121,6 +121,13 @@ type Notification struct {
 	// "marketing", …: 1–32 of [a-z0-9_-]. Rules and quiet hours can target a
 	// category; empty means DefaultCategory.
 	Category string `json:"category,omitempty"`
+	// User is the producer's id for the person the notification is for
+	// ("user-8812"), whatever the channel: user rules
+	// ("*.marketing:user=3/1d") count a person's sends across channels in
+	// one window. The limiter's keys hold it keyed-hashed, as they hold
+	// recipients. Optional: user rules do not count a notification without
+	// one. 1–MaxUserLen bytes of printable ASCII without spaces.
+	User string `json:"user,omitempty"`
 	// ExpiresAt is the send-by time: the notification is never sent after
 	// it (it is archived as expired). Zero: no expiry.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
@@ -249,6 +256,9 @@ func (n Notification) validateBasics() error {
 		return err
 	}
 	if _, err := n.Channel.TaskType(); err != nil {
+		return err
+	}
+	if err := checkUser(n.User); err != nil {
 		return err
 	}
 	if !utf8.ValidString(n.Body) {
@@ -551,4 +561,21 @@ func SMSOrigin(n Notification, from, service string) (param, value string) {
 		return ParamMessagingService, service
 	}
 	return ParamFrom, from
+}
+
+// MaxUserLen bounds Notification.User.
+const MaxUserLen = 128
+
+// checkUser checks Notification.User: empty, or 1–MaxUserLen bytes of
+// printable ASCII without spaces.
+func checkUser(u string) error {
+	if len(u) > MaxUserLen {
+		return invalid("user", fmt.Sprintf("is %d bytes, over %d", len(u), MaxUserLen))
+	}
+	for i := 0; i < len(u); i++ {
+		if u[i] <= ' ' || u[i] > '~' {
+			return invalid("user", fmt.Sprintf("has %q at byte %d: want printable ASCII without spaces", u[i], i))
+		}
+	}
+	return nil
 }

@@ -60,6 +60,11 @@ func TestValidate(t *testing.T) {
 		{"MessagingServiceOtherPrefix", func() tasks.Notification { n := sms; n.MessagingServiceSID = "PN" + mgSID[2:]; return n }(), "messaging_service_sid must be MG"},
 		{"MessagingServiceWithFrom", func() tasks.Notification { n := sms; n.MessagingServiceSID = mgSID; n.From = "+15005550006"; return n }(), "cannot be combined with from"},
 		{"MessagingServiceOnEmail", func() tasks.Notification { n := email; n.MessagingServiceSID = mgSID; return n }(), "sms only"},
+		{"User", func() tasks.Notification { n := sms; n.User = "user:8812@crm"; return n }(), ""},
+		{"UserMaxLen", func() tasks.Notification { n := email; n.User = strings.Repeat("u", tasks.MaxUserLen); return n }(), ""},
+		{"UserTooLong", func() tasks.Notification { n := email; n.User = strings.Repeat("u", tasks.MaxUserLen+1); return n }(), "user is 129 bytes"},
+		{"UserSpace", func() tasks.Notification { n := sms; n.User = "jane doe"; return n }(), "user has ' '"},
+		{"UserNotASCII", func() tasks.Notification { n := sms; n.User = "jän"; return n }(), "printable ASCII"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -356,7 +356,7 @@ func TestRerunSendsOnce(t *testing.T) {
 	}
 	var limits []throttle.Limit
 	for _, e := range r.w.Policy().Match("acme", tasks.SMS, "").Rates {
-		limits = append(limits, e.Limit(n.Normalized().To, ""))
+		limits = append(limits, e.Limit(n.Normalized().To, "", ""))
 	}
 	us, err := r.w.Limiter().Usage(context.Background(), "acme", 0, limits...)
 	if err != nil {

@@ -26,6 +26,7 @@ type enqueueFlags struct {
 	tenant, to, from, id string
 	subject, body, text  string
 	category, unsub      string
+	user                 string
 	in                   time.Duration
 	maxRetry             int
 	file                 string
@@ -81,6 +82,7 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 		fl.DurationVar(&f.in, "in", 0, "send no earlier than this from now, e.g. 10m")
 		fl.IntVar(&f.maxRetry, "max-retry", tasks.DefaultMaxRetry, "retries for provider failures (throttling never spends them)")
 		fl.StringVar(&f.category, "category", "", "category (otp, marketing, ...): rules can target it")
+		fl.StringVar(&f.user, "user", "", "your id for the person, whatever the channel: user rules (*.marketing:user=3/1d) count it")
 		if ch == tasks.Email {
 			fl.StringVar(&f.subject, "subject", "", "subject (required)")
 			fl.StringVar(&f.body, "body", "", "text body (required)")
@@ -150,7 +152,7 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 			return usageError{fmt.Errorf("%s is required", name)}
 		}
 	}
-	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from, Category: f.category}
+	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from, Category: f.category, User: f.user}
 	if ch == tasks.Email {
 		n.Subject, n.Body, n.ListUnsubscribe = f.subject, f.body, f.unsub
 	} else {

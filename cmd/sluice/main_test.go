@@ -282,7 +282,7 @@ func TestQuotaShowAndReset(t *testing.T) {
 	n := tasks.NewSMS("acme", "+14155550100", "x").Normalized()
 	var limits []throttle.Limit
 	for _, e := range policy.Match("acme", tasks.SMS, "").Rates {
-		limits = append(limits, e.Limit(n.To, ""))
+		limits = append(limits, e.Limit(n.To, "", ""))
 	}
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {

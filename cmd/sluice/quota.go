@@ -22,8 +22,8 @@ import (
 )
 
 type quotaFlags struct {
-	tenant, channel, recipient, category, from string
-	json, yes                                  bool
+	tenant, channel, recipient, category, from, user string
+	json, yes                                        bool
 }
 
 // newQuotaCmd is `sluice quota show|reset`.
@@ -44,6 +44,7 @@ func (f *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
 	c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
 	c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
+	c.Flags().StringVar(&f.user, "user", "", "also the person's windows (user rules, across channels): the notifications' user id")
 	c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
 	c.Flags().StringVar(&f.from, "from", "", "the sender of sender rules: a number, an address or a Messaging Service SID (default: SLUICE_SMS_FROM or SLUICE_SMS_MESSAGING_SERVICE_SID / SLUICE_SMTP_FROM)")
 }
@@ -168,7 +169,7 @@ func loadQuotaEnv(f quotaFlags) (*quotaEnv, error) {
 }
 
 func (f quotaFlags) query() report.QuotaQuery {
-	return report.QuotaQuery{Tenant: f.tenant, Channel: tasks.Channel(f.channel), Category: f.category, Recipient: f.recipient, From: f.from}
+	return report.QuotaQuery{Tenant: f.tenant, Channel: tasks.Channel(f.channel), Category: f.category, Recipient: f.recipient, From: f.from, User: f.user}
 }
 
 // rooms is what a tenant has waiting in its rooms, not yet dispatched to
