@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,4 +89,84 @@ func TestProviderBackPressureHoldsEveryWorker(t *testing.T) {
 	}
 	t.Logf("hold: %d requests during it (2 workers), first acceptance %v after the first 429, %d attempts for 200 notifications",
 		n, afterHold.Sub(start).Round(time.Millisecond), e.sms.Attempts())
+}
+
+// At the default settings (in-process waits for near slots, ten sends at
+// once per worker), a drain paced by a tenant rule has sends admitted for
+// slots up to MAX_INLINE_WAIT ahead, waiting in the workers. The provider
+// answers 429 with Retry-After: 3 once mid-drain: no request may reach it
+// in the 3 s but those already on their way when it answered (one per send
+// slot a worker had in flight), the sends admitted before the hold and
+// waiting for their slot included; all are delivered once, none archived,
+// no retry budget spent; and the drain resumes at the hold's end.
+func TestHoldStopsSendsAdmittedBeforeIt(t *testing.T) {
+	t.Parallel()
+	const hold = 3 * time.Second
+	e := newEnv(t, "sms:tenant=20/1s")
+	var mu sync.Mutex
+	var t0 time.Time // the 429
+	var during []time.Duration
+	accepted := 0
+	e.sms.SetReply(func(string, string) (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		switch {
+		case t0.IsZero() && accepted < 40: // two seconds of drain: waits for near slots are under way
+			accepted++
+			return 0, ""
+		case t0.IsZero():
+			t0 = now
+			return 429, "3"
+		case now.Before(t0.Add(hold)):
+			during = append(during, now.Sub(t0))
+			return 429, "3"
+		}
+		accepted++
+		return 0, ""
+	})
+	w0, w1 := e.worker("w0", nil), e.worker("w1", nil)
+	ids := e.enqueueSMS(160, recipients(40), []string{"acme"})
+	ds := e.waitAllDelivered(ids, 2*time.Minute)
+	mu.Lock()
+	start, late := t0, slices.Clone(during)
+	mu.Unlock()
+	if start.IsZero() {
+		t.Fatal("the provider never throttled")
+	}
+	seen := map[string]int{}
+	var resumed time.Time
+	for _, d := range ds {
+		seen[d.ID]++
+		if d.At.After(start) && (resumed.IsZero() || d.At.Before(resumed)) {
+			resumed = d.At
+		}
+	}
+	logs := w0.logText() + w1.logText()
+	t.Logf("429 + Retry-After: 3 mid-drain: %d requests reached the provider during the hold (at %v after it), first acceptance %v after the 429, %d attempts for %d notifications, %d sends found the hold after their wait",
+		len(late), late, resumed.Sub(start).Round(time.Millisecond), e.sms.Attempts(), len(ids), strings.Count(logs, "a provider hold began while this send waited"))
+	// A request on its way when the provider answered the 429 reaches it
+	// after: at most the sends in flight then. With the fake answering at
+	// once and the rule pacing sends 50 ms apart, that is one or two; a
+	// send that waited for its slot through the hold would be many more.
+	if len(late) > 2 {
+		t.Errorf("%d requests reached the provider during its %v hold (at %v); want at most the ones in flight when it answered (2)", len(late), hold, late)
+	}
+	for id, k := range seen {
+		if k > 1 {
+			t.Errorf("%s delivered %d times", id, k)
+		}
+	}
+	if len(seen) != len(ids) {
+		t.Errorf("%d delivered of %d", len(seen), len(ids))
+	}
+	if resumed.Before(start.Add(hold)) {
+		t.Errorf("a send was accepted %v after the 429, inside the hold", resumed.Sub(start))
+	}
+	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
+		t.Errorf("archived: %+v %v", qi, err)
+	}
+	if strings.Contains(logs, "transient send failure") {
+		t.Errorf("a throttling answer was retried as a transient failure (spending its budget)")
+	}
 }

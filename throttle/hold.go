@@ -13,7 +13,7 @@ import (
 
 // Holds: a provider's back-pressure ("429, retry after 5 s") shared by every
 // worker. One key per held scope, in the group "hold", holds
-// "<until_ms>:<level>:<code>"; Reserve reads the keys it is given
+// "<until_ms>:<level>:<code>:<since_ms>"; Reserve reads the keys it is given
 // (ReserveOptions.Holds) and places no slot before a live hold's end, so
 // every queued send is booked after it and nothing is sent meanwhile. The
 // key outlives its hold by holdLinger, so a throttling answer soon after a
@@ -59,16 +59,21 @@ type HoldState struct {
 
 // Hold holds key's scope: for retryAfter when the provider said so, else
 // for base·2^level (at most max), the level growing with each hold that
-// follows another within a minute of its end. A live hold is never shortened.
-// code is the provider's answer (429, 20429, 421, ...), kept for readers.
-func (l *Limiter) Hold(ctx context.Context, key string, retryAfter, base, max time.Duration, code int) (HoldState, error) {
-	if retryAfter < 0 || base <= 0 || max < base || max > MaxHold || retryAfter > MaxHold {
-		return HoldState{}, fmt.Errorf("%w: hold of %v (base %v, max %v): want 0–%v, 0 < base ≤ max", ErrInvalidRule, retryAfter, base, max, MaxHold)
+// follows another within a minute of its end. A live hold is never
+// shortened, and only an answer to a request sent after it began extends
+// it: sentAgo is how long before this call the answered request was sent
+// (0: just now), and one sent before the hold began was in flight when it
+// began — its 429 is the same news, and leaves the hold as it is
+// (Extended, Until unchanged). code is the provider's answer (429, 20429,
+// 421, ...), kept for readers.
+func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, base, max time.Duration, code int) (HoldState, error) {
+	if retryAfter < 0 || base <= 0 || max < base || max > MaxHold || retryAfter > MaxHold || sentAgo < 0 || sentAgo > MaxHold {
+		return HoldState{}, fmt.Errorf("%w: hold of %v (base %v, max %v, sent %v ago): want 0–%v, 0 < base ≤ max", ErrInvalidRule, retryAfter, base, max, sentAgo, MaxHold)
 	}
 	if !strings.HasPrefix(key, l.prefix+":{"+holdGroup+"}:") {
 		return HoldState{}, fmt.Errorf("%w: %q is not a hold key (HoldKey)", ErrInvalidKey, key)
 	}
-	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code}
+	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code, sentAgo: sentAgo}
 	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, o.build())
 	if err != nil {
 		return HoldState{}, fmt.Errorf("throttle: hold: %w", err)
@@ -77,6 +82,24 @@ func (l *Limiter) Hold(ctx context.Context, key string, retryAfter, base, max ti
 		return HoldState{}, fmt.Errorf("throttle: hold: unexpected reply %v", reply)
 	}
 	return HoldState{Until: time.UnixMilli(reply[0]), Level: int(reply[1]), Extended: reply[2] == 1}, nil
+}
+
+// HeldUntil reads hold keys (HoldKey) and returns when the last live hold
+// among them lifts; zero when none is live. A send admitted before a hold
+// began and held back since (a wait for its slot, for an in-flight cap)
+// asks it before it goes: the check that admitted it saw no hold.
+func (l *Limiter) HeldUntil(ctx context.Context, keys ...string) (time.Time, error) {
+	if len(keys) == 0 {
+		return time.Time{}, nil
+	}
+	spans, err := l.holdSpans(ctx, keys)
+	var until time.Time
+	for _, s := range spans {
+		if s.End.After(until) {
+			until = s.End
+		}
+	}
+	return until, err
 }
 
 // holdSpans reads hold keys (a Cluster's check reads them before its own

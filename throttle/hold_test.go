@@ -26,7 +26,7 @@ func testHolds(t *testing.T, c redis.UniversalClient) {
 	if d, err := lim.Reserve(ctx, group, "a", o, rate); err != nil || d.Status != throttle.StatusAdmitted {
 		t.Fatalf("before any hold: %v, %v", d.Status, err)
 	}
-	h, err := lim.Hold(ctx, key, 5*time.Second, time.Second, time.Minute, 429)
+	h, err := lim.Hold(ctx, key, 0, 5*time.Second, time.Second, time.Minute, 429)
 	if err != nil || !h.Until.Equal(clock.Now().Add(5*time.Second)) || h.Extended {
 		t.Fatalf("hold: %+v, %v", h, err)
 	}
@@ -37,11 +37,21 @@ func testHolds(t *testing.T, c redis.UniversalClient) {
 			t.Fatalf("during the hold: %v at %v, %v; want booked at %v", d.Status, d.At, err, h.Until)
 		}
 	}
-	// An answer that was in flight extends the hold, never shortens it.
+	// An answer during the hold extends it, never shortens it.
 	clock.Add(time.Second)
-	if h2, err := lim.Hold(ctx, key, 2*time.Second, time.Second, time.Minute, 429); err != nil || !h2.Extended || !h2.Until.Equal(h.Until) {
+	if h2, err := lim.Hold(ctx, key, 0, 2*time.Second, time.Second, time.Minute, 429); err != nil || !h2.Extended || !h2.Until.Equal(h.Until) {
 		t.Fatalf("second answer: %+v, %v", h2, err)
 	}
+	// An answer to a request sent before the hold began (in flight when it
+	// began) leaves it as it is, even with a longer Retry-After ...
+	if h3, err := lim.Hold(ctx, key, 1500*time.Millisecond, 30*time.Second, time.Second, time.Minute, 429); err != nil || !h3.Extended || !h3.Until.Equal(h.Until) {
+		t.Fatalf("an answer in flight when the hold began: %+v, %v; want the hold unchanged (until %v)", h3, err, h.Until)
+	}
+	// ... and one to a request sent during it extends it.
+	if h4, err := lim.Hold(ctx, key, 500*time.Millisecond, 30*time.Second, time.Second, time.Minute, 429); err != nil || !h4.Extended || !h4.Until.Equal(clock.Now().Add(30*time.Second)) {
+		t.Fatalf("an answer to a request sent during the hold: %+v, %v; want until %v", h4, err, clock.Now().Add(30*time.Second))
+	}
+	h.Until = clock.Now().Add(30 * time.Second)
 	// It lifts by itself.
 	clock.Set(h.Until)
 	if d, err := lim.Reserve(ctx, group, "c", o, rate); err != nil || d.Status != throttle.StatusAdmitted {
@@ -50,17 +60,17 @@ func testHolds(t *testing.T, c redis.UniversalClient) {
 	// Without a Retry-After, holds in a row double: 1 s, 2 s, 4 s; one during a hold does not.
 	skey := lim.HoldKey("sms:sender", "+14155550999")
 	for lvl, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
-		h, err := lim.Hold(ctx, skey, 0, time.Second, 3*time.Second+500*time.Millisecond, 30001)
+		h, err := lim.Hold(ctx, skey, 0, 0, time.Second, 3*time.Second+500*time.Millisecond, 30001)
 		want = min(want, 3*time.Second+500*time.Millisecond)
 		if err != nil || h.Level != lvl || !h.Until.Equal(clock.Now().Add(want)) {
 			t.Fatalf("hold %d: %+v, %v; want %v", lvl, h, err, want)
 		}
-		if again, _ := lim.Hold(ctx, skey, 0, time.Second, time.Minute, 30001); again.Level != lvl || !again.Extended {
+		if again, _ := lim.Hold(ctx, skey, 0, 0, time.Second, time.Minute, 30001); again.Level != lvl || !again.Extended {
 			t.Fatalf("during hold %d: %+v", lvl, again)
 		}
 		clock.Set(h.Until)
 	}
-	if _, err := lim.Hold(ctx, "sl1:{acme}:x", 0, time.Second, time.Minute, 0); !errors.Is(err, throttle.ErrInvalidKey) {
+	if _, err := lim.Hold(ctx, "sl1:{acme}:x", 0, 0, time.Second, time.Minute, 0); !errors.Is(err, throttle.ErrInvalidKey) {
 		t.Fatalf("a key that is no hold key: %v", err)
 	}
 }

@@ -300,13 +300,14 @@ func (o *usageOp) encode(e *enc) {
 type holdOp struct {
 	hold                     string // the key (HoldKey)
 	retry, base, max, linger time.Duration
-	answer                   int // the provider's answer (429, 20429, 421, ...)
+	answer                   int           // the provider's answer (429, 20429, 421, ...)
+	sentAgo                  time.Duration // how long ago the answered request was sent
 }
 
 func (o *holdOp) code() string { return opHold }
 
 func (o *holdOp) build() *op {
-	e := newEnc(opHold, 1, 5)
+	e := newEnc(opHold, 1, 6)
 	o.encode(&e)
 	return &e.op
 }
@@ -318,6 +319,7 @@ func (o *holdOp) encode(e *enc) {
 	e.arg("max_ms", o.max.Milliseconds())
 	e.arg("linger_ms", o.linger.Milliseconds())
 	e.arg("code", o.answer)
+	e.arg("sent_ago_ms", o.sentAgo.Milliseconds())
 }
 
 // leaseOp is "L" (scripts/op_lease.lua): Acquire, in one group.

@@ -20,6 +20,7 @@ type Metrics struct {
 	Holds        *prometheus.CounterVec
 	CapWaits     *prometheus.CounterVec
 	LateWakes    *prometheus.CounterVec
+	HeldWakes    *prometheus.CounterVec
 	Orphans      prometheus.Counter
 	Moved        *prometheus.CounterVec
 	Suppressed   *prometheus.CounterVec
@@ -72,6 +73,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Sends whose in-process wait ended later than half the send slack after their slot: the slot was given back and asked again.",
 	}, []string{"channel"})
 	reg.MustRegister(m.LateWakes)
+	m.HeldWakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_held_wakes_total",
+		Help: "Sends admitted before a provider hold began that found it live after their in-process wait: the slot was given back and the send booked after the hold.",
+	}, []string{"channel"})
+	reg.MustRegister(m.HeldWakes)
 	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_orphans_requeued_total",
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",

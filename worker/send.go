@@ -208,6 +208,9 @@ type admission struct {
 	// sendBy is the latest instant the send may begin, in this process's
 	// clock: half the send slack after its slot.
 	sendBy time.Time
+	// waited: admitted for a later instant, the send waited in process for
+	// it (a provider hold may have begun meanwhile).
+	waited bool
 }
 
 // reserve asks the limiter, under the plans in force, until the send is
@@ -239,7 +242,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
-				return &admission{d, c, sendBy}, nil
+				return &admission{d: d, c: c, sendBy: sendBy}, nil
 			} else {
 				err = w.waitForSlot(ctx, *n, d, c.Limits, slot, sendBy, log)
 				w.releaseWaiter(waiter)
@@ -265,7 +268,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			return &admission{d, c, sendBy}, nil
+			return &admission{d: d, c: c, sendBy: sendBy, waited: true}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
@@ -376,6 +379,11 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		}
 		defer done()
 	}
+	if a.waited || len(a.c.Caps) > 0 {
+		if err := w.unlessHeld(ctx, t, n, a, log); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	if late := start.Sub(a.sendBy); w.cfg.SendSlack > 0 && late > 0 {
 		if err := w.recheck(ctx, t, n, a, late, log); err != nil {
@@ -397,7 +405,7 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 	}
 	if se.Throttled && !se.Permanent {
-		return w.backPressure(ctx, n, se, log)
+		return w.backPressure(ctx, n, se, start, log)
 	}
 	if se.Permanent {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
@@ -425,6 +433,33 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 // new slot (nil: a holds the new admission).
 func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, late time.Duration, log *slog.Logger) error {
 	w.lateWake(ctx, n, a.d, a.c.Limits, late+w.cfg.SendSlack/2, log)
+	return w.reask(ctx, t, n, a, log)
+}
+
+// unlessHeld reads the provider holds of a send admitted before it waited
+// (for its slot, for an in-flight cap): the check that admitted it saw no
+// hold, and one that began since must stop it too. Held, it gives the slot
+// back and asks again, which books it after the hold, in the order the
+// limiter places it. A hold that cannot be read lets the send go, as it
+// would have without the read.
+func (w *Worker) unlessHeld(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, log *slog.Logger) error {
+	until, err := w.limiter.HeldUntil(ctx, a.c.opts.Holds...)
+	if err != nil {
+		log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
+		return nil
+	}
+	if !until.After(time.Now()) {
+		return nil
+	}
+	w.metrics.HeldWakes.WithLabelValues(string(n.Channel)).Inc()
+	w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
+	log.Info("a provider hold began while this send waited; asking again", "hold_until", until.UTC())
+	return w.reask(ctx, t, n, a, log)
+}
+
+// reask asks the limiter again, for now, for a send whose slot was given
+// back: admitted (a holds it), or booked and handed to Asynq.
+func (w *Worker) reask(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, log *slog.Logger) error {
 	c := a.c
 	c.opts.Horizon = 0 // admitted for now, or booked
 	d, _, asked, err := w.check(ctx, n, c, log)
@@ -448,13 +483,15 @@ func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notificatio
 // else an exponential hold), so every queued send is booked after the hold
 // instead of each retrying into it, and puts this task back for the hold's
 // end without spending its retry budget (a ThrottledError is not a failure).
-func (w *Worker) backPressure(ctx context.Context, n tasks.Notification, se *sender.SendError, log *slog.Logger) error {
+// sent is when the answered request left: one already in flight when
+// another worker's hold began does not extend it.
+func (w *Worker) backPressure(ctx context.Context, n tasks.Notification, se *sender.SendError, sent time.Time, log *slog.Logger) error {
 	scope := cmp.Or(se.Hold, sender.HoldProvider)
 	key := w.holdKey(n, scope)
 	var h throttle.HoldState
 	err := w.withRedis(ctx, log, "provider hold", func(ctx context.Context) error {
 		var err error
-		h, err = w.limiter.Hold(ctx, key, min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
+		h, err = w.limiter.Hold(ctx, key, min(time.Since(sent), throttle.MaxHold), min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
 		return err
 	})
 	if err != nil {

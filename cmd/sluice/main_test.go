@@ -412,8 +412,11 @@ func TestDev(t *testing.T) {
 	if len(sent) != 8 {
 		t.Fatalf("%d SENT lines:\n%s", len(sent), out.String())
 	}
-	if sent[4] > 2 || sent[5] < sent[0]+10 {
-		t.Fatalf("want 5 sends at once and the rest after the 10 s window; sends at %v", sent)
+	// "At once": well inside the 10 s window. The tolerance is half of it:
+	// in the full suite (-race, four test binaries on two cores) the five
+	// came 2.9 s apart, the in-process Redis and worker starved.
+	if sent[4] > sent[0]+5 || sent[5] < sent[0]+10 {
+		t.Fatalf("want 5 sends at once (within half the window) and the rest after the 10 s window; sends at %v", sent)
 	}
 	if deniedBeforeSixth < 3 {
 		t.Fatalf("want sends 6–8 denied first, saw %d denials:\n%s", deniedBeforeSixth, out.String())
