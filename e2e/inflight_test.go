@@ -67,3 +67,31 @@ func TestInFlightCapAcrossWorkers(t *testing.T) {
 	t.Logf("peak %d in flight (cap 3), %d delivered (%d repeats of %d in flight at the kill), the survivor sent %d after the kill (last %v after it)",
 		e.sms.PeakInFlight(), len(seen), repeats, inFlight, len(after), after[len(after)-1].Sub(killed).Round(time.Millisecond))
 }
+
+// At the default settings, two workers drain a paced backlog through a
+// provider that takes 300 ms per request: the sends admitted for near slots
+// wait in the workers (up to MAX_WAITERS) and wake together, and the
+// provider still never has more of a worker's requests at once than its
+// CONCURRENCY (10): 20 in all. Every notification is delivered once.
+func TestProviderRequestsBoundedByConcurrency(t *testing.T) {
+	t.Parallel()
+	const bound = 2 * 10 // two workers × SLUICE_CONCURRENCY's default
+	e := newEnv(t, "sms:tenant=100/1s")
+	e.sms.SetLatency(300 * time.Millisecond)
+	e.worker("w0", nil)
+	e.worker("w1", nil)
+	ids := e.enqueueSMS(300, recipients(60), []string{"acme"})
+	ds := e.waitAllDelivered(ids, 2*time.Minute)
+	seen := map[string]int{}
+	for _, d := range ds {
+		seen[d.ID]++
+	}
+	peak := e.sms.PeakInFlight()
+	t.Logf("peak %d requests at once at the provider (bound %d), %d delivered, %d receipts", peak, bound, len(seen), len(ds))
+	if peak > bound {
+		t.Errorf("peak %d requests at once at the provider; two workers at SLUICE_CONCURRENCY=10 may have %d", peak, bound)
+	}
+	if len(seen) != len(ids) || len(ds) != len(ids) {
+		t.Errorf("%d of %d delivered, %d receipts", len(seen), len(ids), len(ds))
+	}
+}

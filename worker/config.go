@@ -19,8 +19,8 @@ import (
 // worker opens them.
 type Config struct {
 	config.Base
-	Concurrency          int           `env:"CONCURRENCY" envDefault:"10" desc:"Standard and bulk tasks taken at once per worker (besides those waiting in process for their slot: MAX_WAITERS)."`
-	PriorityConcurrency  int           `env:"PRIORITY_CONCURRENCY" envDefault:"4" desc:"Priority-lane tasks (exempt categories: OTPs, fraud alerts) processed at once per worker, on their own dequeuer and slots, so nothing in the standard or bulk lanes is ever ahead of them."`
+	Concurrency          int           `env:"CONCURRENCY" envDefault:"10" desc:"Standard and bulk tasks taken at once per worker (besides those waiting in process for their slot: MAX_WAITERS), and the most standard and bulk requests the worker has at its providers at once, the sends that waited for their slot included (they queue for a request slot in slot order; sluice_provider_inflight)."`
+	PriorityConcurrency  int           `env:"PRIORITY_CONCURRENCY" envDefault:"4" desc:"Priority-lane tasks (exempt categories: OTPs, fraud alerts) processed at once per worker, on their own dequeuer and slots, so nothing in the standard or bulk lanes is ever ahead of them; also the most priority-lane requests the worker has at its providers at once (on top of CONCURRENCY)."`
 	BulkWeight           int           `env:"BULK_WEIGHT" envDefault:"1" desc:"Weight (1-16) of each bulk shard in the dequeuer it shares with the standard lane, against 4 for each standard shard: with work waiting in both, bulk gets about WEIGHT/(4+WEIGHT) of the picks (1: a fifth), so it never starves standard nor is starved."`
 	QueueRecheck         time.Duration `env:"QUEUE_RECHECK" envDefault:"10s" desc:"An idle worker does not poll queues Redis reported unchanged (client-side-caching invalidations, CLIENT TRACKING); it polls each anyway after this long. 0 turns that off: every queue is polled every POLL_INTERVAL and DELAYED_CHECK_INTERVAL, as plain Asynq does."`
 	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`

@@ -21,9 +21,11 @@ type Metrics struct {
 	CapWaits     *prometheus.CounterVec
 	LateWakes    *prometheus.CounterVec
 	HeldWakes    *prometheus.CounterVec
-	Orphans      prometheus.Counter
-	Moved        *prometheus.CounterVec
-	Suppressed   *prometheus.CounterVec
+	// ProviderInFlight: this worker's requests at its providers now.
+	ProviderInFlight *prometheus.GaugeVec
+	Orphans          prometheus.Counter
+	Moved            *prometheus.CounterVec
+	Suppressed       *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -78,6 +80,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Sends admitted before a provider hold began that found it live after their in-process wait: the slot was given back and the send booked after the hold.",
 	}, []string{"channel"})
 	reg.MustRegister(m.HeldWakes)
+	m.ProviderInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_provider_inflight",
+		Help: "This worker's send requests at its providers now: at most CONCURRENCY standard and bulk plus PRIORITY_CONCURRENCY priority-lane ones.",
+	}, []string{"channel"})
+	reg.MustRegister(m.ProviderInFlight)
 	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_orphans_requeued_total",
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",

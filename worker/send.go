@@ -384,13 +384,30 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 			return err
 		}
 	}
+	// At most CONCURRENCY (priority lane: PRIORITY_CONCURRENCY) requests of
+	// this worker at the providers at once, the sends that waited in
+	// process for their slots included; they queue for a request slot in
+	// the order they ask, which is their slots' (a wait that makes a send
+	// late is caught below).
+	slots := w.sendSlots
+	if a.c.Match.Exempt {
+		slots = w.prioritySlots
+	}
+	if err := slots.Acquire(ctx, 1); err != nil {
+		w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
+		return err
+	}
+	defer slots.Release(1)
 	start := time.Now()
 	if late := start.Sub(a.sendBy); w.cfg.SendSlack > 0 && late > 0 {
 		if err := w.recheck(ctx, t, n, a, late, log); err != nil {
 			return err
 		}
 	}
+	inflight := w.metrics.ProviderInFlight.WithLabelValues(string(n.Channel))
+	inflight.Inc()
 	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
+	inflight.Dec()
 	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
 	if err == nil {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
@@ -94,6 +95,8 @@ type Worker struct {
 	consent       *consent.Store
 	unsubscribe   *unsubscribe.Signer // nil without SLUICE_UNSUBSCRIBE_URL
 	waiters       chan struct{}       // tokens of tasks waiting in process for their slot
+	sendSlots     *semaphore.Weighted // standard and bulk requests at the providers at once (CONCURRENCY)
+	prioritySlots *semaphore.Weighted // priority-lane requests at the providers at once (PRIORITY_CONCURRENCY)
 	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
@@ -119,6 +122,8 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	w.tracer = tp.Tracer(TracerName)
 	w.metrics = NewMetrics(w.registry)
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
+	w.sendSlots = semaphore.NewWeighted(int64(cfg.Concurrency))
+	w.prioritySlots = semaphore.NewWeighted(int64(cfg.PriorityConcurrency))
 	w.released = newReleaser(svc.Queued, w.log.With("component", "queued"))
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
