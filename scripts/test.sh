@@ -51,6 +51,14 @@ if [ -n "$quick" ]; then
   exec go test -count=1 "$@" $packages
 fi
 
+# deploy/'s modules (Helm, Kubernetes: most of what a fresh machine fetches)
+# download while the packages below are tested: the network, not the CPU.
+deploy_fetch=
+if [ "$#" -eq 0 ]; then
+  (cd deploy && go mod download >/dev/null 2>&1) &
+  deploy_fetch=$!
+fi
+
 # Tests start their own redis-server processes on free ports; the system one is not used.
 # Most tests wait on windows, timers and processes, not on the CPU: -parallel lets more
 # of a package's tests wait at once than the two cores' default of 2.
@@ -76,6 +84,7 @@ phase go test -count=1 -timeout 20m -parallel 6 "$@" ./e2e
 # and the detector would instrument Helm's and Kubernetes' packages, the bulk
 # of what this phase compiles on a fresh machine.
 if [ "$#" -eq 0 ]; then
+  wait "$deploy_fetch" || true # a failed download shows again, with its error, in the test run
   (cd deploy && phase go test -count=1 -timeout 5m ./...)
 fi
 
