@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -227,6 +228,10 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err != nil {
 			return nil, err
 		}
+		if d.Attempt > 1 && (d.Status == throttle.StatusAdmitted || d.Status == throttle.StatusBooked) && w.reachedProvider(ctx, *n, d, c, log) {
+			w.releaseWaiter(waiter)
+			return nil, nil
+		}
 		why := waitReason(d, c.Limits)
 		switch d.Status {
 		case throttle.StatusAdmitted:
@@ -276,6 +281,34 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			return nil, w.settled(*n, c, d, why, log)
 		}
 	}
+}
+
+// reachedProvider settles a re-run whose earlier attempt's outcome is
+// unknown (it was admitted, and no done record followed: a crash mid-send)
+// from what the provider reported: a status callback recorded for the
+// notification means the provider has the message, whatever its status,
+// so it is not sent again. It gives back the slot the re-run was just
+// given, records the earlier attempt done, and reports true. Without a
+// report (none arrived, or the channel has none) the re-run sends, as
+// at-least-once says; sluice_unknown_outcomes_total counts both.
+func (w *Worker) reachedProvider(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, log *slog.Logger) bool {
+	var rec *delivery.Record
+	if n.Channel == tasks.SMS {
+		var err error
+		if rec, err = w.delivery.Get(ctx, n.Tenant, n.ID); err != nil {
+			log.Warn("could not read the provider's report of an earlier attempt; sending again (at-least-once)", "err", err)
+		}
+	}
+	if rec == nil {
+		w.metrics.UnknownOutcomes.WithLabelValues(string(n.Channel), "resent").Inc()
+		return false
+	}
+	w.release(ctx, n, d.Attempt, c.Limits, log)
+	w.markDone(ctx, n, d.Attempt-1, log)
+	w.metrics.UnknownOutcomes.WithLabelValues(string(n.Channel), "settled").Inc()
+	log.Info("an earlier attempt reached the provider (its status report is here); not sending again",
+		"status", string(rec.Status), "message_sid", rec.MessageSID, "attempt", d.Attempt-1)
+	return true
 }
 
 // check is one call of the limiter for n under c. A slot within

@@ -405,7 +405,9 @@ func TestDev(t *testing.T) {
 		if _, err := fmtSscanf(line, "%fs #%d SENT", &at, &num); err == nil {
 			sent = append(sent, at)
 		}
-		if strings.Contains(line, "DENIED") && len(sent) == 5 {
+		// Which three go later may vary on a starved machine (a slow reply
+		// is a late wake-up: the send asks again, behind the others).
+		if strings.Contains(line, "DENIED") && len(sent) < 6 {
 			deniedBeforeSixth++
 		}
 	}
