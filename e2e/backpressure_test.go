@@ -95,10 +95,11 @@ func TestProviderBackPressureHoldsEveryWorker(t *testing.T) {
 // once per worker), a drain paced by a tenant rule has sends admitted for
 // slots up to MAX_INLINE_WAIT ahead, waiting in the workers. The provider
 // answers 429 with Retry-After: 3 once mid-drain: no request may reach it
-// in the 3 s but those already on their way when it answered (one per send
-// slot a worker had in flight), the sends admitted before the hold and
-// waiting for their slot included; all are delivered once, none archived,
-// no retry budget spent; and the drain resumes at the hold's end.
+// in the 3 s but those already committed when it answered (in flight, or
+// past their hold read just before their slot), the sends admitted before
+// the hold and waiting for their slot included; all are delivered once,
+// none archived, no retry budget spent; and the drain resumes at the
+// hold's end.
 func TestHoldStopsSendsAdmittedBeforeIt(t *testing.T) {
 	t.Parallel()
 	const hold = 3 * time.Second
@@ -145,12 +146,16 @@ func TestHoldStopsSendsAdmittedBeforeIt(t *testing.T) {
 	logs := w0.logText() + w1.logText()
 	t.Logf("429 + Retry-After: 3 mid-drain: %d requests reached the provider during the hold (at %v after it), first acceptance %v after the 429, %d attempts for %d notifications, %d sends found the hold after their wait",
 		len(late), late, resumed.Sub(start).Round(time.Millisecond), e.sms.Attempts(), len(ids), strings.Count(logs, "a provider hold began while this send waited"))
-	// A request on its way when the provider answered the 429 reaches it
-	// after: at most the sends in flight then. With the fake answering at
-	// once and the rule pacing sends 50 ms apart, that is one or two; a
-	// send that waited for its slot through the hold would be many more.
-	if len(late) > 2 {
-		t.Errorf("%d requests reached the provider during its %v hold (at %v); want at most the ones in flight when it answered (2)", len(late), hold, late)
+	// A request already committed when the provider answered the 429
+	// reaches it after: one in flight, or one whose hold read (10 ms before
+	// its slot) came before the hold. Those arrive within milliseconds; the
+	// tolerance is 50 ms. A send that waited for its slot through the hold
+	// would come any time in it (without the read: 39 requests, up to
+	// 1.17 s in).
+	for _, at := range late {
+		if at > 50*time.Millisecond {
+			t.Errorf("a request reached the provider %v into its %v hold (all during it: %v); want none later than 50 ms (those committed before the 429)", at, hold, late)
+		}
 	}
 	for id, k := range seen {
 		if k > 1 {

@@ -69,6 +69,10 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // errLate: a send woke too late for its slot, which it gave back.
 var errLate = errors.New("woke too late for the slot")
 
+// errHeld: a provider hold began while a send waited for its slot, which
+// it gave back.
+var errHeld = errors.New("a provider hold began during the wait")
+
 type ctxKey struct{}
 
 // notificationFrom returns the notification the throttle middleware decoded.
@@ -209,9 +213,6 @@ type admission struct {
 	// sendBy is the latest instant the send may begin, in this process's
 	// clock: half the send slack after its slot.
 	sendBy time.Time
-	// waited: admitted for a later instant, the send waited in process for
-	// it (a provider hold may have begun meanwhile).
-	waited bool
 }
 
 // reserve asks the limiter, under the plans in force, until the send is
@@ -249,7 +250,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			} else if d.Wait == 0 {
 				return &admission{d: d, c: c, sendBy: sendBy}, nil
 			} else {
-				err = w.waitForSlot(ctx, *n, d, c.Limits, slot, sendBy, log)
+				err = w.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
 				w.releaseWaiter(waiter)
 			}
 			if cc := c.opts.Consent; err == nil && cc != nil {
@@ -258,6 +259,8 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				err = w.recheckConsent(ctx, *n, cc, d, c, sendBy, log)
 			}
 			switch {
+			case errors.Is(err, errHeld):
+				continue // booked after the hold (or admitted, if it lifted meanwhile)
 			case errors.Is(err, errLate) && round < 3:
 				continue
 			case errors.Is(err, errLate):
@@ -273,7 +276,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			return &admission{d: d, c: c, sendBy: sendBy, waited: true}, nil
+			return &admission{d: d, c: c, sendBy: sendBy}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
@@ -412,7 +415,7 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		}
 		defer done()
 	}
-	if a.waited || len(a.c.Caps) > 0 {
+	if len(a.c.Caps) > 0 {
 		if err := w.unlessHeld(ctx, t, n, a, log); err != nil {
 			return err
 		}
@@ -487,8 +490,9 @@ func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notificatio
 }
 
 // unlessHeld reads the provider holds of a send admitted before it waited
-// (for its slot, for an in-flight cap): the check that admitted it saw no
-// hold, and one that began since must stop it too. Held, it gives the slot
+// for an in-flight cap (a wait for the slot reads them itself, just before
+// the slot: waitForSlot): the check that admitted it saw no hold, and one
+// that began since must stop it too. Held, it gives the slot
 // back and asks again, which books it after the hold, in the order the
 // limiter places it. A hold that cannot be read lets the send go, as it
 // would have without the read.

@@ -20,18 +20,53 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
+// holdPeek is how long before its slot a waiting send reads the provider
+// holds (one round trip), so that the read does not delay the send: a hold
+// that begins in the last holdPeek finds the send on its way, as it finds
+// requests already in flight.
+const holdPeek = 10 * time.Millisecond
+
 // waitForSlot sleeps until an admission made for a near instant is due:
 // its slot, placed in this process's clock (slotBy). sendBy is the latest
 // instant the send may begin (half the send slack after the slot); everything between the wake-up and the send (the
 // consent re-read) shares that half with the send's own way to the
-// provider. A wake-up already past it gives the slot back (errLate). On
+// provider. A wake-up already past it gives the slot back (errLate). Just
+// before the slot it reads the provider holds its check named: one that
+// began during the wait (the check saw none) gives the slot back
+// (errHeld), and asked again the send is booked after the hold. On
 // shutdown it gives the slot back and hands the task to Asynq for it.
-func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, slot, sendBy time.Time, log *slog.Logger) error {
+func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, slot, sendBy time.Time, log *slog.Logger) error {
+	limits := c.Limits
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
-	timer := time.NewTimer(time.Until(slot))
+	peek := len(c.opts.Holds) > 0
+	wake := slot
+	if peek {
+		wake = slot.Add(-holdPeek)
+	}
+	timer := time.NewTimer(time.Until(wake))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
+		if peek {
+			if until, err := w.limiter.HeldUntil(ctx, c.opts.Holds...); err != nil {
+				log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
+			} else if until.After(time.Now()) {
+				w.metrics.HeldWakes.WithLabelValues(string(n.Channel)).Inc()
+				w.release(ctx, n, d.Attempt, limits, log)
+				log.Info("a provider hold began while this send waited for its slot; asking again", "hold_until", until.UTC())
+				return errHeld
+			}
+			if rest := time.Until(slot); rest > 0 {
+				timer.Reset(rest)
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					return w.giveBack(ctx, n, d, limits, log)
+				case <-w.stopping:
+					return w.giveBack(ctx, n, d, limits, log)
+				}
+			}
+		}
 		// A timer that fires late (a starved CPU, a GC pause) would send
 		// after the slot by more than the slack allows for: give the slot
 		// back and ask again rather than crowd the next window.
@@ -43,6 +78,12 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	case <-ctx.Done():
 	case <-w.stopping:
 	}
+	return w.giveBack(ctx, n, d, limits, log)
+}
+
+// giveBack ends a wait for a slot on shutdown: the slot is given back and
+// the task handed to Asynq for it.
+func (w *Worker) giveBack(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) error {
 	w.release(ctx, n, d.Attempt, limits, log)
 	log.Info("stopping: gave back a slot not yet used; the task goes back to the queue for it")
 	at := time.Now().Add(time.Until(d.Now.Add(d.Wait)))
