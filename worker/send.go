@@ -489,25 +489,14 @@ func (w *Worker) recheck(ctx context.Context, t *asynq.Task, n tasks.Notificatio
 	return w.reask(ctx, t, n, a, log)
 }
 
-// unlessHeld reads the provider holds of a send admitted before it waited
-// for an in-flight cap (a wait for the slot reads them itself, just before
-// the slot: waitForSlot): the check that admitted it saw no hold, and one
-// that began since must stop it too. Held, it gives the slot
-// back and asks again, which books it after the hold, in the order the
-// limiter places it. A hold that cannot be read lets the send go, as it
-// would have without the read.
+// unlessHeld reads the provider holds of a send that waited for an
+// in-flight cap (a wait for the slot reads them itself, just before the
+// slot: waitForSlot); held, it gives the slot back and asks again, which
+// books it after the hold, in the order the limiter places it.
 func (w *Worker) unlessHeld(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, log *slog.Logger) error {
-	until, err := w.limiter.HeldUntil(ctx, a.c.opts.Holds...)
-	if err != nil {
-		log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
+	if !w.heldBack(ctx, n, a.d.Attempt, a.c, log) {
 		return nil
 	}
-	if !until.After(time.Now()) {
-		return nil
-	}
-	w.metrics.HeldWakes.WithLabelValues(string(n.Channel)).Inc()
-	w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
-	log.Info("a provider hold began while this send waited; asking again", "hold_until", until.UTC())
 	return w.reask(ctx, t, n, a, log)
 }
 

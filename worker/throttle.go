@@ -48,12 +48,7 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	select {
 	case <-timer.C:
 		if peek {
-			if until, err := w.limiter.HeldUntil(ctx, c.opts.Holds...); err != nil {
-				log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
-			} else if until.After(time.Now()) {
-				w.metrics.HeldWakes.WithLabelValues(string(n.Channel)).Inc()
-				w.release(ctx, n, d.Attempt, limits, log)
-				log.Info("a provider hold began while this send waited for its slot; asking again", "hold_until", until.UTC())
+			if w.heldBack(ctx, n, d.Attempt, c, log) {
 				return errHeld
 			}
 			if rest := time.Until(slot); rest > 0 {
@@ -79,6 +74,26 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	case <-w.stopping:
 	}
 	return w.giveBack(ctx, n, d, limits, log)
+}
+
+// heldBack reads the provider holds c named for a send admitted before it
+// waited (the check that admitted it saw no hold). A live one gives the
+// send's slot back and reports true: asked again, it is booked after the
+// hold. A hold that cannot be read lets the send go, as it would have
+// without the read.
+func (w *Worker) heldBack(ctx context.Context, n tasks.Notification, attempt int, c check, log *slog.Logger) bool {
+	until, err := w.limiter.HeldUntil(ctx, c.opts.Holds...)
+	if err != nil {
+		log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
+		return false
+	}
+	if !until.After(time.Now()) {
+		return false
+	}
+	w.metrics.HeldWakes.WithLabelValues(string(n.Channel)).Inc()
+	w.release(ctx, n, attempt, c.Limits, log)
+	log.Info("a provider hold began while this send waited; asking again", "hold_until", until.UTC())
+	return true
 }
 
 // giveBack ends a wait for a slot on shutdown: the slot is given back and
