@@ -87,8 +87,8 @@ func TestDropAndExpire(t *testing.T) {
 	for _, c := range []struct {
 		id, reason string
 	}{{over.ID, "throttled: sms.marketing:recipient 1/1h is full"}, {late.ID, "past the expires_at deadline"}, {digest.ID, "past the max-defer deadline"}} {
-		// 20 s: the queue gate's missed wake-up (docs/development.md) once
-		// left the third of these untaken for 10 s, its recheck.
+		// 20 s: a wake-up the fair dispatch missed (docs/development.md,
+		// fixed since) once left the third of these untaken for 10 s.
 		ti := b.waitTask(t, c.id, 20*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
 		if !strings.Contains(ti.LastErr, c.reason) || ti.Retried != 0 {
 			t.Errorf("%s: archived with %q after %d retries; want %q", c.id, ti.LastErr, ti.Retried, c.reason)

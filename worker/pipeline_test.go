@@ -295,9 +295,8 @@ func TestProviderErrors(t *testing.T) {
 	again := tasks.NewSMS("acme", "+14155550110", "second try")
 	b.enqueue(t, again)
 	// 20 s: once (2026-12-02, the full suite) the worker did not take this
-	// task up for 10 s, no log line of it at all: a wake-up the queue gate
-	// missed, which its QUEUE_RECHECK (10 s) bounds. Not what this test is
-	// about; noted as an open defect (docs/development.md).
+	// task up for 10 s, no log line of it at all: a wake-up the fair
+	// dispatch missed (docs/development.md, fixed since). Kept as margin.
 	b.sms.WaitFor(t, 20*time.Second, "the second notification", func(d []fakes.Delivery) bool {
 		return slices.ContainsFunc(d, func(x fakes.Delivery) bool { return x.ID == again.ID })
 	})

@@ -99,6 +99,7 @@ type shard struct {
 	queue   string
 	lane    tasks.Lane // "" for a queue that is not a lane's shard
 	room    tasks.Room
+	epoch   uint64    // bumped by every reported write of one of its keys
 	known   bool      // the fields below are what Redis last said (less own dequeues)
 	at      time.Time // when known was set
 	weight  float64   // the sum of the weights of the tenants waiting in its rooms
@@ -165,7 +166,9 @@ func (d *Dispatcher) Waiting() map[string]float64 {
 }
 
 // OnWrite takes the keys Redis reported written (internal/pollgate's
-// Options.OnWrite): a shard known to hold nothing is asked again.
+// Options.OnWrite): a shard known to hold nothing is asked again, and a
+// refill or dequeue in flight meanwhile may not record it as empty (the
+// report can arrive before that reply does: they come on two connections).
 func (d *Dispatcher) OnWrite(keys []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -174,8 +177,11 @@ func (d *Dispatcher) OnWrite(keys []string) {
 		if !ok {
 			continue
 		}
-		if s := d.shards[q]; s != nil && s.known && s.weight == 0 && s.pending == 0 {
-			s.known = false
+		if s := d.shards[q]; s != nil {
+			s.epoch++
+			if s.known && s.weight == 0 && s.pending == 0 {
+				s.known = false
+			}
 		}
 	}
 }
@@ -186,6 +192,7 @@ func (d *Dispatcher) Forget() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range d.shards {
+		s.epoch++
 		s.known = false
 	}
 }
@@ -329,14 +336,15 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 	p := "asynq:{" + s.queue + "}:"
 	args[3], args[4], args[5], args[6], args[8] = p+"pending", p+"paused", p+"active", p+"lease", p+"t:"
 	deq := redis.NewCmd(ctx, args...)
+	epoch := d.epochOf(s)
 	if !refill {
 		if err := next(ctx, deq); err != nil {
 			if errors.Is(err, redis.Nil) {
-				d.learn(s, nil, true)
+				d.learn(s, epoch, nil, true)
 			}
 			return nil, err
 		}
-		d.learn(s, nil, false)
+		d.learn(s, epoch, nil, false)
 		return deq.Val(), nil
 	}
 	r, err := d.refill(ctx, s, deq)
@@ -344,11 +352,18 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 		return nil, err
 	}
 	if err := deq.Err(); err != nil {
-		d.learn(s, r, errors.Is(err, redis.Nil))
+		d.learn(s, epoch, r, errors.Is(err, redis.Nil))
 		return nil, err
 	}
-	d.learn(s, r, false)
+	d.learn(s, epoch, r, false)
 	return deq.Val(), nil
+}
+
+// epochOf reads s's epoch before a call whose reply learn will record.
+func (d *Dispatcher) epochOf(s *shard) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return s.epoch
 }
 
 // refillReply is what fair_refill.lua answered.
@@ -414,10 +429,20 @@ func parseRefill(vals []any) (*refillReply, error) {
 }
 
 // learn records what a refill (r, if any) and a dequeue (empty: it found
-// nothing) of s said.
-func (d *Dispatcher) learn(s *shard, r *refillReply, empty bool) {
+// nothing) of s, sent at epoch, said. "Nothing waits" is not recorded when
+// a write of s was reported since the call was sent: the reply may predate
+// the write, whose report would then have been spent on a shard not yet
+// known empty — a wake-up lost until Recheck, or for good while reports
+// are trusted. (Other knowledge is kept: a shard with work is asked again
+// anyway, and its own dequeues' writes move the epoch all the time.)
+func (d *Dispatcher) learn(s *shard, epoch uint64, r *refillReply, empty bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() {
+		if s.epoch != epoch && s.weight == 0 && s.pending == 0 {
+			s.known = false
+		}
+	}()
 	if r != nil {
 		s.known, s.at, s.weight, s.pending = true, d.o.Now(), r.weight, int(r.pending)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,5 +344,65 @@ func TestIdleCostsNothing(t *testing.T) {
 	d.OnWrite([]string{tasks.RoomOf(layout.Route("late", tasks.LaneBulk, nil)).Group("late")})
 	if seq := r.wait(t, 1); seq[0] != "late/"+id[0] {
 		t.Fatalf("ran %v", seq)
+	}
+}
+
+// A write reported while the refill that found its shard empty is on its
+// way back (the report comes on the subscription's connection, the reply on
+// the pipeline's: either can be first) is not lost: the shard is asked
+// again and the task runs. Reports are trusted and never rechecked here, as
+// in a worker whose subscription is up, so a lost wake-up would be for good.
+func TestAWriteReportedDuringAnEmptyRefillIsNotLost(t *testing.T) {
+	t.Parallel()
+	srv, rdb := redistest.New(t)
+	p := tasks.NewProducer(srv.Client(t), nil) // its pipelines do not pass the hook below
+	const tenant = "late"
+	room := tasks.RoomOf(layout.Route(tenant, tasks.LaneStandard, nil))
+	var d atomic.Pointer[fairq.Dispatcher]
+	var fired atomic.Bool
+	enqueued := make(chan error, 1)
+	rdb.AddHook(afterPipeline(func(cmds []redis.Cmder) {
+		// The first refill of the tenant's shard that moved nothing: the
+		// producer's write and its report land before the reply is read.
+		if len(cmds) != 2 || fmt.Sprint(cmds[0].Args()[3]) != room.Pending {
+			return
+		}
+		// Its reply {moved, pending, tenants, weight}: nothing waits.
+		if r, err := cmds[0].(*redis.Cmd).Slice(); err != nil || r[0] != int64(0) || r[2] != int64(0) || fired.Swap(true) {
+			return
+		}
+		n := tasks.NewSMS(tenant, "+14155550100", "x")
+		_, err := p.EnqueueMany(context.Background(), []tasks.Item{{N: n, Opts: []asynq.Option{asynq.Queue(room.Queue)}}})
+		d.Load().OnWrite([]string{room.Group(tenant)})
+		enqueued <- err
+	}))
+	r := serve(t, rdb, fairq.Options{Notified: func() bool { return true }, Recheck: time.Hour})
+	d.Store(r.d)
+	select {
+	case err := <-enqueued:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refill of the tenant's shard found it empty in 10 s")
+	}
+	select {
+	case <-r.ran:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the task enqueued during the empty refill did not run in 10 s: its reported write was lost")
+	}
+}
+
+// afterPipeline is a go-redis hook that calls f with each pipeline's
+// commands after their replies are read.
+type afterPipeline func([]redis.Cmder)
+
+func (f afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (f afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (f afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		f(cmds)
+		return err
 	}
 }
