@@ -200,6 +200,7 @@ func queueStats(t *testing.T, insp *asynq.Inspector, l tasks.Layout) *asynq.Queu
 		}
 		sum.Size += qi.Size
 		sum.Pending += qi.Pending
+		sum.Aggregating += qi.Aggregating // waiting in a tenant's room (internal/fairq)
 		sum.Active += qi.Active
 		sum.Scheduled += qi.Scheduled
 		sum.Retry += qi.Retry

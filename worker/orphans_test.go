@@ -83,12 +83,12 @@ func TestSlowLiveTaskIsNotRequeued(t *testing.T) {
 }
 
 // waitIdle polls Asynq (it offers no signal) until the queue has nothing
-// pending or active.
+// waiting (in a room or pending) or active.
 func (b *bundle) waitIdle(t *testing.T, timeout time.Duration) *asynq.QueueInfo {
 	t.Helper()
 	// Every 50 ms: a read of every queue's counters is costly.
 	return sluicetest.EventuallyValueEvery(t, timeout, 50*time.Millisecond, "the queue to be idle (nothing pending or active)", func() (*asynq.QueueInfo, bool) {
 		qi := b.queueStats(t)
-		return qi, qi.Active == 0 && qi.Pending == 0
+		return qi, qi.Active == 0 && qi.Pending == 0 && qi.Aggregating == 0
 	})
 }
