@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -405,4 +408,111 @@ func (f afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		f(cmds)
 		return err
 	}
+}
+
+// The refill moves a tenant's run of dispatches in one go; the order it
+// gives must be start-time fair queuing's, dispatch by dispatch: the lowest
+// virtual start first (ties to the lower name), each dispatch moving its
+// tenant's start on by 1/weight. Checked against that model, in Go, over
+// random backlogs and weights and several refill depths.
+func TestRefillOrderIsStartTimeFairQueuing(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	p := tasks.NewProducer(rdb, nil)
+	for trial := range 6 {
+		rng := rand.New(rand.NewPCG(uint64(trial), 7))
+		queue := layout.Queue(tasks.LaneStandard, trial%layout.Shards)
+		room := tasks.RoomOf(queue)
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		type tenant struct {
+			name   string
+			weight int
+			ids    []string
+			start  float64
+		}
+		var model []*tenant
+		weights := map[string]int{}
+		var items []tasks.Item
+		for i := range 2 + rng.IntN(5) {
+			tn := &tenant{name: fmt.Sprintf("t%d", i), weight: 1 + rng.IntN(4)}
+			if tn.weight != 1 {
+				weights[tn.name] = tn.weight
+			}
+			for range 1 + rng.IntN(60) {
+				n := tasks.NewSMS(tn.name, "+14155550100", "x")
+				n.ID = tasks.NewID()
+				tn.ids = append(tn.ids, n.ID)
+				items = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(queue)}})
+			}
+			model = append(model, tn)
+		}
+		// Interleaved; each tenant's room keeps its enqueue order.
+		rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+		byName := map[string]*tenant{}
+		for _, tn := range model {
+			tn.ids, byName[tn.name] = nil, tn
+		}
+		for _, it := range items {
+			tn := byName[it.N.Tenant]
+			tn.ids = append(tn.ids, it.N.ID)
+		}
+		if _, err := p.EnqueueMany(ctx, items); err != nil {
+			t.Fatal(err)
+		}
+		// The model: one dispatch at a time.
+		var want []string
+		for {
+			var next *tenant
+			for _, tn := range model {
+				if len(tn.ids) > 0 && (next == nil || tn.start < next.start || tn.start == next.start && tn.name < next.name) {
+					next = tn
+				}
+			}
+			if next == nil {
+				break
+			}
+			want = append(want, next.ids[0])
+			next.ids, next.start = next.ids[1:], next.start+1/float64(next.weight)
+		}
+		// The script: refill, then take what it moved (oldest first, as
+		// Asynq's dequeue does), until nothing is left.
+		low, target := 1+rng.IntN(8), 0
+		target = low + rng.IntN(24)
+		args := []any{low, target, room.TaskPrefix, room.GroupPrefix, "1"}
+		for name, w := range weights {
+			args = append(args, name, w)
+		}
+		var got []string
+		for range len(want) + 1 {
+			if err := scripts.FairRefill.Run(ctx, rdb, []string{room.Pending, room.Groups, room.Fair, room.Clock}, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := rdb.LRange(ctx, room.Pending, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) == 0 {
+				break
+			}
+			slices.Reverse(ids)
+			got = append(got, ids...)
+			rdb.Del(ctx, room.Pending)
+		}
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("trial %d (low %d, target %d, weights %v): the refills' %d-th task of %d differs from one dispatch at a time (got %d in all, want %d)", trial, low, target, weights, i+1, len(want), len(got), len(want))
+		}
+	}
+}
+
+// firstDiff is the first index where a and b differ, or -1.
+func firstDiff(a, b []string) int {
+	for i := range max(len(a), len(b)) {
+		if i >= len(a) || i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }
