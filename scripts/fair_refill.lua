@@ -53,13 +53,16 @@ if pending < low then
     local tenant, start = top[1], tonumber(top[2])
     local step = 1 / (weight[tenant] or 1)
     local other, until_ = top[3], top[4] and tonumber(top[4]) or math.huge
+    local group = gprefix .. tenant
+    -- The run's bound: what is asked, what the group holds (target may be huge), and 1,000 a
+    -- turn (unpack's limit is 8,000 values).
+    local most = math.min(target - pending, redis.call('ZCARD', group), 1000)
     local starts = {start} -- starts[i]: the start of its i-th dispatch; one more than it runs
     repeat
       local s = starts[#starts] + step
       starts[#starts + 1] = s
-    until #starts > target - pending or s > until_ or (s == until_ and tenant > other)
+    until #starts > most or s > until_ or (s == until_ and tenant > other)
     local run = #starts - 1
-    local group = gprefix .. tenant
     local ids = redis.call('ZRANGE', group, 0, run - 1)
     if #ids > 0 then
       redis.call('ZREM', group, unpack(ids))
