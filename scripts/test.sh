@@ -54,20 +54,26 @@ if [ -n "$quick" ]; then
   exec go test -count=1 "$@" $packages
 fi
 
-# What the later phases compile is built meanwhile, niced, in the package
-# phase's waiting (its tests mostly wait on windows and timers: a cold run
-# used one core of two on average): the sluice binary as e2e builds it and
-# the e2e test package, both without the race detector, then deploy/'s
-# modules (Helm, Kubernetes: most of what a fresh machine fetches and
-# compiles). Nothing runs: `-run '^$'` only builds, into Go's build cache.
-prebuild=
+# What the later phases compile is built in the background, so that a
+# fresh machine's run is not compile, then wait, then compile again:
+# - the sluice binary as e2e builds it and the e2e test package (both
+#   without the race detector), during the package phase, which needs them
+#   next;
+# - deploy/'s modules (Helm, Kubernetes: most of what a fresh machine
+#   fetches and compiles) at the lowest priority (nice 19), so it takes the
+#   CPU the e2e phase leaves idle (its tests mostly wait on windows) and
+#   yields it whenever the e2e processes want it.
+# Nothing runs there: `-run '^$'` only builds, into Go's build cache. A
+# failed build shows again, with its error, in the phase that needs it.
+prebuild_e2e= prebuild_deploy=
 if [ "$#" -eq 0 ]; then
   (
-    nice -n 15 go build -tags nodev,sluice_testhooks -o /dev/null ./cmd/sluice
-    nice -n 15 go test -count=1 -run '^$' ./e2e
-    cd deploy && go mod download && nice -n 15 go test -count=1 -run '^$' ./...
+    nice -n 5 go build -tags nodev,sluice_testhooks -o /dev/null ./cmd/sluice
+    nice -n 5 go test -count=1 -run '^$' ./e2e
   ) >/dev/null 2>&1 &
-  prebuild=$!
+  prebuild_e2e=$!
+  (cd deploy && go mod download && nice -n 19 go test -count=1 -run '^$' ./...) >/dev/null 2>&1 &
+  prebuild_deploy=$!
 fi
 
 # Tests start their own redis-server processes on free ports; the system one is not used.
@@ -77,8 +83,7 @@ phase() { local t0=$SECONDS; "$@"; echo "test.sh: $((SECONDS - t0)) s: ${*:1:6} 
 # -p 4: most packages' tests wait on Redis, windows and timers (worker: 24 s of CPU
 # in 140 s), so four test binaries run while others compile and link.
 phase go test -race -count=1 -timeout 20m -p 4 -parallel 6 "$@" $packages
-# A failed build shows again, with its error, in the phase that needs it.
-if [ -n "$prebuild" ]; then phase wait "$prebuild" || true; fi
+if [ -n "$prebuild_e2e" ]; then phase wait "$prebuild_e2e" || true; fi
 # The end-to-end package runs after the others, alone: its audits time every
 # receipt at the fake providers with no tolerance beyond the workers' send
 # slack, and on two cores the other packages' race-detector load starved its
@@ -97,6 +102,7 @@ phase go test -count=1 -timeout 20m -parallel 6 "$@" ./e2e
 # and the detector would instrument Helm's and Kubernetes' packages, the bulk
 # of what this phase compiles on a fresh machine.
 if [ "$#" -eq 0 ]; then
+  phase wait "$prebuild_deploy" || true
   (cd deploy && phase go test -count=1 -timeout 5m ./...)
 fi
 
