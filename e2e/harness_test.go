@@ -339,6 +339,7 @@ func (e *env) queueInfo() (*asynq.QueueInfo, error) {
 		}
 		sum.Size, sum.Pending, sum.Active, sum.Scheduled = sum.Size+qi.Size, sum.Pending+qi.Pending, sum.Active+qi.Active, sum.Scheduled+qi.Scheduled
 		sum.Retry, sum.Archived, sum.Completed = sum.Retry+qi.Retry, sum.Archived+qi.Archived, sum.Completed+qi.Completed
+		sum.Aggregating += qi.Aggregating // waiting in a tenant's room (internal/fairq)
 	}
 	return sum, nil
 }
