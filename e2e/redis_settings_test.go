@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -231,7 +232,12 @@ func TestOutageSendsOnlyWhatWasAdmitted(t *testing.T) {
 		}
 		ids[n.ID] = n.To
 	}
-	e.sms.WaitCount(t, 30, time.Minute)
+	// Kill while sends are at the provider: 30 received ends a wave of
+	// requests that started together, and on a loaded machine the kill
+	// once fell between two waves ("nothing was in flight").
+	e.sms.WaitFor(t, time.Minute, "30 received and 4 requests at the provider", func(ds []fakes.Delivery) bool {
+		return len(ds) >= 30 && e.sms.InFlightFrom("+15005550006") >= 4
+	})
 	e.redis.Stop()
 	killed := time.Now()
 	// A send admitted before the kill arrives within the provider's latency
