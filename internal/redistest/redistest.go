@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,13 +49,38 @@ type Server struct {
 
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	// Never a port this process gave out before: a server stopped to test
+	// "Redis is down" keeps its port, and another test's server started
+	// on it meanwhile answered in its place (throttle TestRedisDownIsAnError
+	// was admitted by a stranger's Redis). Ports refused stay bound until
+	// one is found, so the kernel does not offer them again.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("redistest: no port this process has not used before")
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // Start runs a redis-server with the given extra arguments (e.g. "--requirepass", "x")
 // on a free port; it is stopped when the test ends.
