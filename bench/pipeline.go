@@ -433,7 +433,7 @@ func violations(rules string, s []sent) int {
 	wins := map[string]time.Duration{}
 	for _, x := range s {
 		for _, e := range policy.Match(x.n.Tenant, x.n.Channel, x.n.Category).Rates {
-			l := e.Limit(x.n.To, x.n.From)
+			l := e.Limit(x.n.To, x.n.From, x.n.User)
 			k := groupOf(x.n.Tenant, l) + "|" + l.Scope + "|" + l.Subject + "|" + l.Rule.Window.String()
 			byKey[k] = append(byKey[k], x.at)
 			lims[k], wins[k] = l.Rule.Limit, l.Rule.Window

@@ -46,7 +46,7 @@ func simulate(rules string, arrivals []arrival, slack time.Duration) []time.Time
 	for i, a := range arrivals {
 		var rs []simRule
 		for _, e := range policy.Match(a.n.Tenant, a.n.Channel, a.n.Category).Rates {
-			l := e.Limit(a.n.To, a.n.From)
+			l := e.Limit(a.n.To, a.n.From, a.n.User)
 			rs = append(rs, simRule{key: groupOf(a.n.Tenant, l) + "|" + l.Scope + "|" + l.Subject + "|" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10),
 				limit: l.Rule.Limit, window: (l.Rule.Window + slack).Milliseconds()})
 		}

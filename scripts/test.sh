@@ -66,7 +66,7 @@ fi
 #   yields it whenever the e2e processes want it.
 # Nothing runs there: `-run '^$'` only builds, into Go's build cache. A
 # failed build shows again, with its error, in the phase that needs it.
-prebuild_e2e= prebuild_deploy=
+prebuild_e2e= prebuild_deploy= prebuild_bench=
 if [ "$#" -eq 0 ]; then
   (
     nice -n 5 go build -tags nodev,sluice_testhooks -o /dev/null ./cmd/sluice
@@ -75,6 +75,11 @@ if [ "$#" -eq 0 ]; then
   prebuild_e2e=$!
   (cd deploy && go mod download && nice -n 19 go test -count=1 -run '^$' ./...) >/dev/null 2>&1 &
   prebuild_deploy=$!
+  # bench/ (its own module: the peers, the plots) has no tests; building it
+  # keeps ./scripts/bench.sh working when an API it calls changes.
+  bench_log=$(mktemp)
+  (cd bench && go mod download && nice -n 19 go vet . ) >"$bench_log" 2>&1 &
+  prebuild_bench=$!
 fi
 
 # Tests start their own redis-server processes on free ports; the system one is not used.
@@ -105,6 +110,12 @@ phase go test -count=1 -timeout 20m -parallel 6 "$@" ./e2e
 if [ "$#" -eq 0 ]; then
   phase wait "$prebuild_deploy" || true
   (cd deploy && phase go test -count=1 -timeout 5m ./...)
+  if ! wait "$prebuild_bench"; then
+    echo "test.sh: bench/ does not build (./scripts/bench.sh would fail):" >&2
+    cat "$bench_log" >&2
+    exit 1
+  fi
+  echo "test.sh: bench/ builds"
 fi
 
 # Fuzzing (the search for new failing inputs; every target's seed corpus and
