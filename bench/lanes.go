@@ -576,7 +576,7 @@ func saturatedVs(ctx context.Context, bin, base, dir, section, suffix string, si
 		ratio := median(a) / median(b)
 		add(row{section, fmt.Sprintf("saturated worker, Redis CPU per delivered task, %d tenant(s)%s", tenants, suffix),
 			fmt.Sprintf("%v vs %v", time.Duration(median(a)).Round(100*time.Nanosecond), time.Duration(median(b)).Round(100*time.Nanosecond)),
-			f2(ratio), fmt.Sprintf("≤ %.2g×", most), verdict(ratio <= most)})
+			f2(ratio), fmt.Sprintf("≤ %s×", strconv.FormatFloat(most, 'g', -1, 64)), verdict(ratio <= most)})
 	}
 }
 
