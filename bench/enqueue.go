@@ -118,7 +118,9 @@ func apiBatches(dir, bin string, ns []tasks.Notification) float64 {
 	cmd := exec.Command(bin, "api")
 	cmd.Env = cleanEnv(map[string]string{"SLUICE_REDIS_URL": "redis://" + srv.Addr, "SLUICE_PAYLOAD_KEYS": keySpec, "SLUICE_SUBJECT_SECRET": secret,
 		"SLUICE_API_ADDR": addr, "SLUICE_API_TOKEN_KEY": "bench-token-key-0123456789abcdef0123", "SLUICE_API_ADMIN_TOKEN": admin,
-		"SLUICE_API_RATE": "100000/1s", "SLUICE_API_NOTIFICATION_RATE": "10000000/1s", "SLUICE_LOG_LEVEL": "warn"})
+		"SLUICE_API_RATE": "100000/1s", "SLUICE_API_NOTIFICATION_RATE": "1000000/1s", "SLUICE_LOG_LEVEL": "warn"})
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func apiBatches(dir, bin string, ns []tasks.Notification) float64 {
 			break
 		}
 		if time.Now().After(deadline) {
-			log.Fatal("the API did not start")
+			log.Fatalf("the API did not start: %s", stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond) // nothing signals readiness but the port
 	}
