@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -177,31 +178,113 @@ func (q *QueueQuota) Reserve(ctx context.Context, ns ...Notification) error {
 	if len(ns) == 0 {
 		return nil
 	}
+	r, err := q.reservation(ns)
+	if err != nil {
+		return err
+	}
+	res, err := reserveQueued.Run(ctx, q.rdb, queuedKeys(r.tenant), r.argv...).Slice()
+	if err != nil {
+		return fmt.Errorf("tasks: reserve queued work of %s: %w", r.tenant, err)
+	}
+	return r.verdict(res)
+}
+
+// ReserveTenants is Reserve for several tenants at once, in one round trip
+// (a pipeline of their scripts): groups[i] are all of one tenant. All or
+// none: past any tenant's cap it takes the other groups' entries out again
+// and returns that tenant's *QueueFullError (the first in groups' order).
+func (q *QueueQuota) ReserveTenants(ctx context.Context, groups ...[]Notification) error {
+	var rs []*reservation
+	for _, ns := range groups {
+		if len(ns) == 0 {
+			continue
+		}
+		r, err := q.reservation(ns)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	cmds := make([]*redis.Cmd, len(rs))
+	send := func(eval bool) {
+		_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, r := range rs {
+				if eval {
+					cmds[i] = reserveQueued.Eval(ctx, p, queuedKeys(r.tenant), r.argv...)
+				} else {
+					cmds[i] = reserveQueued.EvalSha(ctx, p, queuedKeys(r.tenant), r.argv...)
+				}
+			}
+			return nil
+		})
+	}
+	send(false)
+	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }) {
+		// Redis had not seen the script (a fresh server): the calls that
+		// ran NOSCRIPT changed nothing, those that ran are retries that
+		// count their ids once.
+		send(true)
+	}
+	var first error
+	entered := make([]bool, len(rs))
+	for i, r := range rs {
+		res, err := cmds[i].Slice()
+		if err != nil {
+			err = fmt.Errorf("tasks: reserve queued work of %s: %w", r.tenant, err)
+		} else {
+			err = r.verdict(res)
+		}
+		entered[i] = err == nil
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		for i, r := range rs {
+			if entered[i] {
+				_, _ = q.Release(context.WithoutCancel(ctx), r.tenant, r.ids...) // else they lapse after TTL
+			}
+		}
+	}
+	return first
+}
+
+// reservation is one tenant's Reserve call: its script arguments.
+type reservation struct {
+	tenant string
+	caps   Caps
+	argv   []any
+	ids    []string
+}
+
+func (q *QueueQuota) reservation(ns []Notification) (*reservation, error) {
 	tenant := ns[0].Tenant
 	caps := q.capsOf(tenant)
 	ttl := caps.TTL
-	argv := []any{caps.Notifications, caps.Bytes, (ttl + time.Minute).Milliseconds()}
+	r := &reservation{tenant: tenant, caps: caps, argv: []any{caps.Notifications, caps.Bytes, (ttl + time.Minute).Milliseconds()}}
 	for _, n := range ns {
 		if n.Tenant != tenant {
-			return fmt.Errorf("tasks: reserve queued work: one tenant per call, got %q and %q", tenant, n.Tenant)
+			return nil, fmt.Errorf("tasks: reserve queued work: one tenant per call, got %q and %q", tenant, n.Tenant)
 		}
 		if n.ID == "" {
-			return fmt.Errorf("tasks: reserve queued work: %w", invalid("id", "is required"))
+			return nil, fmt.Errorf("tasks: reserve queued work: %w", invalid("id", "is required"))
 		}
 		life := ttl
 		if !n.ExpiresAt.IsZero() {
 			life = min(life, max(time.Until(n.ExpiresAt)+time.Minute, time.Minute))
 		}
-		argv = append(argv, n.ID, StoredBytes(n), life.Milliseconds())
+		r.argv = append(r.argv, n.ID, StoredBytes(n), life.Milliseconds())
+		r.ids = append(r.ids, n.ID)
 	}
-	res, err := reserveQueued.Run(ctx, q.rdb, queuedKeys(tenant), argv...).Slice()
-	if err != nil {
-		return fmt.Errorf("tasks: reserve queued work of %s: %w", tenant, err)
-	}
+	return r, nil
+}
+
+// verdict reads the script's reply: nil, or the *QueueFullError of a cap.
+func (r *reservation) verdict(res []any) error {
 	if ok, _ := res[0].(int64); ok == 0 && len(res) == 4 {
-		e := &QueueFullError{Tenant: tenant, Cap: fmt.Sprint(res[1]), Limit: caps.Notifications, Used: toInt(res[2]), Want: toInt(res[3])}
+		e := &QueueFullError{Tenant: r.tenant, Cap: fmt.Sprint(res[1]), Limit: r.caps.Notifications, Used: toInt(res[2]), Want: toInt(res[3])}
 		if e.Cap == "bytes" {
-			e.Limit = caps.Bytes
+			e.Limit = r.caps.Bytes
 		}
 		return e
 	}

@@ -164,3 +164,48 @@ func TestQueueQuotaEnqueue(t *testing.T) {
 		t.Fatalf("a failed enqueue still counts: %+v", u)
 	}
 }
+
+// ReserveTenants enters several tenants' notifications in one round trip,
+// all or none: when one tenant is past its cap, the others' entries are
+// taken out again and its *QueueFullError returned; a retry of entered ids
+// counts them once; on a fresh server (the script not yet loaded) it works
+// the first time.
+func TestQueueQuotaReserveTenants(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	q := tasks.NewQueueQuota(rdb, tasks.Caps{Notifications: 3, TTL: time.Hour})
+	group := func(tenant string, from, n int) []tasks.Notification {
+		var out []tasks.Notification
+		for i := range n {
+			out = append(out, queuedSMS(tenant, from+i))
+		}
+		return out
+	}
+	usage := func(tenant string) int64 {
+		t.Helper()
+		u, err := q.Usage(ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Notifications
+	}
+	acme, globex := group("acme", 0, 2), group("globex", 0, 3)
+	if err := q.ReserveTenants(ctx, acme, globex); err != nil {
+		t.Fatalf("two tenants within their caps: %v", err)
+	}
+	if err := q.ReserveTenants(ctx, acme, globex); err != nil { // a retry: same ids
+		t.Fatalf("a retry of the same ids: %v", err)
+	}
+	if a, g := usage("acme"), usage("globex"); a != 2 || g != 3 {
+		t.Fatalf("usage acme %d, globex %d; want 2 and 3", a, g)
+	}
+	initech, more := group("initech", 0, 2), group("globex", 10, 1)
+	err := q.ReserveTenants(ctx, initech, more)
+	var full *tasks.QueueFullError
+	if !errors.As(err, &full) || full.Tenant != "globex" || full.Used != 3 || full.Want != 1 {
+		t.Fatalf("globex one over its cap of 3: %v (%+v)", err, full)
+	}
+	if i, g := usage("initech"), usage("globex"); i != 0 || g != 3 {
+		t.Fatalf("after the refusal: initech %d, globex %d; want 0 (taken out again) and 3 (its own untouched)", i, g)
+	}
+}

@@ -301,11 +301,13 @@ func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, 
 		byTenant[n.Tenant] = append(byTenant[n.Tenant], n)
 		items[i] = tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(p.queue(n.Normalized()))}}
 	}
-	for _, t := range order {
-		if err := p.deps.Queued.Reserve(ctx, byTenant[t]...); err != nil {
-			p.uncount(ctx, order[:slices.Index(order, t)], byTenant)
-			return 0, nil, err
-		}
+	groups := make([][]tasks.Notification, len(order))
+	for i, t := range order {
+		groups[i] = byTenant[t]
+	}
+	// Every tenant's caps in one round trip; past one, none is entered.
+	if err := p.deps.Queued.ReserveTenants(ctx, groups...); err != nil {
+		return 0, nil, err
 	}
 	res, err := tasks.NewProducer(p.rdb, p.keys).EnqueueMany(ctx, items)
 	var dups []tasks.LineError
@@ -322,17 +324,6 @@ func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, 
 		}
 	}
 	return accepted, dups, err
-}
-
-// uncount takes the chunk's entries of tenants out of their caps again.
-func (p *prod) uncount(ctx context.Context, tenants []string, byTenant map[string][]tasks.Notification) {
-	for _, t := range tenants {
-		var ids []string
-		for _, n := range byTenant[t] {
-			ids = append(ids, n.ID)
-		}
-		_, _ = p.deps.Queued.Release(context.WithoutCancel(ctx), t, ids...) // else they lapse after TTL
-	}
 }
 
 // progress shows a bar on a terminal and plain counts elsewhere.
