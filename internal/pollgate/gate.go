@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Options configure a Gate. The zero value of each field is its default.
@@ -397,10 +398,7 @@ func Clone(rdb redis.UniversalClient, hooks ...redis.Hook) (redis.UniversalClien
 	case *redis.ClusterClient:
 		o := *r.Options()
 		o.PushNotificationProcessor = nil
-		if o.MaintNotificationsConfig != nil {
-			m := *o.MaintNotificationsConfig
-			o.MaintNotificationsConfig = &m
-		}
+		o.MaintNotificationsConfig = noMaint()
 		c = redis.NewClusterClient(&o)
 	default:
 		return nil, fmt.Errorf("pollgate: %T is neither a single-node nor a Cluster client", rdb)
@@ -413,15 +411,23 @@ func Clone(rdb redis.UniversalClient, hooks ...redis.Hook) (redis.UniversalClien
 
 // cloneOptions copies client options for another client: without the
 // push-notification processor the first client stored in them (a second
-// client must register its own).
+// client must register its own), and without its maintenance-notification
+// settings (noMaint).
 func cloneOptions(base *redis.Options) *redis.Options {
 	o := *base
 	o.PushNotificationProcessor = nil
-	if o.MaintNotificationsConfig != nil {
-		m := *o.MaintNotificationsConfig
-		o.MaintNotificationsConfig = &m
-	}
+	o.MaintNotificationsConfig = noMaint()
 	return &o
+}
+
+// noMaint is the maintenance-notification setting of a cloned client: off.
+// The first client's own settings are not copied: go-redis writes them,
+// under a lock of its own, when a connection's handshake turns the "auto"
+// mode off, and copying them raced with that (the race detector, in a
+// full suite run). The clones (the Asynq servers' client, the gate's
+// subscriptions) ask for no maintenance events.
+func noMaint() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 type hook struct{ g *Gate }
