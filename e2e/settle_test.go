@@ -49,7 +49,7 @@ func TestKilledWorkersSendsSettledByCallbacks(t *testing.T) {
 	inFlight := e.sms.InFlightFrom("+15005550006") // both workers' requests at the provider
 	w0.kill()
 
-	ds := e.waitAllDelivered(ids, 2*time.Minute)
+	e.waitAllDelivered(ids, 2*time.Minute)
 	// Settled: nothing waiting, pending, running or due again, so a late
 	// repeat would have come by now.
 	sluicetest.EventuallyValueEvery(t, time.Minute, 100*time.Millisecond, "every task done", func() (int, bool) {
@@ -60,7 +60,7 @@ func TestKilledWorkersSendsSettledByCallbacks(t *testing.T) {
 		n := qi.Pending + qi.Active + qi.Scheduled + qi.Retry + qi.Aggregating
 		return n, n == 0
 	})
-	ds = e.sms.Deliveries()
+	ds := e.sms.Deliveries() // every receipt, repeats included
 	per := map[string]int{}
 	for _, d := range ds {
 		per[d.ID]++

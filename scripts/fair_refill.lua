@@ -56,7 +56,8 @@ if pending < low then
     local group = gprefix .. tenant
     -- The run's bound: what is asked, what the group holds (target may be huge), and 1,000 a
     -- turn (unpack's limit is 8,000 values).
-    local most = math.min(target - pending, redis.call('ZCARD', group), 1000)
+    local size = redis.call('ZCARD', group)
+    local most = math.min(target - pending, size, 1000)
     local starts = {start} -- starts[i]: the start of its i-th dispatch; one more than it runs
     repeat
       local s = starts[#starts] + step
@@ -81,7 +82,7 @@ if pending < low then
       end
       clock = string.format('%.17g', starts[#ids])
     end
-    if redis.call('EXISTS', group) == 0 then
+    if #ids == size then -- the group is empty now
       redis.call('ZREM', KEYS[3], tenant)
       redis.call('SREM', KEYS[2], tenant)
     else

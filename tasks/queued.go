@@ -175,18 +175,7 @@ return removed
 // all or none: past a cap it returns a *QueueFullError and enters nothing.
 // Ids already entered (a retry) count once.
 func (q *QueueQuota) Reserve(ctx context.Context, ns ...Notification) error {
-	if len(ns) == 0 {
-		return nil
-	}
-	r, err := q.reservation(ns)
-	if err != nil {
-		return err
-	}
-	res, err := reserveQueued.Run(ctx, q.rdb, queuedKeys(r.tenant), r.argv...).Slice()
-	if err != nil {
-		return fmt.Errorf("tasks: reserve queued work of %s: %w", r.tenant, err)
-	}
-	return r.verdict(res)
+	return q.ReserveTenants(ctx, ns)
 }
 
 // ReserveTenants is Reserve for several tenants at once, in one round trip

@@ -479,8 +479,8 @@ func TestRefillOrderIsStartTimeFairQueuing(t *testing.T) {
 		}
 		// The script: refill, then take what it moved (oldest first, as
 		// Asynq's dequeue does), until nothing is left.
-		low, target := 1+rng.IntN(8), 0
-		target = low + rng.IntN(24)
+		low := 1 + rng.IntN(8)
+		target := low + rng.IntN(24)
 		if trial == 0 {
 			low, target = 1<<30, 1<<30 // everything at once, as the tests' dispatch asks
 		}
