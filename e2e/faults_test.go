@@ -241,8 +241,8 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	e := newEnv(t, "sms:recipient=5/1m,sms:tenant=100000/1h", "--appendonly", "yes", "--appendfsync", "always")
 	e.sms.SetLatency(100 * time.Millisecond)
 	addr := freeAddr(t)
-	w := e.worker("w0", map[string]string{"SLUICE_HTTP_ADDR": addr})
-	e.worker("w1", nil)
+	w0 := e.worker("w0", map[string]string{"SLUICE_HTTP_ADDR": addr})
+	w1 := e.worker("w1", nil)
 	waitStatus(t, addr, 200, 10*time.Second)
 	ids := e.enqueueSMS(120, recipients(120), []string{"acme"})
 	e.sms.WaitCount(t, 20, time.Minute)
@@ -303,8 +303,10 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Fatalf("archived after the outage: %+v %v", qi, err)
 	}
-	if log := w.logText(); !strings.Contains(log, "redis unreachable") {
-		t.Fatalf("the worker's log does not say Redis was unreachable:\n%s", log)
+	// Whichever worker had a task in the outage says so (w0 alone once had
+	// none: a full run's flake).
+	if l0, l1 := w0.logText(), w1.logText(); !strings.Contains(l0+l1, "redis unreachable") {
+		t.Fatalf("neither worker's log says Redis was unreachable:\n%s\n%s", l0, l1)
 	}
 }
 

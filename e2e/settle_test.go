@@ -25,29 +25,37 @@ func TestKilledWorkersSendsSettledByCallbacks(t *testing.T) {
 	e.sms.SetLatency(300 * time.Millisecond)
 	e.sms.SetCallbacks(func(fakes.Delivery) []fakes.StatusUpdate { return []fakes.StatusUpdate{{Status: "sent"}} })
 	e.startAPIAt(addr, nil, "acme")
-	w0, w1 := e.worker("w0", nil), e.worker("w1", nil)
-	ids := e.enqueueSMS(300, recipients(50), []string{"acme"})
+	workers := []*proc{e.worker("w0", nil), e.worker("w1", nil)}
+	ids := e.enqueueSMS(900, recipients(50), []string{"acme"})
 
-	// Kill w0 while Asynq's heartbeats list at least 5 tasks running on it.
+	// Kill the worker Asynq's heartbeats (every 5 s) list with at least 5
+	// tasks running; the backlog lasts long enough for them to show.
 	e.sms.WaitCount(t, 20, time.Minute)
-	var running int
-	if err := sluicetest.Wait(30*time.Second, "w0 running 5 sends", func() bool {
+	victim, running := -1, 0
+	if err := sluicetest.Wait(45*time.Second, "a worker running 5 sends", func() bool {
 		servers, err := e.insp.Servers()
 		if err != nil {
 			return false
 		}
-		running = 0
-		for _, srv := range servers {
-			if srv.PID == w0.cmd.Process.Pid {
-				running += len(srv.ActiveWorkers)
+		for i, w := range workers {
+			n := 0
+			for _, srv := range servers {
+				if srv.PID == w.cmd.Process.Pid {
+					n += len(srv.ActiveWorkers)
+				}
+			}
+			if n >= 5 {
+				victim, running = i, n
+				return true
 			}
 		}
-		return running >= 5
+		return false
 	}); err != nil {
 		t.Fatal(err)
 	}
 	inFlight := e.sms.InFlightFrom("+15005550006") // both workers' requests at the provider
-	w0.kill()
+	workers[victim].kill()
+	survivor := workers[1-victim]
 
 	e.waitAllDelivered(ids, 2*time.Minute)
 	// Settled: nothing waiting, pending, running or due again, so a late
@@ -71,8 +79,8 @@ func TestKilledWorkersSendsSettledByCallbacks(t *testing.T) {
 			repeats = append(repeats, id)
 		}
 	}
-	settled := strings.Count(w1.logText(), "an earlier attempt reached the provider")
-	t.Logf("killed w0 with %d tasks running on it and %d requests at the provider; %d receipts of %d notifications; the re-run settled %d from their reports",
+	settled := strings.Count(survivor.logText(), "an earlier attempt reached the provider")
+	t.Logf("killed a worker with %d tasks running on it and %d requests at the provider; %d receipts of %d notifications; the re-run settled %d from their reports",
 		running, inFlight, len(ds), len(ids), settled)
 	if len(repeats) > 0 {
 		t.Fatalf("%d notifications reached the provider twice (%v): their reports had come before the re-run", len(repeats), repeats)
