@@ -34,11 +34,42 @@ func Read(environ map[string]string, cfg any) error {
 }
 
 // Problems collects a configuration's errors, each naming its variable.
-type Problems struct{ errs []error }
+type Problems struct {
+	errs []error
+	// Scope is put between the prefix and each name Add is given: the
+	// variables of a named provider (PROVIDER_BACKUP_) are read and
+	// checked by the code that checks the unnamed ones.
+	Scope string
+}
 
 // Add records that variable name (without the prefix) is wrong.
 func (p *Problems) Add(name, format string, args ...any) {
-	p.errs = append(p.errs, fmt.Errorf("%w: %s%s %s", ErrConfig, EnvPrefix, name, fmt.Sprintf(format, args...)))
+	p.errs = append(p.errs, fmt.Errorf("%w: %s%s%s %s", ErrConfig, EnvPrefix, p.Scope, name, fmt.Sprintf(format, args...)))
+}
+
+// Join adds q's problems to p's.
+func (p *Problems) Join(q *Problems) { p.errs = append(p.errs, q.errs...) }
+
+// Scoped returns the variables of environ (nil: the process environment)
+// whose names start with SLUICE_ followed by scope, named without the
+// scope: what a configuration struct read with Read sees as its own. A
+// named provider's settings (SLUICE_PROVIDER_BACKUP_SMS_BASE_URL) are read
+// by the code that reads the unnamed ones (SLUICE_SMS_BASE_URL).
+func Scoped(environ map[string]string, scope string) map[string]string {
+	if environ == nil {
+		environ = map[string]string{}
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			environ[k] = v
+		}
+	}
+	out := map[string]string{}
+	for k, v := range environ {
+		if rest, ok := strings.CutPrefix(k, EnvPrefix+scope); ok && rest != "" {
+			out[EnvPrefix+rest] = v
+		}
+	}
+	return out
 }
 
 // Err is every problem joined, nil when there is none.

@@ -49,7 +49,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{"SluiceRedisUnreachable", "SluiceDoneRecordsLost", "SluiceOrphansRequeued",
 		"SluiceSendsFailingPermanently", "SluiceSendsLateForSlot", "SluicePriorityLaneSlow",
-		"SluiceRedisEvictedKeys", "SluiceRedisNotCrashSafe", "SluiceRedisMemoryHigh"} {
+		"SluiceRedisEvictedKeys", "SluiceRedisNotCrashSafe", "SluiceRedisMemoryHigh", "SluiceProviderDown"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s", want)
 		}

@@ -40,4 +40,5 @@
 --#include op_hold.lua                "H" hold: hold a scope (provider back-pressure)
 --#include op_lease.lua               "L" lease: take in-flight slots
 --#include op_free.lua                "F" free: give in-flight slots back
+--#include op_breaker.lua             "B" breaker: a provider's circuit breaker (failover)
 --#include limiter_main.lua           main: the clock reading and the batch's dispatch

@@ -16,7 +16,7 @@
 // runs a whole batch of operations as before. The parts are the prelude
 // (the KEYS/ARGV readers), the consent rule (consent.lua), a sliding log's
 // and a counter rule's earliest fit, the search across rules, one file per
-// operation, and main, which reads the clock and dispatches. The nine
+// operation, and main, which reads the clock and dispatches. The ten
 // operations, by opcode:
 //
 //   - R reserve (op_reserve.lua): admit a send now or for an instant just
@@ -30,6 +30,7 @@
 //   - H hold (op_hold.lua): hold a scope (a provider's back-pressure).
 //   - L lease (op_lease.lua): take in-flight slots.
 //   - F free (op_free.lua): give in-flight slots back.
+//   - B breaker (op_breaker.lua): a provider's circuit breaker (failover).
 //
 // Each op_*.lua opens with its KEYS/ARGV/return contract; throttle encodes
 // each operation with one Go encoder, checked against that header by a test.
@@ -47,7 +48,7 @@ import (
 //go:embed *.lua
 var files embed.FS
 
-// Limiter runs a batch of limiter operations (the nine above), each
+// Limiter runs a batch of limiter operations (the ten above), each
 // atomic, all on one clock reading, as a Redis function where the server
 // has functions, else as a script: limiter.lua and the files it includes.
 var Limiter = newLibrary("sluice_limiter", join("limiter.lua"))

@@ -29,6 +29,13 @@ type Sender interface {
 	Send(ctx context.Context, n tasks.Notification) error
 }
 
+// Named is one provider of a channel's list (SLUICE_SMS_PROVIDERS), by
+// its name there.
+type Named struct {
+	Name   string
+	Sender Sender
+}
+
 // SendError classifies a failed send.
 type SendError struct {
 	Err error

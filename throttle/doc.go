@@ -16,7 +16,7 @@
 //
 // # Operations
 //
-// The library has nine operations, each in its own scripts/op_*.lua with
+// The library has ten operations, each in its own scripts/op_*.lua with
 // its KEYS/ARGV/return contract on top, each written by one encoder of
 // ops.go, which a test checks against that header:
 //
@@ -31,6 +31,8 @@
 //   - H hold (Hold): hold a scope, a provider's back-pressure (hold.go).
 //   - L lease (Acquire): take in-flight slots (inflight.go).
 //   - F free (Free): give in-flight slots back.
+//   - B breaker (ProviderFailed, TryProbe, ProviderRecovered): a
+//     provider's circuit breaker, shared by every worker (breaker.go).
 //
 // # Guarantees
 //

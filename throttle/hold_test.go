@@ -76,11 +76,13 @@ func testHolds(t *testing.T, c redis.UniversalClient) {
 }
 
 // A hold set by one caller books every check that names it after its end,
-// lifts by itself, and doubles when one follows another.
+// lifts by itself, and doubles when one follows another; a provider's
+// breaker opens, probes and closes (testBreakers), on one node and a Cluster.
 func TestHolds(t *testing.T) {
 	t.Parallel()
 	_, c := redistest.New(t)
 	testHolds(t, c)
+	testBreakers(t, c)
 }
 
 func TestHoldsCluster(t *testing.T) {
@@ -90,4 +92,5 @@ func TestHoldsCluster(t *testing.T) {
 	t.Parallel()
 	_, cc := redistest.NewCluster(t, 3, 0)
 	testHolds(t, cc)
+	testBreakers(t, cc)
 }

@@ -21,6 +21,7 @@ const (
 	opHold    = "H"
 	opLease   = "L"
 	opFree    = "F"
+	opBreaker = "B"
 )
 
 // encoder is one operation of the library.

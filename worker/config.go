@@ -19,27 +19,33 @@ import (
 // worker opens them.
 type Config struct {
 	config.Base
-	Concurrency          int           `env:"CONCURRENCY" envDefault:"10" desc:"Standard and bulk tasks taken at once per worker (besides those waiting in process for their slot: MAX_WAITERS), and the most standard and bulk requests the worker has at its providers at once, the sends that waited for their slot included (they queue for a request slot in slot order; sluice_provider_inflight)."`
-	PriorityConcurrency  int           `env:"PRIORITY_CONCURRENCY" envDefault:"4" desc:"Priority-lane tasks (exempt categories: OTPs, fraud alerts) processed at once per worker, on their own dequeuer and slots, so nothing in the standard or bulk lanes is ever ahead of them; also the most priority-lane requests the worker has at its providers at once (on top of CONCURRENCY)."`
-	BulkWeight           int           `env:"BULK_WEIGHT" envDefault:"1" desc:"Weight (1-16) of each bulk shard in the dequeuer it shares with the standard lane, against 4 for each standard shard: with work waiting in both, bulk gets about WEIGHT/(4+WEIGHT) of the picks (1: a fifth), so it never starves standard nor is starved."`
-	QueueRecheck         time.Duration `env:"QUEUE_RECHECK" envDefault:"10s" desc:"An idle worker does not poll queues Redis reported unchanged (client-side-caching invalidations, CLIENT TRACKING); it polls each anyway after this long. 0 turns that off: every queue is polled every POLL_INTERVAL and DELAYED_CHECK_INTERVAL, as plain Asynq does."`
-	HTTPAddr             string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
-	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
-	Reschedule           string        `env:"RESCHEDULE" envDefault:"booked" desc:"How a task whose slot lies ahead waits: booked (the limiter books the slot; about 2 checks per send in a backlog) or naive (it is woken when the slot opens and competes for it)."`
-	MaxInlineWait        time.Duration `env:"MAX_INLINE_WAIT" envDefault:"2s" desc:"A slot at most this far ahead is waited for inside the worker (to the millisecond) instead of through Asynq's whole-second scheduler; booked tasks are woken early by up to a second plus DELAYED_CHECK_INTERVAL + POLL_INTERVAL + 100ms and wait the rest here, so keep it above that."`
-	MaxWaiters           int           `env:"MAX_WAITERS" envDefault:"256" desc:"Tasks that may wait in process for their slot at once, on top of CONCURRENCY and PRIORITY_CONCURRENCY (each lane's Asynq server runs its concurrency + MAX_WAITERS tasks, so waiting never blocks sending). Size it to the booked tasks whose slots fall within MAX_INLINE_WAIT of each other: a task that finds none free goes back through Asynq's whole-second scheduler, arrives late and loses a window (the default was 32 until a backlog of 30 recipients, whose 60 slots coincide, drained at 1.5× the exact scheduler's time)."`
-	DoneLinger           time.Duration `env:"DONE_LINGER" envDefault:"1ms" desc:"How long a sent task's done record may wait for the next quota check to carry it (one round trip for both) before it goes alone; the task completes only once the record is written. 0: at once."`
-	Rerun                string        `env:"RERUN" envDefault:"at-least-once" desc:"A task that runs again after an attempt whose outcome is unknown (admitted, neither recorded as sent nor released: a crash mid-send): at-least-once sends again and counts the re-send as a fresh message in every window; at-most-once archives it (reason outcome_unknown)."`
-	DelayedCheckInterval time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"250ms" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
-	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"100ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
-	RetryBase            time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
-	RetryMax             time.Duration `env:"RETRY_MAX" envDefault:"10m" desc:"Longest backoff of a failed send."`
-	OrphanAfter          time.Duration `env:"ORPHAN_AFTER" envDefault:"15s" desc:"A task Asynq holds as active whose lease has not been extended for this long (while Redis answered) and that no live worker lists is put back at the head of the queue: a worker killed mid-task, or a dequeue whose reply Redis lost as it died. Asynq's own recovery takes 60-120 s. At least 11s (two of Asynq's 5 s heartbeats and a margin); 0 leaves it to Asynq."`
-	UnavailableRetry     time.Duration `env:"UNAVAILABLE_RETRY" envDefault:"2s" desc:"When Redis cannot be asked for a quota, how long until the task is tried again (nothing is sent meanwhile)."`
-	RedisWaitReplicas    int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"Replicas that must acknowledge each admission (Redis WAIT, right after the quota check on the same connection; on a Cluster to the master of the tenant's slot) before the send goes out, so a failover cannot lose an admission a send went out on. Fewer within REDIS_WAIT_TIMEOUT: nothing is sent, the admission is given back and the task tries again, as when Redis is unreachable. A send acknowledged later than half SEND_SLACK after its slot is asked again, not sent late: set SEND_SLACK to at least twice REDIS_WAIT_TIMEOUT. 0: no wait (Redis replicates asynchronously)."`
-	RedisWaitTimeout     time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"500ms" desc:"How long an admission waits for REDIS_WAIT_REPLICAS acknowledgements (1ms to 2s)."`
-	EmailSender          string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing); the providers are listed in sender/providers."`
-	SMSSender            string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log; the providers are listed in sender/providers."`
+	Concurrency           int           `env:"CONCURRENCY" envDefault:"10" desc:"Standard and bulk tasks taken at once per worker (besides those waiting in process for their slot: MAX_WAITERS), and the most standard and bulk requests the worker has at its providers at once, the sends that waited for their slot included (they queue for a request slot in slot order; sluice_provider_inflight)."`
+	PriorityConcurrency   int           `env:"PRIORITY_CONCURRENCY" envDefault:"4" desc:"Priority-lane tasks (exempt categories: OTPs, fraud alerts) processed at once per worker, on their own dequeuer and slots, so nothing in the standard or bulk lanes is ever ahead of them; also the most priority-lane requests the worker has at its providers at once (on top of CONCURRENCY)."`
+	BulkWeight            int           `env:"BULK_WEIGHT" envDefault:"1" desc:"Weight (1-16) of each bulk shard in the dequeuer it shares with the standard lane, against 4 for each standard shard: with work waiting in both, bulk gets about WEIGHT/(4+WEIGHT) of the picks (1: a fifth), so it never starves standard nor is starved."`
+	QueueRecheck          time.Duration `env:"QUEUE_RECHECK" envDefault:"10s" desc:"An idle worker does not poll queues Redis reported unchanged (client-side-caching invalidations, CLIENT TRACKING); it polls each anyway after this long. 0 turns that off: every queue is polled every POLL_INTERVAL and DELAYED_CHECK_INTERVAL, as plain Asynq does."`
+	HTTPAddr              string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
+	ShutdownTimeout       time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
+	Reschedule            string        `env:"RESCHEDULE" envDefault:"booked" desc:"How a task whose slot lies ahead waits: booked (the limiter books the slot; about 2 checks per send in a backlog) or naive (it is woken when the slot opens and competes for it)."`
+	MaxInlineWait         time.Duration `env:"MAX_INLINE_WAIT" envDefault:"2s" desc:"A slot at most this far ahead is waited for inside the worker (to the millisecond) instead of through Asynq's whole-second scheduler; booked tasks are woken early by up to a second plus DELAYED_CHECK_INTERVAL + POLL_INTERVAL + 100ms and wait the rest here, so keep it above that."`
+	MaxWaiters            int           `env:"MAX_WAITERS" envDefault:"256" desc:"Tasks that may wait in process for their slot at once, on top of CONCURRENCY and PRIORITY_CONCURRENCY (each lane's Asynq server runs its concurrency + MAX_WAITERS tasks, so waiting never blocks sending). Size it to the booked tasks whose slots fall within MAX_INLINE_WAIT of each other: a task that finds none free goes back through Asynq's whole-second scheduler, arrives late and loses a window (the default was 32 until a backlog of 30 recipients, whose 60 slots coincide, drained at 1.5× the exact scheduler's time)."`
+	DoneLinger            time.Duration `env:"DONE_LINGER" envDefault:"1ms" desc:"How long a sent task's done record may wait for the next quota check to carry it (one round trip for both) before it goes alone; the task completes only once the record is written. 0: at once."`
+	Rerun                 string        `env:"RERUN" envDefault:"at-least-once" desc:"A task that runs again after an attempt whose outcome is unknown (admitted, neither recorded as sent nor released: a crash mid-send): at-least-once sends again and counts the re-send as a fresh message in every window; at-most-once archives it (reason outcome_unknown)."`
+	DelayedCheckInterval  time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"250ms" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
+	PollInterval          time.Duration `env:"POLL_INTERVAL" envDefault:"100ms" desc:"How often an idle worker polls for tasks (Asynq's TaskCheckInterval)."`
+	RetryBase             time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
+	RetryMax              time.Duration `env:"RETRY_MAX" envDefault:"10m" desc:"Longest backoff of a failed send."`
+	OrphanAfter           time.Duration `env:"ORPHAN_AFTER" envDefault:"15s" desc:"A task Asynq holds as active whose lease has not been extended for this long (while Redis answered) and that no live worker lists is put back at the head of the queue: a worker killed mid-task, or a dequeue whose reply Redis lost as it died. Asynq's own recovery takes 60-120 s. At least 11s (two of Asynq's 5 s heartbeats and a margin); 0 leaves it to Asynq."`
+	UnavailableRetry      time.Duration `env:"UNAVAILABLE_RETRY" envDefault:"2s" desc:"When Redis cannot be asked for a quota, how long until the task is tried again (nothing is sent meanwhile)."`
+	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"Replicas that must acknowledge each admission (Redis WAIT, right after the quota check on the same connection; on a Cluster to the master of the tenant's slot) before the send goes out, so a failover cannot lose an admission a send went out on. Fewer within REDIS_WAIT_TIMEOUT: nothing is sent, the admission is given back and the task tries again, as when Redis is unreachable. A send acknowledged later than half SEND_SLACK after its slot is asked again, not sent late: set SEND_SLACK to at least twice REDIS_WAIT_TIMEOUT. 0: no wait (Redis replicates asynchronously)."`
+	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"500ms" desc:"How long an admission waits for REDIS_WAIT_REPLICAS acknowledgements (1ms to 2s)."`
+	EmailSender           string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing); the providers are listed in sender/providers."`
+	SMSSender             string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log; the providers are listed in sender/providers."`
+	SMSProviders          []string      `env:"SMS_PROVIDERS" envSeparator:"," desc:"SMS providers in the order they are tried, e.g. default,backup (docs/channels.md, \"Failover\"): default is the one SMS_SENDER and its variables configure; any other NAME is configured by the same variables under SLUICE_PROVIDER_NAME_ (SLUICE_PROVIDER_BACKUP_SMS_SENDER=http, SLUICE_PROVIDER_BACKUP_SMS_BASE_URL=...). Empty: SMS_SENDER alone."`
+	EmailProviders        []string      `env:"EMAIL_PROVIDERS" envSeparator:"," desc:"Email providers in the order they are tried, as SMS_PROVIDERS (SLUICE_PROVIDER_NAME_EMAIL_SENDER=smtp, SLUICE_PROVIDER_NAME_SMTP_HOST=...). Empty: EMAIL_SENDER alone."`
+	FailoverGrace         time.Duration `env:"FAILOVER_GRACE" envDefault:"10s" desc:"With several providers: how long standard and bulk sends wait for a provider that is down or held before they go to the next one (a hold that ends sooner is waited for). Priority-lane sends go to the next at once."`
+	ProviderFailures      int           `env:"PROVIDER_FAILURES" envDefault:"3" desc:"With several providers: transient failures at a provider (refused connections, timeouts, 5xx), counted by every worker within PROVIDER_FAILURE_WINDOW, that mark it down (a circuit breaker kept in Redis)."`
+	ProviderFailureWindow time.Duration `env:"PROVIDER_FAILURE_WINDOW" envDefault:"10s" desc:"The window PROVIDER_FAILURES are counted in."`
+	ProviderCooldown      time.Duration `env:"PROVIDER_COOLDOWN" envDefault:"5s" desc:"How long a provider marked down gets no requests; then one worker sends one request to it (a probe): one that succeeds takes it back, one that fails marks it down again for as long."`
 
 	// Environ is where the senders' settings are read from (nil: the
 	// process environment); ParseConfig and ReadConfig set it.
@@ -79,6 +85,7 @@ func (c Config) Validate() error {
 	c.Base.Validate(&p)
 	c.validateServers(&p)
 	c.validateSenders(&p)
+	c.validateFailover(&p)
 	c.validateTimings(&p)
 	return p.Err()
 }
@@ -107,27 +114,31 @@ func (c Config) validateServers(p *config.Problems) {
 	}
 }
 
-// validateSenders checks EMAIL_SENDER and SMS_SENDER and the selected
-// providers' settings, then the settings the API shares with the
-// providers not selected.
+// validateSenders checks each channel's providers (EMAIL_SENDER and
+// SMS_SENDER, or the lists EMAIL_PROVIDERS and SMS_PROVIDERS) and their
+// settings, then the settings the API shares with the providers not
+// selected.
 func (c Config) validateSenders(p *config.Problems) {
-	for _, s := range []struct {
-		ch   tasks.Channel
-		name string
-		v    string
-	}{{tasks.Email, "EMAIL_SENDER", c.EmailSender}, {tasks.SMS, "SMS_SENDER", c.SMSSender}} {
-		prov, ok := sender.Lookup(providers.All, s.ch, s.v)
-		if !ok {
-			p.Add(s.name, "must be %s, got %q", strings.Join(sender.Names(providers.All, s.ch), " or "), s.v)
-			continue
-		}
-		st, err := prov.NewSettings(c.Environ)
+	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+		specs, err := c.Providers(ch)
 		if err != nil {
-			p.Add(s.name, "%v", err)
+			p.Join(err.(*providerProblems).p)
 			continue
 		}
-		if st != nil {
-			st.Validate(c.Base, p)
+		for _, s := range specs {
+			prov, _ := sender.Lookup(providers.All, ch, s.Kind)
+			st, err := prov.NewSettings(s.Environ)
+			if err != nil {
+				q := config.Problems{Scope: s.Scope}
+				q.Add(senderVar(ch), "%v", err)
+				p.Join(&q)
+				continue
+			}
+			if st != nil {
+				q := config.Problems{Scope: s.Scope}
+				st.Validate(c.Base, &q)
+				p.Join(&q)
+			}
 		}
 	}
 	// Settings that the API reads too, of the providers not selected.
@@ -141,6 +152,154 @@ func (c Config) validateSenders(p *config.Problems) {
 			}
 		}
 	}
+}
+
+// validateFailover checks the provider breaker's settings.
+func (c Config) validateFailover(p *config.Problems) {
+	if c.FailoverGrace < 0 || c.FailoverGrace > time.Hour {
+		p.Add("FAILOVER_GRACE", "must be between 0 and 1h, got %v", c.FailoverGrace)
+	}
+	if c.ProviderFailures < 1 || c.ProviderFailures > 1000 {
+		p.Add("PROVIDER_FAILURES", "must be between 1 and 1000, got %d", c.ProviderFailures)
+	}
+	if c.ProviderFailureWindow < 100*time.Millisecond || c.ProviderFailureWindow > time.Hour {
+		p.Add("PROVIDER_FAILURE_WINDOW", "must be between 100ms and 1h, got %v", c.ProviderFailureWindow)
+	}
+	if c.ProviderCooldown < 100*time.Millisecond || c.ProviderCooldown > time.Hour {
+		p.Add("PROVIDER_COOLDOWN", "must be between 100ms and 1h, got %v", c.ProviderCooldown)
+	}
+}
+
+// DefaultProvider names the provider that the unnamed variables
+// (SLUICE_SMS_SENDER and its settings) configure.
+const DefaultProvider = "default"
+
+// maxProviders bounds a channel's list.
+const maxProviders = 8
+
+// ProviderSpec is one provider of a channel's list (SMS_PROVIDERS,
+// EMAIL_PROVIDERS).
+type ProviderSpec struct {
+	// Name is its name in the list; DefaultProvider for the provider the
+	// unnamed variables configure.
+	Name string
+	// Kind is the provider package it uses (sender/providers: http, telnyx,
+	// smtp, log): its SLUICE_[PROVIDER_NAME_]SMS_SENDER or EMAIL_SENDER.
+	Kind string
+	// Scope is what its variables carry after SLUICE_ ("PROVIDER_BACKUP_";
+	// "" for the default), and Environ those variables without it: what
+	// its settings are read from.
+	Scope   string
+	Environ map[string]string
+}
+
+// providerProblems is a list that cannot be used.
+type providerProblems struct{ p *config.Problems }
+
+func (e *providerProblems) Error() string { return e.p.Err().Error() }
+func (e *providerProblems) Unwrap() error { return e.p.Err() }
+
+// Providers returns ch's providers in the order they are tried: the list
+// EMAIL_PROVIDERS or SMS_PROVIDERS names, or the one EMAIL_SENDER or
+// SMS_SENDER selects when the list is empty.
+func (c Config) Providers(ch tasks.Channel) ([]ProviderSpec, error) {
+	names, kind, listVar := c.SMSProviders, c.SMSSender, "SMS_PROVIDERS"
+	if ch == tasks.Email {
+		names, kind, listVar = c.EmailProviders, c.EmailSender, "EMAIL_PROVIDERS"
+	}
+	if len(names) == 0 {
+		names = []string{DefaultProvider}
+	}
+	var p config.Problems
+	if len(names) > maxProviders {
+		p.Add(listVar, "names %d providers; at most %d", len(names), maxProviders)
+	}
+	seen := map[string]bool{}
+	var out []ProviderSpec
+	for _, name := range names {
+		name = strings.TrimSpace(name)
+		if !validProviderName(name) {
+			p.Add(listVar, "has %q: a provider's name is a lower-case letter, then up to 15 lower-case letters and digits", name)
+			continue
+		}
+		if seen[name] {
+			p.Add(listVar, "names %q twice", name)
+			continue
+		}
+		seen[name] = true
+		s := ProviderSpec{Name: name, Kind: kind, Environ: c.Environ}
+		if name != DefaultProvider {
+			s.Scope = "PROVIDER_" + strings.ToUpper(name) + "_"
+			s.Environ = config.Scoped(c.Environ, s.Scope)
+			s.Kind = s.Environ[config.EnvPrefix+senderVar(ch)]
+		}
+		if _, ok := sender.Lookup(providers.All, ch, s.Kind); !ok {
+			q := config.Problems{Scope: s.Scope}
+			q.Add(senderVar(ch), "must be %s, got %q", strings.Join(sender.Names(providers.All, ch), " or "), s.Kind)
+			p.Join(&q)
+			continue
+		}
+		out = append(out, s)
+	}
+	if err := p.Err(); err != nil {
+		return nil, &providerProblems{&p}
+	}
+	return out, nil
+}
+
+// senderVar is the variable that selects a channel's provider package.
+func senderVar(ch tasks.Channel) string {
+	if ch == tasks.Email {
+		return "EMAIL_SENDER"
+	}
+	return "SMS_SENDER"
+}
+
+func validProviderName(s string) bool {
+	if len(s) == 0 || len(s) > 16 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// ProviderVariables are the variables of the named providers environ's
+// lists configure (SLUICE_PROVIDER_BACKUP_SMS_SENDER, and every variable of
+// the channel's provider packages under that scope): names the unknown
+// variable check accepts.
+func ProviderVariables(environ map[string]string) []string {
+	c, err := ReadConfig(environ)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+		names := c.SMSProviders
+		if ch == tasks.Email {
+			names = c.EmailProviders
+		}
+		for _, name := range names {
+			name = strings.TrimSpace(name)
+			if !validProviderName(name) || name == DefaultProvider {
+				continue
+			}
+			scope := config.EnvPrefix + "PROVIDER_" + strings.ToUpper(name) + "_"
+			out = append(out, scope+senderVar(ch))
+			for _, prov := range providers.All {
+				if prov.Channel != ch || prov.Settings == nil {
+					continue
+				}
+				for _, v := range config.Vars(prov.Settings()) {
+					out = append(out, scope+strings.TrimPrefix(v.Name, config.EnvPrefix))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // validateTimings checks the intervals, waits and retries of sends: the
@@ -185,22 +344,16 @@ func (c Config) validateTimings(p *config.Problems) {
 // secrets masked (the selected senders' settings included): safe to log.
 func (c Config) Redacted() []string {
 	out := config.Redacted(c)
-	for _, s := range c.senderSettings() {
-		out = append(out, config.Redacted(s)...)
-	}
-	return out
-}
-
-// senderSettings are the selected senders' settings (those that read).
-func (c Config) senderSettings() []sender.Settings {
-	var out []sender.Settings
-	for _, s := range []struct {
-		ch tasks.Channel
-		v  string
-	}{{tasks.Email, c.EmailSender}, {tasks.SMS, c.SMSSender}} {
-		if prov, ok := sender.Lookup(providers.All, s.ch, s.v); ok {
-			if st, err := prov.NewSettings(c.Environ); err == nil && st != nil {
-				out = append(out, st)
+	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+		specs, _ := c.Providers(ch)
+		for _, s := range specs {
+			prov, _ := sender.Lookup(providers.All, ch, s.Kind)
+			st, err := prov.NewSettings(s.Environ)
+			if err != nil || st == nil {
+				continue
+			}
+			for _, kv := range config.Redacted(st) {
+				out = append(out, config.EnvPrefix+s.Scope+strings.TrimPrefix(kv, config.EnvPrefix))
 			}
 		}
 	}

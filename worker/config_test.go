@@ -298,3 +298,59 @@ func TestConfigSMTPAuthNeedsTLS(t *testing.T) {
 		t.Errorf("SLUICE_SMTP_ALLOW_PLAIN_AUTH must default to false: %v, %v", smtpSettings(t, cfg).AllowPlainAuth, err)
 	}
 }
+
+// A channel's provider list: each named provider reads its own variables
+// (SLUICE_PROVIDER_NAME_...), a bad list or a named provider's bad setting
+// is refused naming the variable, the named providers' variables are known
+// (not reported as unknown) and their secrets masked.
+func TestConfigProviderLists(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"SLUICE_SUBJECT_SECRET": "0123456789abcdef", "SLUICE_PAYLOAD_KEYS": testKeys,
+		"SLUICE_SMS_SENDER": "http", "SLUICE_SMS_ACCOUNT_SID": "AC1", "SLUICE_SMS_AUTH_TOKEN": "tok-primary", "SLUICE_SMS_FROM": "+15005550006",
+		"SLUICE_SMS_PROVIDERS":                   "default,backup",
+		"SLUICE_PROVIDER_BACKUP_SMS_SENDER":      "http",
+		"SLUICE_PROVIDER_BACKUP_SMS_BASE_URL":    "http://127.0.0.1:9",
+		"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID": "AC2",
+		"SLUICE_PROVIDER_BACKUP_SMS_AUTH_TOKEN":  "tok-backup-secret",
+	}
+	cfg, err := worker.ParseConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := cfg.Providers("sms")
+	if err != nil || len(specs) != 2 || specs[0].Name != "default" || specs[1].Name != "backup" || specs[1].Kind != "http" ||
+		specs[1].Environ["SLUICE_SMS_BASE_URL"] != "http://127.0.0.1:9" || specs[0].Environ["SLUICE_SMS_AUTH_TOKEN"] != "tok-primary" {
+		t.Fatalf("providers: %+v, %v", specs, err)
+	}
+	if email, err := cfg.Providers("email"); err != nil || len(email) != 1 || email[0].Name != "default" || email[0].Kind != "log" {
+		t.Fatalf("email without a list: %+v, %v", email, err)
+	}
+	all := strings.Join(cfg.Redacted(), "\n")
+	if strings.Contains(all, "tok-backup-secret") || !strings.Contains(all, "SLUICE_PROVIDER_BACKUP_SMS_BASE_URL=http://127.0.0.1:9") {
+		t.Errorf("Redacted:\n%s", all)
+	}
+	if err := config.UnknownVariables(base, append(worker.KnownVariables(), worker.ProviderVariables(base)...)); err != nil {
+		t.Errorf("a named provider's variables reported unknown: %v", err)
+	}
+	unnamed := maps.Clone(base)
+	unnamed["SLUICE_PROVIDER_OTHER_SMS_SENDER"] = "http"
+	if err := config.UnknownVariables(unnamed, append(worker.KnownVariables(), worker.ProviderVariables(unnamed)...)); err == nil ||
+		!strings.Contains(err.Error(), "SLUICE_PROVIDER_OTHER_SMS_SENDER") {
+		t.Errorf("a provider no list names: %v", err)
+	}
+	for want, change := range map[string]map[string]string{
+		"SLUICE_SMS_PROVIDERS has \"Backup\"":          {"SLUICE_SMS_PROVIDERS": "default,Backup"},
+		"SLUICE_SMS_PROVIDERS names \"default\" twice": {"SLUICE_SMS_PROVIDERS": "default,default"},
+		"SLUICE_PROVIDER_SPARE_SMS_SENDER must be":     {"SLUICE_SMS_PROVIDERS": "default,spare"},
+		"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID":       {"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID": ""},
+		"SLUICE_PROVIDER_FAILURES must be":             {"SLUICE_PROVIDER_FAILURES": "0"},
+		"SLUICE_FAILOVER_GRACE must be":                {"SLUICE_FAILOVER_GRACE": "-1s"},
+	} {
+		env := maps.Clone(base)
+		maps.Copy(env, change)
+		_, err := worker.ParseConfig(env)
+		if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: err = %v, want one naming %s", change, err, want)
+		}
+	}
+}

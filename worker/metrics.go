@@ -25,9 +25,15 @@ type Metrics struct {
 	UnknownOutcomes *prometheus.CounterVec
 	// ProviderInFlight: this worker's requests at its providers now.
 	ProviderInFlight *prometheus.GaugeVec
-	Orphans          prometheus.Counter
-	Moved            *prometheus.CounterVec
-	Suppressed       *prometheus.CounterVec
+	// ProviderUp, ProviderSends, Failovers: each provider's state as this
+	// worker last read it, what it sent through each, and the sends that
+	// moved on (docs/channels.md, "Failover").
+	ProviderUp    *prometheus.GaugeVec
+	ProviderSends *prometheus.CounterVec
+	Failovers     *prometheus.CounterVec
+	Orphans       prometheus.Counter
+	Moved         *prometheus.CounterVec
+	Suppressed    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -45,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"channel"}),
 		Sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_sends_total",
-			Help: "Send attempts by channel and result (sent, transient, throttled: a provider's back-pressure, permanent, invalid).",
+			Help: "Send attempts by channel and result (sent, transient, throttled: a provider's back-pressure, failover: not taken, tried at the next provider, permanent, invalid).",
 		}, []string{"channel", "result"}),
 		SendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_send_duration_seconds",
@@ -90,9 +96,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.UnknownOutcomes)
 	m.ProviderInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_provider_inflight",
-		Help: "This worker's send requests at its providers now: at most CONCURRENCY standard and bulk plus PRIORITY_CONCURRENCY priority-lane ones.",
-	}, []string{"channel"})
+		Help: "This worker's send requests at each provider now: at most CONCURRENCY standard and bulk plus PRIORITY_CONCURRENCY priority-lane ones per provider.",
+	}, []string{"channel", "provider"})
 	reg.MustRegister(m.ProviderInFlight)
+	m.ProviderUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_provider_up",
+		Help: "1 while a provider is up as this worker last read it; 0 while it is marked down (its breaker open), held (a throttling answer), or probed.",
+	}, []string{"channel", "provider"})
+	reg.MustRegister(m.ProviderUp)
+	m.ProviderSends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_provider_sends_total",
+		Help: "Notifications each provider took (sent) from this worker.",
+	}, []string{"channel", "provider"})
+	reg.MustRegister(m.ProviderSends)
+	m.Failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_failovers_total",
+		Help: "Sends a provider did not take (a refused connection, 503, 429) that moved to the next provider: at once (priority lane) or after the failover grace.",
+	}, []string{"channel", "from"})
+	reg.MustRegister(m.Failovers)
 	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_orphans_requeued_total",
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",

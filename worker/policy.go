@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/plans"
-	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -30,7 +29,8 @@ func (w *Worker) plan(p plans.Policy, n tasks.Notification) check {
 	c.opts.Deadline = c.SendBy(w.cfg.SendSlack) // the send must reach the provider by the deadline
 	c.opts.Closed = c.Closed
 	c.opts.Consent = w.consentCheck(p, n)
-	c.opts.Holds = w.holdKeys(n)
+	// The provider's and its sender's holds are bound when the provider is
+	// picked (bindProvider).
 	return c
 }
 
@@ -40,26 +40,6 @@ const (
 	holdBase = time.Second
 	holdMax  = time.Minute
 )
-
-// holdKeys are the hold keys a send of n honours: its channel's provider
-// and its origin (From number, sender id, messaging service, From address).
-func (w *Worker) holdKeys(n tasks.Notification) []string {
-	keys := []string{w.limiter.HoldKey(string(n.Channel)+":provider", "")}
-	if o := w.cfg.Origin(n); o != "" {
-		keys = append(keys, w.limiter.HoldKey(string(n.Channel)+":sender", o))
-	}
-	return keys
-}
-
-// holdKey is the key a throttling answer of scope holds.
-func (w *Worker) holdKey(n tasks.Notification, scope string) string {
-	if scope == sender.HoldSender {
-		if o := w.cfg.Origin(n); o != "" {
-			return w.limiter.HoldKey(string(n.Channel)+":sender", o)
-		}
-	}
-	return w.limiter.HoldKey(string(n.Channel)+":provider", "")
-}
 
 // dedupeTTL: how long a notification's record lives — at least the longest
 // window it counts in, so an unfinished attempt is known while it counts.

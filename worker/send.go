@@ -94,16 +94,27 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		if moved, err := w.route(ctx, t, n, log); moved {
 			return err
 		}
-		a, err := w.reserve(ctx, t, &n, log)
-		if a == nil {
+		var tried []string // providers that did not take it in this run
+		for {
+			a, err := w.reserve(ctx, t, &n, tried, log)
+			if a == nil {
+				w.leftQueue(ctx, t, n, err, log)
+				return err
+			}
+			sendCtx, span := w.startSend(ctx, n, a.d)
+			err = w.dispatch(sendCtx, t, n, a, tried, next, log)
+			endSend(span, err)
+			var fo *errFailover
+			if errors.As(err, &fo) {
+				// A priority send its provider did not take: the next one, now.
+				tried = append(tried, fo.from)
+				w.metrics.Failovers.WithLabelValues(string(n.Channel), fo.from).Inc()
+				log.Warn("provider did not take a priority send; trying the next one", "provider", fo.from, "err", fo.err)
+				continue
+			}
 			w.leftQueue(ctx, t, n, err, log)
 			return err
 		}
-		sendCtx, span := w.startSend(ctx, n, a.d)
-		err = w.dispatch(sendCtx, t, n, a, next, log)
-		endSend(span, err)
-		w.leftQueue(ctx, t, n, err, log)
-		return err
 	})
 }
 
@@ -208,8 +219,9 @@ func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error 
 
 // admission is a send the limiter admitted for now.
 type admission struct {
-	d throttle.Decision
-	c check // what it was checked under
+	d  throttle.Decision
+	c  check // what it was checked under
+	pk pick  // the provider it goes to
 	// sendBy is the latest instant the send may begin, in this process's
 	// clock: half the send slack after its slot.
 	sendBy time.Time
@@ -218,13 +230,21 @@ type admission struct {
 // reserve asks the limiter, under the plans in force, until the send is
 // admitted for now (waiting in process for a near slot), or the run ends:
 // a nil admission, with what Asynq is to do (nil: nothing more).
-func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, log *slog.Logger) (*admission, error) {
+//
+// The provider is picked first (pickProvider: the first of the channel's
+// that is up and not in tried), and the check is of a send through it.
+func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admission, error) {
 	for round := 0; ; round++ {
 		policy, version := w.currentPlans()
 		c := w.plan(policy, *n)
 		if err := w.comply(c, n, log); err != nil {
 			return nil, err
 		}
+		pk, err := w.pickProvider(ctx, *n, c.Match.Exempt, tried, log)
+		if err != nil {
+			return nil, w.providerWait(*n, err, log)
+		}
+		w.bindProvider(&c, *n, pk.p)
 		d, waiter, asked, err := w.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err
@@ -248,7 +268,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
-				return &admission{d: d, c: c, sendBy: sendBy}, nil
+				return &admission{d: d, c: c, pk: pk, sendBy: sendBy}, nil
 			} else {
 				err = w.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
 				w.releaseWaiter(waiter)
@@ -276,7 +296,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			return &admission{d: d, c: c, sendBy: sendBy}, nil
+			return &admission{d: d, c: c, pk: pk, sendBy: sendBy}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
@@ -407,7 +427,12 @@ func (w *Worker) settled(n tasks.Notification, c check, d throttle.Decision, why
 // happen; a permanent refusal archived (and the recipient suppressed when
 // the provider says so); a transient failure retried with backoff until
 // the task's real retry budget is used up.
-func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, next asynq.Handler, log *slog.Logger) error {
+//
+// With several providers, a transient failure counts toward the provider's
+// breaker, and a send the provider definitely did not take (NotSent) moves
+// to the next provider: a priority send at once (errFailover), the others
+// through Asynq without spending a retry.
+func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, tried []string, next asynq.Handler, log *slog.Logger) error {
 	if len(a.c.Caps) > 0 {
 		done, err := w.takeCaps(ctx, n, a, log)
 		if err != nil {
@@ -425,9 +450,10 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	// process for their slots included; they queue for a request slot in
 	// the order they ask, which is their slots' (a wait that makes a send
 	// late is caught below).
-	slots := w.sendSlots
+	p := a.pk.p
+	slots := p.slots
 	if a.c.Match.Exempt {
-		slots = w.prioritySlots
+		slots = p.prioritySlots
 	}
 	if err := slots.Acquire(ctx, 1); err != nil {
 		w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
@@ -440,14 +466,16 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 			return err
 		}
 	}
-	inflight := w.metrics.ProviderInFlight.WithLabelValues(string(n.Channel))
+	inflight := w.metrics.ProviderInFlight.WithLabelValues(string(n.Channel), p.name)
 	inflight.Inc()
-	err := redact(next.ProcessTask(context.WithValue(ctx, ctxKey{}, n), t), n)
+	err := redact(next.ProcessTask(context.WithValue(context.WithValue(ctx, ctxKey{}, n), providerKey{}, p), t), n)
 	inflight.Dec()
 	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
 	if err == nil {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
+		w.metrics.ProviderSends.WithLabelValues(string(n.Channel), p.name).Inc()
 		w.markDone(ctx, n, a.d.Attempt, log)
+		w.providerRecovered(ctx, a.pk, log)
 		return nil
 	}
 	var se *sender.SendError
@@ -457,8 +485,27 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	if se.NotSent {
 		w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 	}
+	if !se.Permanent && !se.Throttled {
+		w.providerFailed(ctx, p, log)
+	}
+	if !se.Permanent && se.NotSent && a.c.Match.Exempt && w.canFailOver(n, p, tried) {
+		if se.Throttled {
+			_, _ = w.holdProvider(ctx, n, p, se, start, log)
+		}
+		w.metrics.Sends.WithLabelValues(string(n.Channel), "failover").Inc()
+		return &errFailover{from: p.name, err: err}
+	}
 	if se.Throttled && !se.Permanent {
-		return w.backPressure(ctx, n, se, start, log)
+		return w.backPressure(ctx, n, p, se, start, log)
+	}
+	if !se.Permanent && se.NotSent && w.canFailOver(n, p, tried) {
+		// Not taken: tried again soon, at the next provider once this one
+		// is marked down and the grace is over (pickProvider); not a failure.
+		w.metrics.Sends.WithLabelValues(string(n.Channel), "failover").Inc()
+		retryAt := time.Now().Add(min(w.cfg.RetryBase, max(w.cfg.FailoverGrace, 100*time.Millisecond)))
+		log.Warn("provider did not take the send; trying again, at the next provider once this one is down for the grace",
+			"provider", p.name, "err", err, "retry_at", retryAt.UTC())
+		return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + p.name + " failing"}
 	}
 	if se.Permanent {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()
@@ -528,31 +575,70 @@ func (w *Worker) reask(ctx context.Context, t *asynq.Task, n tasks.Notification,
 // end without spending its retry budget (a ThrottledError is not a failure).
 // sent is when the answered request left: one already in flight when
 // another worker's hold began does not extend it.
-func (w *Worker) backPressure(ctx context.Context, n tasks.Notification, se *sender.SendError, sent time.Time, log *slog.Logger) error {
+func (w *Worker) backPressure(ctx context.Context, n tasks.Notification, p *provider, se *sender.SendError, sent time.Time, log *slog.Logger) error {
 	scope := cmp.Or(se.Hold, sender.HoldProvider)
-	key := w.holdKey(n, scope)
-	var h throttle.HoldState
-	err := w.withRedis(ctx, log, "provider hold", func(ctx context.Context) error {
-		var err error
-		h, err = w.limiter.Hold(ctx, key, min(time.Since(sent), throttle.MaxHold), min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
-		return err
-	})
+	h, err := w.holdProvider(ctx, n, p, se, sent, log)
 	if err != nil {
 		// Without the hold this task still waits: as a plain transient failure would, but unspent.
 		log.Error("provider throttled and its hold could not be recorded; retrying this send alone", "err", err)
 		retryAt := time.Now().Add(max(se.RetryAfter, holdBase))
 		return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure"}
 	}
+	w.metrics.Sends.WithLabelValues(string(n.Channel), "throttled").Inc()
+	retryAt := time.Now().Add(time.Until(h.Until))
+	if len(w.providers[n.Channel]) > 1 {
+		// Another provider may take it once the grace is over (pickProvider).
+		if graceEnd := time.Now().Add(max(w.cfg.FailoverGrace, 100*time.Millisecond)); graceEnd.Before(retryAt) {
+			retryAt = graceEnd
+		}
+	}
 	state := "begun"
 	if h.Extended {
 		state = "extended"
 	}
-	w.metrics.Holds.WithLabelValues(string(n.Channel), scope, state).Inc()
-	w.metrics.Sends.WithLabelValues(string(n.Channel), "throttled").Inc()
-	retryAt := time.Now().Add(time.Until(h.Until))
-	log.Warn("provider back-pressure: every worker's sends on this scope wait for the hold", "scope", string(n.Channel)+":"+scope,
+	log.Warn("provider back-pressure: every worker's sends on this scope wait for the hold", "scope", string(n.Channel)+":"+scope, "provider", p.name,
 		"until", h.Until.UTC(), "retry_after", se.RetryAfter, "level", h.Level, "hold", state, "code", se.Code, "err", se.Err)
 	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure (" + string(n.Channel) + ":" + scope + ")"}
+}
+
+// holdProvider records a throttling answer of p as a hold of the scope it
+// names (p's account, or the origin at p) for every worker.
+func (w *Worker) holdProvider(ctx context.Context, n tasks.Notification, p *provider, se *sender.SendError, sent time.Time, log *slog.Logger) (throttle.HoldState, error) {
+	scope := cmp.Or(se.Hold, sender.HoldProvider)
+	key := p.hold
+	if o := w.cfg.Origin(n); scope == sender.HoldSender && o != "" {
+		key = w.senderHoldKey(p, o)
+	}
+	var h throttle.HoldState
+	err := w.withRedis(ctx, log, "provider hold", func(ctx context.Context) error {
+		var err error
+		h, err = w.limiter.Hold(ctx, key, min(time.Since(sent), throttle.MaxHold), min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
+		return err
+	})
+	if err == nil {
+		state := "begun"
+		if h.Extended {
+			state = "extended"
+		}
+		w.metrics.Holds.WithLabelValues(string(n.Channel), scope, state).Inc()
+	}
+	return h, err
+}
+
+// providerWait turns a provider pick that ends the run into what Asynq is
+// to do: a standard send waiting for its provider's grace, or its
+// probe, goes back for then (not a failure).
+func (w *Worker) providerWait(n tasks.Notification, err error, log *slog.Logger) error {
+	var pw *errProviderWait
+	if !errors.As(err, &pw) {
+		return err
+	}
+	retryAt := pw.until
+	if soon := time.Now().Add(10 * time.Millisecond); retryAt.Before(soon) {
+		retryAt = soon
+	}
+	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC())
+	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
 }
 
 // capLease is how long an in-flight lease lasts unrenewed: a killed

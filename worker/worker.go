@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
@@ -42,9 +42,12 @@ import (
 
 // Options are what a Worker takes besides Config and the shared services.
 type Options struct {
-	// Senders deliver each channel's notifications (internal/app opens the
-	// providers Config names). Required.
-	Senders map[tasks.Channel]sender.Sender
+	// Providers deliver each channel's notifications, in the order they
+	// are tried (internal/app opens those Config names). Senders is the
+	// short form: one provider per channel, named DefaultProvider. One of
+	// the two is required.
+	Providers map[tasks.Channel][]sender.Named
+	Senders   map[tasks.Channel]sender.Sender
 	// Listener serves the HTTP endpoints instead of listening on Config.HTTPAddr.
 	Listener net.Listener
 	// OnDecision, if set, is called with every limiter decision (dev mode
@@ -84,7 +87,7 @@ type Worker struct {
 	mux           *asynq.ServeMux
 	metrics       *Metrics
 	registry      *prometheus.Registry
-	senders       map[tasks.Channel]sender.Sender
+	providers     map[tasks.Channel][]*provider // each channel's, in the order they are tried
 	listener      net.Listener
 	onDecide      func(tasks.Notification, throttle.Decision)
 	released      *releaser // queued-work removals, in the background
@@ -95,8 +98,6 @@ type Worker struct {
 	consent       *consent.Store
 	unsubscribe   *unsubscribe.Signer // nil without SLUICE_UNSUBSCRIBE_URL
 	waiters       chan struct{}       // tokens of tasks waiting in process for their slot
-	sendSlots     *semaphore.Weighted // standard and bulk requests at the providers at once (CONCURRENCY)
-	prioritySlots *semaphore.Weighted // priority-lane requests at the providers at once (PRIORITY_CONCURRENCY)
 	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
@@ -109,12 +110,19 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(opts.Senders) == 0 {
+	list := opts.Providers
+	if len(list) == 0 {
+		list = map[tasks.Channel][]sender.Named{}
+		for ch, s := range opts.Senders {
+			list[ch] = []sender.Named{{Name: DefaultProvider, Sender: s}}
+		}
+	}
+	if len(list) == 0 {
 		return nil, fmt.Errorf("%w: worker: no senders", config.ErrConfig)
 	}
 	w := &Worker{cfg: cfg, svc: svc, log: svc.Log, rdb: svc.Redis, limiter: svc.Limiter, plans: svc.Plans, planner: cfg.Planner(),
 		keys: svc.Keys, registry: svc.Registry, listener: opts.Listener, onDecide: opts.OnDecision, onPlan: opts.OnPlanChange,
-		noRedisChecks: opts.NoRedisChecks, senders: opts.Senders}
+		noRedisChecks: opts.NoRedisChecks}
 	tp := opts.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -122,8 +130,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	w.tracer = tp.Tracer(TracerName)
 	w.metrics = NewMetrics(w.registry)
 	w.waiters = make(chan struct{}, cfg.MaxWaiters)
-	w.sendSlots = semaphore.NewWeighted(int64(cfg.Concurrency))
-	w.prioritySlots = semaphore.NewWeighted(int64(cfg.PriorityConcurrency))
+	w.providers = w.newProviders(list)
 	w.released = newReleaser(svc.Queued, w.log.With("component", "queued"))
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
@@ -385,9 +392,11 @@ func (w *Worker) migrateConsent(ctx context.Context) {
 // and the gate's client.
 func (w *Worker) closeOwn(context.Context) error {
 	w.released.wait()
-	for _, s := range w.senders {
-		if c, ok := s.(io.Closer); ok {
-			_ = c.Close()
+	for _, ps := range w.providers {
+		for _, p := range ps {
+			if c, ok := p.send.(io.Closer); ok {
+				_ = c.Close()
+			}
 		}
 	}
 	if w.asynqRDB != nil && w.asynqRDB != w.rdb {
@@ -423,7 +432,9 @@ func (w *Worker) HTTPHandler() http.Handler {
 			http.Error(rw, "not ready: redis unreachable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.redisGuard.Load().Status().Write(rw) // evictions, full memory (docs/operations.md, "Metrics and health")
+		st := w.redisGuard.Load().Status()
+		st.Warnings = append(slices.Clone(st.Warnings), w.providerWarnings()...) // providers down: degraded, still ready
+		st.Write(rw)                                                             // evictions, full memory (docs/operations.md, "Metrics and health")
 	})
 	return mux
 }
@@ -434,11 +445,11 @@ func (w *Worker) sendHandler(ch tasks.Channel) asynq.Handler {
 		if !ok {
 			return errors.New("worker: handler called without the throttle middleware")
 		}
-		s, ok := w.senders[ch]
-		if !ok {
+		p, ok := ctx.Value(providerKey{}).(*provider)
+		if !ok || p.channel != ch {
 			return &sender.SendError{Err: fmt.Errorf("%w %s", sender.ErrNoSender, ch), Permanent: true, NotSent: true}
 		}
-		return s.Send(ctx, n)
+		return p.send.Send(ctx, n)
 	})
 }
 

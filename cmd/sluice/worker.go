@@ -40,7 +40,9 @@ console; the standard OTEL_* variables configure it (docs/operations.md, "Tracin
 }
 
 // knownVariables are the SLUICE_* names any sluice command reads.
-func knownVariables() []string { return append(worker.KnownVariables(), api.KnownVariables()...) }
+func knownVariables() []string {
+	return append(append(worker.KnownVariables(), api.KnownVariables()...), worker.ProviderVariables(nil)...)
+}
 
 // warnUnknownVariables prints, for the tools, what the services refuse to start with.
 func warnUnknownVariables(cmd *cobra.Command) {

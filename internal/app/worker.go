@@ -54,53 +54,61 @@ func NewWorker(cfg worker.Config, o WorkerOptions) (*worker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	senders := o.Senders
-	if senders == nil {
-		if senders, err = OpenSenders(cfg, svc.Log); err != nil {
+	var opened map[tasks.Channel][]sender.Named
+	if o.Senders == nil {
+		if opened, err = OpenSenders(cfg, svc.Log); err != nil {
 			svc.Close()
 			return nil, err
 		}
 	}
-	w, err := worker.New(cfg, svc, worker.Options{Senders: senders, Listener: o.Listener, OnDecision: o.OnDecision,
+	w, err := worker.New(cfg, svc, worker.Options{Providers: opened, Senders: o.Senders, Listener: o.Listener, OnDecision: o.OnDecision,
 		OnPlanChange: o.OnPlanChange, TracerProvider: o.TracerProvider, NoRedisChecks: o.NoRedisChecks})
 	if err != nil {
-		if o.Senders == nil {
-			closeSenders(senders)
-		}
+		closeSenders(opened)
 		svc.Close()
 		return nil, err
 	}
 	return w, nil
 }
 
-// OpenSenders opens the provider each channel's SLUICE_*_SENDER names,
-// with its settings read from cfg.Environ (sender/providers lists them).
-func OpenSenders(cfg worker.Config, log *slog.Logger) (map[tasks.Channel]sender.Sender, error) {
-	out := map[tasks.Channel]sender.Sender{}
-	for ch, name := range map[tasks.Channel]string{tasks.Email: cfg.EmailSender, tasks.SMS: cfg.SMSSender} {
-		prov, ok := sender.Lookup(providers.All, ch, name)
-		if !ok {
+// OpenSenders opens each channel's providers (SLUICE_*_PROVIDERS, or the
+// one SLUICE_*_SENDER names), in the order they are tried, each with its
+// settings read from its own variables (sender/providers lists them).
+func OpenSenders(cfg worker.Config, log *slog.Logger) (map[tasks.Channel][]sender.Named, error) {
+	out := map[tasks.Channel][]sender.Named{}
+	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+		specs, err := cfg.Providers(ch)
+		if err != nil {
 			closeSenders(out)
-			return nil, fmt.Errorf("%w: no %s sender %q", config.ErrConfig, ch, name)
+			return nil, err
 		}
-		st, err := prov.NewSettings(cfg.Environ)
-		if err == nil {
-			var s sender.Sender
-			if s, err = st.Open(sender.Env{Log: log, Base: cfg.Base}); err == nil {
-				out[ch] = s
-				continue
+		for _, spec := range specs {
+			prov, ok := sender.Lookup(providers.All, ch, spec.Kind)
+			if !ok {
+				closeSenders(out)
+				return nil, fmt.Errorf("%w: no %s sender %q", config.ErrConfig, ch, spec.Kind)
 			}
+			st, err := prov.NewSettings(spec.Environ)
+			if err == nil {
+				var s sender.Sender
+				if s, err = st.Open(sender.Env{Log: log.With("provider", spec.Name), Base: cfg.Base}); err == nil {
+					out[ch] = append(out[ch], sender.Named{Name: spec.Name, Sender: s})
+					continue
+				}
+			}
+			closeSenders(out)
+			return nil, err
 		}
-		closeSenders(out)
-		return nil, err
 	}
 	return out, nil
 }
 
-func closeSenders(senders map[tasks.Channel]sender.Sender) {
-	for _, s := range senders {
-		if c, ok := s.(io.Closer); ok {
-			_ = c.Close()
+func closeSenders(senders map[tasks.Channel][]sender.Named) {
+	for _, list := range senders {
+		for _, s := range list {
+			if c, ok := s.Sender.(io.Closer); ok {
+				_ = c.Close()
+			}
 		}
 	}
 }

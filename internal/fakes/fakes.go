@@ -116,6 +116,11 @@ func (r *Recorder) Deliveries() []Delivery {
 	return out
 }
 
+// Changed is signalled (at most one signal pending) when a request
+// arrives or is answered: for a waiter watching two fakes at once. It is
+// the signal WaitFor waits on; do not use both at once.
+func (r *Recorder) Changed() <-chan struct{} { return r.notify }
+
 // Attempts counts requests, accepted or not.
 func (r *Recorder) Attempts() int { r.mu.Lock(); defer r.mu.Unlock(); return r.attempts }
 
@@ -155,7 +160,9 @@ type SMSAPI struct {
 	URL        string         // base URL to give the sender
 	AccountSID string
 	AuthToken  string
-	srv        *httptest.Server
+	srvMu      sync.Mutex
+	srv        *httptest.Server // nil while Down
+	mux        *http.ServeMux
 
 	cb       sync.Mutex
 	plan     func(Delivery) []StatusUpdate
@@ -222,13 +229,51 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"sid":%q,"status":"queued"}`, d.SID)
 	})
+	f.mux = mux
 	f.srv = httptest.NewServer(mux)
 	f.URL = f.srv.URL
-	tb.Cleanup(f.srv.Close)
+	tb.Cleanup(func() {
+		f.srvMu.Lock()
+		defer f.srvMu.Unlock()
+		if f.srv != nil {
+			f.srv.Close()
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cbCtx = ctx
 	tb.Cleanup(func() { cancel(); f.cbWG.Wait() }) // runs before the server closes
 	return f
+}
+
+// Down stops the fake's listener, as a provider whose front end is gone:
+// connections to URL are refused until Up. Requests being answered finish.
+func (f *SMSAPI) Down() {
+	f.srvMu.Lock()
+	defer f.srvMu.Unlock()
+	if f.srv != nil {
+		f.srv.Close()
+		f.srv = nil
+	}
+}
+
+// Up listens on URL's address again after Down.
+func (f *SMSAPI) Up(tb testing.TB) {
+	tb.Helper()
+	f.srvMu.Lock()
+	defer f.srvMu.Unlock()
+	if f.srv != nil {
+		return
+	}
+	u, err := url.Parse(f.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		tb.Fatalf("fake SMS API: listening on %s again: %v", u.Host, err)
+	}
+	f.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: f.mux}}
+	f.srv.Start()
 }
 
 // twilioError answers like Twilio refusing a message: HTTP 400 with its

@@ -1,0 +1,319 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Failover. A channel may have several providers (SMS_PROVIDERS,
+// EMAIL_PROVIDERS), tried in order. Each is its own subject of provider and
+// sender rules and caps, has its own hold and its own request slots, and a
+// circuit breaker kept in Redis for every worker (throttle.Breaker): the
+// transient failures every worker sees there within PROVIDER_FAILURE_WINDOW
+// mark it down for PROVIDER_COOLDOWN, then one worker's send probes it and
+// a success takes it back.
+//
+// Before each check the send picks its provider (pickProvider): the first
+// that is up. A priority-lane send passes over one that is down or held at
+// once; a standard or bulk one waits FAILOVER_GRACE from the moment it went
+// down or was held (a hold that ends sooner is waited for). A send whose
+// request a provider definitely did not take (a refused connection, 503,
+// 429: sender.SendError.NotSent) moves on — a priority send in the same run,
+// the others through Asynq, without spending a retry. One whose outcome is
+// unknown (a timeout after the request left) is not sent anywhere else in
+// that run: it is retried as every transient failure is, and the re-run is
+// settled from the provider's status report first (reachedProvider), so a
+// notification is accepted by at most one provider but in the one case
+// docs/channels.md names (no report within the retry's backoff).
+
+// provider is one of a channel's providers in this worker.
+type provider struct {
+	name    string
+	channel tasks.Channel
+	send    sender.Sender
+	// slots and prioritySlots bound this worker's requests at it at once
+	// (CONCURRENCY, PRIORITY_CONCURRENCY).
+	slots, prioritySlots *semaphore.Weighted
+	// breaker is its breaker's key; "" when its channel has one provider
+	// (nothing to fail over to: no breaker is kept).
+	breaker string
+	// hold is its provider-scope hold key.
+	hold string
+	// down: this worker last read it as down, held or being probed.
+	down atomic.Bool
+}
+
+// named reports whether the provider is one of a list's named providers:
+// its rules and holds count under its name. The default provider keeps the
+// keys a single-provider deployment has always used.
+func (p *provider) named() bool { return p.name != DefaultProvider }
+
+// newProviders builds each channel's providers from the named senders.
+func (w *Worker) newProviders(list map[tasks.Channel][]sender.Named) map[tasks.Channel][]*provider {
+	out := map[tasks.Channel][]*provider{}
+	for ch, named := range list {
+		for _, s := range named {
+			p := &provider{name: s.Name, channel: ch, send: s.Sender,
+				slots:         semaphore.NewWeighted(int64(w.cfg.Concurrency)),
+				prioritySlots: semaphore.NewWeighted(int64(w.cfg.PriorityConcurrency))}
+			if len(named) > 1 {
+				p.breaker = w.limiter.BreakerKey(string(ch), s.Name)
+			}
+			subject := ""
+			if p.named() {
+				subject = s.Name
+			}
+			p.hold = w.limiter.HoldKey(string(ch)+":provider", subject)
+			out[ch] = append(out[ch], p)
+			w.metrics.ProviderUp.WithLabelValues(string(ch), s.Name).Set(1)
+		}
+	}
+	return out
+}
+
+// senderHoldKey is the hold key of origin o at p: the origin (a From
+// number, a sender id) belongs to the provider's account.
+func (w *Worker) senderHoldKey(p *provider, o string) string {
+	scope := string(p.channel) + ":sender"
+	if p.named() {
+		scope += ":" + p.name
+	}
+	return w.limiter.HoldKey(scope, o)
+}
+
+// bindProvider makes c a check of a send through p: its provider and
+// sender rules and caps count p's sends, and it honours p's holds.
+func (w *Worker) bindProvider(c *check, n tasks.Notification, p *provider) {
+	c.opts.Holds = []string{p.hold}
+	if o := w.cfg.Origin(n); o != "" {
+		c.opts.Holds = append(c.opts.Holds, w.senderHoldKey(p, o))
+	}
+	if !p.named() {
+		return
+	}
+	c.Limits = slices.Clone(c.Limits)
+	for i, e := range c.Match.Rates {
+		switch e.Scope {
+		case plans.ScopeProvider:
+			c.Limits[i].Subject = p.name
+		case plans.ScopeSender:
+			c.Limits[i].Subject = p.name + ":" + c.Limits[i].Subject
+		}
+	}
+	c.Caps = slices.Clone(c.Caps)
+	for i, e := range c.Match.Caps {
+		switch e.Scope {
+		case plans.ScopeProvider:
+			c.Caps[i].Subject = p.name
+		case plans.ScopeSender:
+			c.Caps[i].Subject = p.name + ":" + c.Caps[i].Subject
+		}
+	}
+}
+
+// pick is a send's provider for one check.
+type pick struct {
+	p *provider
+	// probe: p's breaker is half-open and this send is its probe: a
+	// success closes it.
+	probe bool
+	// wasDown: p was read as down or held (a success closes its breaker).
+	wasDown bool
+}
+
+// errProviderWait is a standard send's wait for a provider within its grace.
+type errProviderWait struct {
+	until time.Time
+	p     string
+}
+
+func (e *errProviderWait) Error() string { return "waiting for provider " + e.p }
+
+// pickProvider picks n's provider for this check among those of its
+// channel not in tried: the first that is up. Down or held ones are passed
+// over at once by a priority send, after FAILOVER_GRACE by the others,
+// which wait for it until then (errProviderWait), and wait for a hold that
+// ends within it (the check books them after it). When every one is down,
+// the first is picked: its hold books the send after it; a down breaker
+// puts the send back until its probe (errProviderWait).
+func (w *Worker) pickProvider(ctx context.Context, n tasks.Notification, priority bool, tried []string, log *slog.Logger) (pick, error) {
+	all := w.providers[n.Channel]
+	var list []*provider
+	for _, p := range all {
+		if !slices.Contains(tried, p.name) {
+			list = append(list, p)
+		}
+	}
+	if len(list) == 0 {
+		return pick{}, fmt.Errorf("%w %s: every provider was tried", sender.ErrNoSender, n.Channel)
+	}
+	if len(all) == 1 {
+		return pick{p: list[0]}, nil
+	}
+	breakers, holds := make([]string, len(list)), make([]string, len(list))
+	for i, p := range list {
+		breakers[i], holds[i] = p.breaker, p.hold
+	}
+	var states []throttle.Breaker
+	var spans []throttle.HoldSpan
+	err := w.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
+		var err error
+		states, spans, err = w.limiter.ProviderStates(ctx, breakers, holds)
+		return err
+	})
+	if err != nil {
+		return pick{}, &UnavailableError{Err: err}
+	}
+	now := time.Now()
+	for i, p := range list {
+		b, h := states[i], spans[i]
+		held := h.Until.After(now)
+		if !b.Open && !b.HalfOpen && !held {
+			w.markProvider(p, true)
+			if i > 0 {
+				w.metrics.Failovers.WithLabelValues(string(n.Channel), list[0].name).Inc()
+			}
+			return pick{p: p}, nil
+		}
+		if b.HalfOpen && !b.Open && !held {
+			won, err := w.limiter.TryProbe(ctx, p.breaker, w.cfg.ProviderCooldown)
+			if err == nil && won {
+				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC())
+				return pick{p: p, probe: true, wasDown: true}, nil
+			}
+		}
+		w.markProvider(p, false)
+		// Down (or held, or half-open with another worker's probe on its way).
+		since := b.Since
+		if held && (since.IsZero() || h.Since.Before(since)) {
+			since = h.Since
+		}
+		if priority {
+			continue
+		}
+		graceEnd := since.Add(w.cfg.FailoverGrace)
+		if held && !b.Open && !b.HalfOpen && !h.Until.After(graceEnd) {
+			return pick{p: p, wasDown: true}, nil // the hold ends within the grace: booked after it
+		}
+		if now.Before(graceEnd) {
+			return pick{}, &errProviderWait{until: graceEnd, p: p.name}
+		}
+	}
+	// Every one is down: the first it is. A hold books the send after it;
+	// a down breaker puts it back until its cooldown ends.
+	p, b := list[0], states[0]
+	if b.Open {
+		return pick{}, &errProviderWait{until: b.Until, p: p.name}
+	}
+	return pick{p: p, wasDown: true}, nil
+}
+
+// markProvider sets sluice_provider_up for p as this worker last read it.
+func (w *Worker) markProvider(p *provider, up bool) {
+	p.down.Store(!up)
+	v := 0.0
+	if up {
+		v = 1
+	}
+	w.metrics.ProviderUp.WithLabelValues(string(p.channel), p.name).Set(v)
+}
+
+// providerWarnings are /readyz's lines for the providers this worker last
+// read as down: degraded, not down, while another provider serves (or,
+// when all are down, while sends wait for them).
+func (w *Worker) providerWarnings() []string {
+	var out []string
+	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+		var down, up []string
+		for _, p := range w.providers[ch] {
+			if p.down.Load() {
+				down = append(down, p.name)
+			} else {
+				up = append(up, p.name)
+			}
+		}
+		switch {
+		case len(down) == 0:
+		case len(up) == 0:
+			out = append(out, fmt.Sprintf("degraded: every %s provider is down or held (%s): its sends wait", ch, strings.Join(down, ", ")))
+		default:
+			out = append(out, fmt.Sprintf("degraded: %s provider %s down or held; sending through %s", ch, strings.Join(down, ", "), strings.Join(up, ", ")))
+		}
+	}
+	return out
+}
+
+// providerFailed counts a transient failure at p toward its breaker (with a
+// single provider there is none).
+func (w *Worker) providerFailed(ctx context.Context, p *provider, log *slog.Logger) {
+	if p.breaker == "" {
+		return
+	}
+	ctx, cancel := w.afterSendContext(ctx)
+	defer cancel()
+	b, err := w.limiter.ProviderFailed(ctx, p.breaker, throttle.BreakerPolicy{Failures: w.cfg.ProviderFailures,
+		Window: w.cfg.ProviderFailureWindow, Cooldown: w.cfg.ProviderCooldown})
+	if err != nil {
+		log.Warn("could not count a provider failure toward its breaker", "provider", p.name, "err", err)
+		return
+	}
+	if b.Open {
+		w.markProvider(p, false)
+		log.Warn("provider marked down: sends go to the next provider", "provider", p.name, "failures", b.Fails,
+			"down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
+	}
+}
+
+// providerRecovered closes p's breaker after a send that went through
+// while it was read as down (a probe, or a send that waited out a hold).
+func (w *Worker) providerRecovered(ctx context.Context, pk pick, log *slog.Logger) {
+	if !pk.wasDown || pk.p.breaker == "" {
+		return
+	}
+	ctx, cancel := w.afterSendContext(ctx)
+	defer cancel()
+	if err := w.limiter.ProviderRecovered(ctx, pk.p.breaker); err != nil {
+		log.Warn("could not mark a provider up again; its next probe will", "provider", pk.p.name, "err", err)
+		return
+	}
+	w.markProvider(pk.p, true)
+	if pk.probe {
+		log.Info("provider answered its probe: back in service", "provider", pk.p.name)
+	}
+}
+
+// canFailOver reports whether a send that failed at p has another provider
+// it has not tried in this run.
+func (w *Worker) canFailOver(n tasks.Notification, p *provider, tried []string) bool {
+	for _, q := range w.providers[n.Channel] {
+		if q != p && !slices.Contains(tried, q.name) {
+			return true
+		}
+	}
+	return false
+}
+
+// providerKey carries the picked provider to the send handler.
+type providerKey struct{}
+
+// errFailover ends a dispatch whose provider did not take the request and
+// that goes to the next provider in the same run (a priority send).
+type errFailover struct {
+	from string
+	err  error
+}
+
+func (e *errFailover) Error() string { return "failing over from " + e.from + ": " + e.err.Error() }
+func (e *errFailover) Unwrap() error { return e.err }

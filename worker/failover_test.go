@@ -1,0 +1,141 @@
+package worker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// withBackup is cfg with a second SMS provider, "backup", at fake f, after
+// the default one.
+func withBackup(cfg worker.Config, f *fakes.SMSAPI, kv ...string) worker.Config {
+	cfg = withEnv(cfg, append([]string{
+		"SLUICE_PROVIDER_BACKUP_SMS_SENDER", "http",
+		"SLUICE_PROVIDER_BACKUP_SMS_BASE_URL", f.URL,
+		"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID", f.AccountSID,
+		"SLUICE_PROVIDER_BACKUP_SMS_AUTH_TOKEN", f.AuthToken,
+	}, kv...)...)
+	cfg.SMSProviders = []string{worker.DefaultProvider, "backup"}
+	cfg.FailoverGrace = time.Second
+	return cfg
+}
+
+// The primary's listener is gone: a priority-lane SMS goes to the backup in
+// the same run (nothing is put back), each is sent once, the failures mark
+// the primary down for every worker, and later OTPs pass it over without
+// a request. The primary comes back: after the cooldown one send probes
+// it, and traffic returns to it.
+func TestPriorityFailsOverAtOnceAndComesBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms.otp:exempt")
+	backup := fakes.NewSMSAPI(t)
+	cfg := withBackup(b.cfg, backup)
+	cfg.ProviderCooldown = 2 * time.Second
+	b.sms.Down()
+	r := b.start(t, cfg)
+	var at []time.Time
+	for i := range 5 {
+		n := tasks.NewSMS("acme", "+1415555020"+string(rune('0'+i)), "code")
+		n.Category = "otp"
+		at = append(at, time.Now())
+		b.enqueue(t, n)
+		ds := backup.WaitCount(t, i+1, 10*time.Second)
+		if d := ds[i].At.Sub(at[i]); d > time.Second {
+			t.Errorf("OTP %d reached the backup %v after its enqueue", i, d)
+		}
+	}
+	if got := metric(t, r.reg, "sluice_failovers_total", map[string]string{"from": "default"}); got < 3 {
+		t.Errorf("sluice_failovers_total{from=default} = %v; want one per OTP the primary refused (at least the 3 that marked it down)", got)
+	}
+	if got := metric(t, r.reg, "sluice_provider_sends_total", map[string]string{"provider": "backup"}); got != 5 {
+		t.Errorf("sluice_provider_sends_total{provider=backup} = %v, want 5", got)
+	}
+	if qs := b.queueStats(t); qs.Retry != 0 || qs.Archived != 0 {
+		t.Errorf("retried %d, archived %d: a failover is neither", qs.Retry, qs.Archived)
+	}
+	// Back: after the cooldown a send probes the primary and traffic returns.
+	b.sms.Up(t)
+	sluicetest.Eventually(t, 15*time.Second, "an OTP to reach the primary again", func() bool {
+		n := tasks.NewSMS("acme", "+14155550299", "code")
+		n.Category = "otp"
+		before := len(backup.Deliveries())
+		b.enqueue(t, n)
+		sluicetest.Eventually(t, 10*time.Second, "the OTP at either provider", func() bool {
+			return len(b.sms.Deliveries()) > 0 || len(backup.Deliveries()) > before
+		})
+		return len(b.sms.Deliveries()) > 0
+	})
+	seen := map[string]int{}
+	for _, d := range append(b.sms.Deliveries(), backup.Deliveries()...) {
+		seen[d.ID]++
+		if seen[d.ID] > 1 {
+			t.Errorf("%s accepted twice", d.ID)
+		}
+	}
+}
+
+// A permanent refusal (Twilio 21211, an invalid number) is not a provider
+// failure: the notification is archived, the backup never sees it, and
+// the primary is not marked down however many there are.
+func TestPermanentRefusalDoesNotFailOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms.otp:exempt")
+	backup := fakes.NewSMSAPI(t)
+	b.sms.SetReply(func(string, string) (int, string) { return 21211, "" })
+	r := b.start(t, withBackup(b.cfg, backup))
+	var ids []string
+	for i := range 4 {
+		n := tasks.NewSMS("acme", "+1415555030"+string(rune('0'+i)), "code")
+		if i%2 == 0 {
+			n.Category = "otp"
+		}
+		ids = append(ids, n.ID)
+		b.enqueue(t, n)
+	}
+	for _, id := range ids {
+		b.waitTask(t, id, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+	}
+	if n := backup.Attempts(); n != 0 {
+		t.Errorf("the backup got %d requests for notifications the primary refused permanently", n)
+	}
+	if got := metric(t, r.reg, "sluice_failovers_total", nil); got != 0 {
+		t.Errorf("sluice_failovers_total = %v after permanent refusals", got)
+	}
+	if got := gauges(t, r.reg, "sluice_provider_up", "provider")["default"]; got != 1 {
+		t.Errorf("sluice_provider_up{provider=default} = %v: permanent refusals marked it down", got)
+	}
+}
+
+// A standard send waits the failover grace for a primary that is down
+// before it goes to the backup (a blip does not move bulk traffic to a
+// dearer provider); no retry budget is spent meanwhile.
+func TestStandardWaitsTheGraceThenFailsOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "")
+	backup := fakes.NewSMSAPI(t)
+	cfg := withBackup(b.cfg, backup)
+	cfg.FailoverGrace = 3 * time.Second
+	cfg.ProviderFailures = 1
+	b.sms.Down()
+	b.start(t, cfg)
+	start := time.Now()
+	n := tasks.NewSMS("acme", "+14155550400", "hello")
+	b.enqueue(t, n, asynq.MaxRetry(0))
+	ds := backup.WaitCount(t, 1, 20*time.Second)
+	if d := ds[0].At.Sub(start); d < 3*time.Second {
+		t.Errorf("a standard send reached the backup %v after the primary refused it; want after the 3 s grace", d)
+	}
+	// MaxRetry(0): one spent retry would have archived it.
+	if qs := b.queueStats(t); qs.Archived != 0 || qs.Retry != 0 {
+		t.Errorf("archived %d, retrying %d: a failover spent the retry budget", qs.Archived, qs.Retry)
+	}
+	if n := b.sms.Attempts(); n != 0 {
+		t.Errorf("the primary, whose listener was gone, counted %d requests", n)
+	}
+}
