@@ -99,21 +99,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "This worker's send requests at each provider now: at most CONCURRENCY standard and bulk plus PRIORITY_CONCURRENCY priority-lane ones per provider.",
 	}, []string{"channel", "provider"})
 	reg.MustRegister(m.ProviderInFlight)
-	m.ProviderUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "sluice_provider_up",
-		Help: "1 while a provider is up as this worker last read it; 0 while it is marked down (its breaker open), held (a throttling answer), or probed.",
-	}, []string{"channel", "provider"})
-	reg.MustRegister(m.ProviderUp)
-	m.ProviderSends = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_provider_sends_total",
-		Help: "Notifications each provider took (sent) from this worker.",
-	}, []string{"channel", "provider"})
-	reg.MustRegister(m.ProviderSends)
-	m.Failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_failovers_total",
-		Help: "Sends a provider did not take (a refused connection, 503, 429) that moved to the next provider: at once (priority lane) or after the failover grace.",
-	}, []string{"channel", "from"})
-	reg.MustRegister(m.Failovers)
+	m.registerProviders(reg)
 	m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_orphans_requeued_total",
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",
@@ -165,4 +151,24 @@ func registerGateMetrics(reg prometheus.Registerer, g *pollgate.Gate) {
 			return 0
 		}),
 	)
+}
+
+// registerProviders creates and registers the failover metrics: each
+// provider's state, what it sent, the sends that moved on.
+func (m *Metrics) registerProviders(reg prometheus.Registerer) {
+	m.ProviderUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_provider_up",
+		Help: "1 while a provider is up as this worker last read it; 0 while it is marked down (its breaker open), held (a throttling answer), or probed.",
+	}, []string{"channel", "provider"})
+	reg.MustRegister(m.ProviderUp)
+	m.ProviderSends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_provider_sends_total",
+		Help: "Notifications each provider took (sent) from this worker.",
+	}, []string{"channel", "provider"})
+	reg.MustRegister(m.ProviderSends)
+	m.Failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_failovers_total",
+		Help: "Sends a provider did not take (a refused connection, 503, 429) that moved to the next provider: at once (priority lane) or after the failover grace.",
+	}, []string{"channel", "from"})
+	reg.MustRegister(m.Failovers)
 }

@@ -478,6 +478,14 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		w.providerRecovered(ctx, a.pk, log)
 		return nil
 	}
+	return w.sendFailed(ctx, t, n, a, tried, err, start, log)
+}
+
+// sendFailed records a send the provider did not accept: a release of the
+// slot of one it did not take, the provider's breaker, a failover, a hold,
+// an archive of a permanent refusal, or a retry.
+func (w *Worker) sendFailed(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, tried []string, err error, start time.Time, log *slog.Logger) error {
+	p := a.pk.p
 	var se *sender.SendError
 	if !errors.As(err, &se) {
 		se = &sender.SendError{Err: err}
