@@ -137,6 +137,15 @@ type Notification struct {
 	// EnqueuedAt is when the notification was first enqueued (set by
 	// NewTask); the maximum deferral counts from it.
 	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+	// Fallback is sent instead when the notification cannot reach its
+	// recipient on its own channel (see Fallback). Optional.
+	Fallback *Fallback `json:"fallback,omitempty"`
+	// FallbackFor is set on a fallback (FallbackOf): the id of the
+	// notification it stands in for. Producers leave it empty.
+	FallbackFor string `json:"fallback_for,omitempty"`
+	// FallbackOnTimeout is set on a fallback whose notification had an
+	// After: it goes when no report called that one delivered by then.
+	FallbackOnTimeout bool `json:"fallback_on_timeout,omitempty"`
 }
 
 // DefaultCategory is the category of a notification that names none.
@@ -195,6 +204,17 @@ func (n Notification) Normalized() Notification {
 		n.To = NormalizeEmail(n.To)
 	case SMS:
 		n.To = NormalizePhone(n.To)
+	}
+	if n.Fallback != nil {
+		f := *n.Fallback
+		f.Channel = Channel(strings.ToLower(strings.TrimSpace(string(f.Channel))))
+		switch f.Channel {
+		case Email:
+			f.To = NormalizeEmail(f.To)
+		case SMS:
+			f.To = NormalizePhone(f.To)
+		}
+		n.Fallback = &f
 	}
 	return n
 }
@@ -354,7 +374,7 @@ func (n Notification) validateOptional() error {
 	if !n.ExpiresAt.IsZero() && !n.EnqueuedAt.IsZero() && !n.ExpiresAt.After(n.EnqueuedAt) {
 		return invalid("expires_at", "is not after enqueued_at")
 	}
-	return nil
+	return n.validateFallback()
 }
 
 // validateMetadata checks the number and size of the metadata entries.

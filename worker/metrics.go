@@ -31,9 +31,11 @@ type Metrics struct {
 	ProviderUp    *prometheus.GaugeVec
 	ProviderSends *prometheus.CounterVec
 	Failovers     *prometheus.CounterVec
-	Orphans       prometheus.Counter
-	Moved         *prometheus.CounterVec
-	Suppressed    *prometheus.CounterVec
+	// Fallbacks: channel fallbacks armed, triggered, not needed.
+	Fallbacks  *prometheus.CounterVec
+	Orphans    prometheus.Counter
+	Moved      *prometheus.CounterVec
+	Suppressed *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -171,4 +173,9 @@ func (m *Metrics) registerProviders(reg prometheus.Registerer) {
 		Help: "Sends a provider did not take (a refused connection, 503, 429) that moved to the next provider: at once (priority lane) or after the failover grace.",
 	}, []string{"channel", "from"})
 	reg.MustRegister(m.Failovers)
+	m.Fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_fallbacks_total",
+		Help: "Channel fallbacks (docs/channels.md, \"Channel fallback\"), by the channel of the notification and result: armed (scheduled before an SMS went), triggered (it will not arrive: the fallback goes now), not_needed (a fallback that found its notification delivered, or not failed).",
+	}, []string{"channel", "result"})
+	reg.MustRegister(m.Fallbacks)
 }

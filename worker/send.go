@@ -94,6 +94,12 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		if moved, err := w.route(ctx, t, n, log); moved {
 			return err
 		}
+		if n.FallbackFor != "" {
+			if need, err := w.fallbackNeeded(ctx, n, log); !need {
+				w.leftQueue(ctx, t, n, err, log)
+				return err
+			}
+		}
 		var tried []string // providers that did not take it in this run
 		for {
 			a, err := w.reserve(ctx, t, &n, tried, log)
@@ -412,6 +418,7 @@ func (w *Worker) settled(n tasks.Notification, c check, d throttle.Decision, why
 	case throttle.StatusBlocked:
 		log.Warn("the recipient's consent blocks this send; archiving, not sending", "block", d.BlockReason, "code", d.BlockValue, "since", d.BlockedSince)
 		err = tasks.Archived(tasks.ReasonSuppressed, blockedError(n, d))
+		w.fallBack(context.Background(), n, 0, log)
 	case throttle.StatusDropped:
 		log.Warn("dropped: a rule whose action is drop is full", "rule", why)
 		err = tasks.Archived(tasks.ReasonThrottled, fmt.Errorf("%s is full and drops what exceeds it", why))
@@ -450,6 +457,7 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	// process for their slots included; they queue for a request slot in
 	// the order they ask, which is their slots' (a wait that makes a send
 	// late is caught below).
+	w.armFallback(ctx, n, log) // before the request slot: nothing between the late check and the send
 	p := a.pk.p
 	slots := p.slots
 	if a.c.Match.Exempt {
@@ -520,6 +528,7 @@ func (w *Worker) sendFailed(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		w.archived(n, tasks.ReasonPermanent)
 		log.Warn("permanent send failure; archiving", "err", err, "code", se.Code)
 		w.suppress(ctx, n, se, log)
+		w.fallBack(ctx, n, se.Code, log)
 		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonPermanent, err), asynq.SkipRetry)
 	}
 	w.metrics.Sends.WithLabelValues(string(n.Channel), "transient").Inc()

@@ -78,6 +78,7 @@ type Worker struct {
 	planner       plans.Planner
 	onPlan        func(int64)
 	client        *asynq.Client
+	inspector     *asynq.Inspector // runs an armed fallback at once
 	layout        tasks.Layout
 	servers       []*asynq.Server       // the priority lane's, then standard and bulk's
 	asynqRDB      redis.UniversalClient // the servers' client, through the gate
@@ -146,6 +147,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
 	}
 	w.client = asynq.NewClientFromRedisClient(w.rdb)
+	w.inspector = asynq.NewInspectorFromRedisClient(w.rdb)
 	w.layout = cfg.Layout()
 	// The Asynq servers' client: the fair dispatch first (each lane's
 	// waiting rooms served fairly between tenants), then the queue gate

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,9 +76,19 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 	if err != nil {
 		return err
 	}
-	cb, err := twilio.NewCallbacks(tw, cfg.Base, delivery.NewStore(svc.Redis, svc.Limiter), svc.Consent, svc.Limiter, svc.Log, svc.Registry)
+	store := delivery.NewStore(svc.Redis, svc.Limiter)
+	cb, err := twilio.NewCallbacks(tw, cfg.Base, store, svc.Consent, svc.Limiter, svc.Log, svc.Registry)
 	if err != nil {
 		return err
+	}
+	insp := asynq.NewInspectorFromRedisClient(svc.Redis)
+	cb.OnUndelivered = func(ctx context.Context, tenant, id string) {
+		// An SMS that will not arrive: its fallback, if it has one, goes now.
+		if err := store.RunFallback(ctx, insp, tenant, id); err == nil {
+			svc.Log.Info("SMS undelivered: its fallback goes now", "tenant", tenant, "id", id)
+		} else if !errors.Is(err, delivery.ErrNoFallback) {
+			svc.Log.Warn("SMS undelivered: could not start its fallback; it goes at its After, if it has one", "tenant", tenant, "id", id, "err", err)
+		}
 	}
 	s.Mount(twilio.CallbackRoute, cb)
 	replies := inbound.New(svc.Consent, svc.Plans.Policy, enqueuer(svc, cfg.Base.Layout()), svc.Log.With("component", "inbound"))

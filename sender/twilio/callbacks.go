@@ -1,6 +1,7 @@
 package twilio
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/subtle"
@@ -33,6 +34,11 @@ const CallbackRoute = "POST /v1/callbacks/sms/{tenant}/{id}"
 // Callbacks is the provider's status-callback route (CallbackRoute): the
 // provider's reports of each SMS's fate, recorded per notification.
 type Callbacks struct {
+	// OnUndelivered, if set, is called when a final status says the
+	// message did not arrive (failed, undelivered): its fallback goes now
+	// (delivery.Store.RunFallback). It runs in the request.
+	OnUndelivered func(ctx context.Context, tenant, id string)
+
 	authToken, baseURL string
 	ttl, suppressFor   time.Duration
 	codes              map[int]bool
@@ -145,6 +151,9 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			default:
 				sameTo = true
 			}
+		}
+		if outcome != "delivered" && s.OnUndelivered != nil {
+			s.OnUndelivered(ctx, tenant, id)
 		}
 		if sameTo {
 			if _, err := s.consent.Record(ctx, tenant, tasks.SMS, cb.To, consent.Event{Action: consent.Undeliverable, Source: consent.SourceProvider,
