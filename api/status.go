@@ -55,6 +55,9 @@ type Status struct {
 	ProviderStatusAt time.Time `json:"provider_status_at,omitzero"`
 	// MessageSID is the provider's id of the message.
 	MessageSID string `json:"message_sid,omitempty"`
+	// Provider names the provider that took it, where a channel has
+	// several (SLUICE_SMS_PROVIDERS, SLUICE_EMAIL_PROVIDERS).
+	Provider string `json:"provider,omitempty"`
 }
 
 // applyDelivery adds what the provider reported about a notification: its
@@ -155,6 +158,9 @@ func (s *Server) status(ctx context.Context, tenant string, admin bool, id strin
 		return Status{}, false, err
 	}
 	applyDelivery(&st, dlv)
+	if st.Provider, err = s.delivery.Provider(ctx, tenant, id); err != nil {
+		return Status{}, false, err
+	}
 	return st, true, nil
 }
 
@@ -222,6 +228,11 @@ func (s *Server) taskStatus(ctx context.Context, tenant string, admin bool, info
 			return Status{}, false, err
 		}
 		applyDelivery(&st, dlv)
+	}
+	if st.State == StateSent || st.State == StateDelivered || st.State == StateUndelivered || st.State == StateFailed {
+		if st.Provider, err = s.delivery.Provider(ctx, n.Tenant, n.ID); err != nil {
+			return Status{}, false, err
+		}
 	}
 	return st, true, nil
 }

@@ -60,3 +60,27 @@ func (s *Store) RunFallback(ctx context.Context, insp *asynq.Inspector, tenant, 
 		return nil
 	}
 }
+
+// ProviderKind names the note of which provider took a notification.
+const ProviderKind = "prv"
+
+// NoteProvider records that provider (a name of SLUICE_*_PROVIDERS) took
+// the notification id of tenant, for ttl: the status shows it.
+func (s *Store) NoteProvider(ctx context.Context, tenant, id, provider string, ttl time.Duration) error {
+	if err := s.rdb.Set(ctx, s.lim.RecordKey(tenant, id, ProviderKind), provider, max(ttl, time.Second)).Err(); err != nil {
+		return fmt.Errorf("delivery: note provider: %w", err)
+	}
+	return nil
+}
+
+// Provider returns the provider NoteProvider recorded for id ("" none).
+func (s *Store) Provider(ctx context.Context, tenant, id string) (string, error) {
+	v, err := s.rdb.Get(ctx, s.lim.RecordKey(tenant, id, ProviderKind)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("delivery: read provider: %w", err)
+	}
+	return v, nil
+}

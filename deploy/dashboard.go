@@ -125,6 +125,11 @@ func sendingRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 			q(`histogram_quantile(0.99, sum by (le, channel) (rate(sluice_send_duration_seconds_bucket`+ri+`)))`, "{{channel}} p99"))).
 		WithPanel(graph("Admitted by category", "Sends the limiter admitted, now or for a slot moments ahead, by category (bounded to the categories the rules name, default and other). Per-tenant usage against limits is not a metric (tenants are unbounded): see the text panel below.", "ops", 12, true,
 			q(`sum by (channel, category) (rate(sluice_throttle_decisions_total{result=~"admitted|admitted_later"}`+ri+`))`, "{{channel}} {{category}}"))).
+		WithPanel(graph("Sends by provider", "Notifications each provider took, and the sends that moved on to the next provider (docs/channels.md, \"Failover\"). With one provider per channel, the channel's whole traffic under \"default\".", "ops", 12, true,
+			q(`sum by (channel, provider) (rate(sluice_provider_sends_total`+ri+`))`, "{{channel}} {{provider}}"),
+			q(`sum by (channel, from) (rate(sluice_failovers_total`+ri+`))`, "{{channel}} moved on from {{from}}"))).
+		WithPanel(graph("Providers up", "1: up; 0: marked down (breaker open), held by a throttling answer, or being probed, as the workers last read it. Below 1 with a backup configured: running on the backup.", "none", 12, false,
+			q(`min by (channel, provider) (sluice_provider_up)`, "{{channel}} {{provider}}"))).
 		WithPanel(text.NewPanelBuilder().Title("Per-tenant usage").Span(12).Height(8).Mode(text.TextModeMarkdown).Content(
 			"Per-tenant usage against each limit (used, booked, next free slot) is not in Prometheus: a tenant label would be unbounded.\n\n" +
 				"It is on Sluice's own dashboard, `sluice api` at **/ui** (admin token: every tenant), in `GET /v1/quotas`, and in `sluice quota show --tenant T`."))

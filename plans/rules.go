@@ -48,6 +48,7 @@ const (
 	KindKeywords                  // sms:keywords-stop|start|help=WORD … — words besides the standard ones
 	KindConcurrency               // CHANNEL[.CATEGORY]:SCOPE:concurrency=N — at most N sends in flight at once
 	KindWeight                    // TENANT/weight=N — the tenant's share of a lane's dequeues, under contention
+	KindProviders                 // [TENANT/]CHANNEL:providers=A+B — the channel's providers, in order
 )
 
 // MaxWeight bounds a tenant's weight (KindWeight).
@@ -81,6 +82,7 @@ type Entry struct {
 	Words     []string      // KindKeywords
 	QueuedCap int64         // KindMaxQueued, KindMaxQueuedBytes (queued.go)
 	Max       int           // KindConcurrency: sends in flight at once
+	Providers []string      // KindProviders: provider names (SLUICE_*_PROVIDERS), in the order tried
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -129,6 +131,8 @@ func (e Entry) String() string {
 		b.WriteString("bulk")
 	case KindUnsubscribe:
 		b.WriteString("unsubscribe=" + e.Target)
+	case KindProviders:
+		b.WriteString("providers=" + strings.Join(e.Providers, "+"))
 	default:
 		b.WriteString(e.consentString())
 	}
@@ -153,9 +157,10 @@ func (e Entry) LimitScope() string {
 // Policy is a parsed rule list: defaults and per-tenant entries.
 type Policy struct {
 	entries    []Entry
-	categories map[string]bool // the categories the entries name
-	pins       tasks.Pins      // TENANT/shard=K
-	weights    map[string]int  // TENANT/weight=N
+	categories map[string]bool     // the categories the entries name
+	pins       tasks.Pins          // TENANT/shard=K
+	weights    map[string]int      // TENANT/weight=N
+	providers  map[string][]string // [TENANT/]CHANNEL:providers=A+B, by tenant + "/" + channel
 }
 
 // Names reports whether an entry of the policy names category.
@@ -164,8 +169,14 @@ func (p Policy) Names(category string) bool { return p.categories[category] }
 // index records what the entries name; every constructor calls it.
 func (p *Policy) index() {
 	p.categories = map[string]bool{}
-	p.pins, p.weights = nil, nil
+	p.pins, p.weights, p.providers = nil, nil, nil
 	for _, e := range p.entries {
+		if e.Kind == KindProviders {
+			if p.providers == nil {
+				p.providers = map[string][]string{}
+			}
+			p.providers[e.Tenant+"/"+string(e.Channel)] = e.Providers
+		}
 		if e.Category != "" {
 			p.categories[e.Category] = true
 		}
@@ -200,6 +211,7 @@ func (p *Policy) index() {
 //	[TENANT/]email[.CATEGORY]:unsubscribe=hosted            Sluice's own one-click unsubscribe link
 //	TENANT/shard=K                                          the tenant's queues get shard K to themselves
 //	TENANT/weight=N                                         the tenant's share of a lane under contention (default 1)
+//	[TENANT/]CHANNEL:providers=A+B                          the channel's providers in the order tried (SLUICE_*_PROVIDERS names)
 //	[TENANT/]max-queued=N, max-queued-bytes=N               caps on queued work (queued.go)
 //	[TENANT/]CHANNEL.CATEGORY:consent=exempt                goes after an opt-out of every category
 //	[TENANT/]CHANNEL:optout=all|category                    what an opt-out covers (default all)
@@ -333,6 +345,7 @@ var channelKinds = []entryKind{
 	{name: ScopeProvider, parse: parseRate},
 	{name: ScopeUser, parse: parseRate},
 	{name: "exempt", parse: parseExempt},
+	{name: "providers", parse: parseProviders},
 	{name: "quiet", parse: parseQuiet},
 	{name: "max-defer", parse: parseMaxDefer},
 	{name: "rerun", parse: parseRerun},
@@ -500,6 +513,51 @@ func parseExempt(e Entry, t entryText) (Entry, error) {
 	}
 	e.Kind = KindExempt
 	return e, nil
+}
+
+// parseProviders reads [TENANT/]CHANNEL:providers=A+B: the names of the
+// channel's providers (SLUICE_SMS_PROVIDERS) its sends use, in the order
+// they are tried, instead of the deployment's list.
+func parseProviders(e Entry, t entryText) (Entry, error) {
+	if e.Category != "" {
+		return e, errors.New("providers applies to a whole channel (e.g. sms:providers=backup+default), not a category")
+	}
+	if !t.hasValue || t.value == "" {
+		return e, errors.New("want providers=NAME+NAME…, the names of SLUICE_SMS_PROVIDERS or SLUICE_EMAIL_PROVIDERS in the order to try them")
+	}
+	seen := map[string]bool{}
+	for _, name := range strings.Split(t.value, "+") {
+		name = strings.TrimSpace(name)
+		if !providerName(name) || seen[name] {
+			return e, fmt.Errorf("providers %q: want distinct names of a lower-case letter then letters and digits (at most 16), joined by +", t.value)
+		}
+		seen[name] = true
+		e.Providers = append(e.Providers, name)
+	}
+	e.Kind = KindProviders
+	return e, nil
+}
+
+func providerName(s string) bool {
+	if len(s) == 0 || len(s) > 16 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Providers returns the provider names tenant's sends on ch use, in order
+// (its plan's CHANNEL:providers=..., else the deployment rules' one); nil:
+// the deployment's list (SLUICE_*_PROVIDERS). The slice is shared.
+func (p Policy) Providers(tenant string, ch tasks.Channel) []string {
+	if l, ok := p.providers[tenant+"/"+string(ch)]; ok {
+		return l
+	}
+	return p.providers["/"+string(ch)]
 }
 
 // parseQuiet reads CHANNEL[.CATEGORY]:quiet=HH:MM-HH:MM, or a preset.

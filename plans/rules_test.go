@@ -406,3 +406,41 @@ func TestWeight(t *testing.T) {
 		}
 	}
 }
+
+// CHANNEL:providers=A+B orders a channel's providers: in the deployment's
+// rules for every tenant, in a tenant's plan (or TENANT/) for that tenant,
+// printed back as written; a category, a bad or repeated name is refused.
+func TestProviders(t *testing.T) {
+	p, err := plans.Parse("sms:providers=default+backup,acme/sms:providers=backup,sms:recipient=1/1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Providers("acme", tasks.SMS); !slices.Equal(got, []string{"backup"}) {
+		t.Errorf("acme: %v", got)
+	}
+	if got := p.Providers("globex", tasks.SMS); !slices.Equal(got, []string{"default", "backup"}) {
+		t.Errorf("globex: %v", got)
+	}
+	if got := p.Providers("globex", tasks.Email); got != nil {
+		t.Errorf("email: %v", got)
+	}
+	if s := p.String(); s != "sms:providers=default+backup,acme/sms:providers=backup,sms:recipient=1/1m" {
+		t.Errorf("printed %q", s)
+	}
+	plan, err := plans.Parse("sms:providers=spare+default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := p.With("initech", plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := with.Providers("initech", tasks.SMS); !slices.Equal(got, []string{"spare", "default"}) {
+		t.Errorf("initech's plan: %v", got)
+	}
+	for _, bad := range []string{"sms.otp:providers=backup", "sms:providers=", "sms:providers=Backup", "sms:providers=a+a", "sms:providers"} {
+		if _, err := plans.Parse(bad); !errors.Is(err, plans.ErrBadRules) || !strings.Contains(err.Error(), "providers") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

@@ -78,6 +78,8 @@ func (w *Worker) newProviders(list map[tasks.Channel][]sender.Named) map[tasks.C
 			p.hold = w.limiter.HoldKey(string(ch)+":provider", subject)
 			out[ch] = append(out[ch], p)
 			w.metrics.ProviderUp.WithLabelValues(string(ch), s.Name).Set(1)
+			w.metrics.ProviderSends.WithLabelValues(string(ch), s.Name) // served from the start, at 0
+			w.metrics.Failovers.WithLabelValues(string(ch), s.Name)
 		}
 	}
 	return out
@@ -148,8 +150,12 @@ func (e *errProviderWait) Error() string { return "waiting for provider " + e.p 
 // ends within it (the check books them after it). When every one is down,
 // the first is picked: its hold books the send after it; a down breaker
 // puts the send back until its probe (errProviderWait).
-func (w *Worker) pickProvider(ctx context.Context, n tasks.Notification, priority bool, tried []string, log *slog.Logger) (pick, error) {
-	all := w.providers[n.Channel]
+//
+// order, the tenant's plan's CHANNEL:providers=A+B, puts those providers
+// (the ones this worker has) in that order and leaves the others out; nil
+// or naming none of them: the channel's list as configured.
+func (w *Worker) pickProvider(ctx context.Context, n tasks.Notification, priority bool, order, tried []string, log *slog.Logger) (pick, error) {
+	all := w.planned(n, order)
 	var list []*provider
 	for _, p := range all {
 		if !slices.Contains(tried, p.name) {
@@ -159,7 +165,7 @@ func (w *Worker) pickProvider(ctx context.Context, n tasks.Notification, priorit
 	if len(list) == 0 {
 		return pick{}, fmt.Errorf("%w %s: every provider was tried", sender.ErrNoSender, n.Channel)
 	}
-	if len(all) == 1 {
+	if len(w.providers[n.Channel]) == 1 {
 		return pick{p: list[0]}, nil
 	}
 	breakers, holds := make([]string, len(list)), make([]string, len(list))
@@ -294,10 +300,44 @@ func (w *Worker) providerRecovered(ctx context.Context, pk pick, log *slog.Logge
 	}
 }
 
+// noteProvider records which provider took n, where a channel has
+// several (GET /v1/notifications/{id} shows it): one write per send, only
+// then.
+func (w *Worker) noteProvider(ctx context.Context, n tasks.Notification, p *provider, log *slog.Logger) {
+	if len(w.providers[n.Channel]) < 2 {
+		return
+	}
+	ctx, cancel := w.afterSendContext(ctx)
+	defer cancel()
+	if err := w.delivery.NoteProvider(ctx, n.Tenant, n.ID, p.name, w.cfg.DedupeTTL); err != nil {
+		log.Warn("could not record which provider took the send", "provider", p.name, "err", err)
+	}
+}
+
+// planned is n's channel's providers in the order a tenant plan's
+// CHANNEL:providers=A+B gives (those of them this worker has; none: the
+// configured list).
+func (w *Worker) planned(n tasks.Notification, order []string) []*provider {
+	all := w.providers[n.Channel]
+	if len(order) == 0 || len(all) < 2 {
+		return all
+	}
+	var out []*provider
+	for _, name := range order {
+		if i := slices.IndexFunc(all, func(p *provider) bool { return p.name == name }); i >= 0 {
+			out = append(out, all[i])
+		}
+	}
+	if len(out) == 0 {
+		return all
+	}
+	return out
+}
+
 // canFailOver reports whether a send that failed at p has another provider
-// it has not tried in this run.
-func (w *Worker) canFailOver(n tasks.Notification, p *provider, tried []string) bool {
-	for _, q := range w.providers[n.Channel] {
+// (in the order its plan gives) it has not tried in this run.
+func (w *Worker) canFailOver(n tasks.Notification, p *provider, order, tried []string) bool {
+	for _, q := range w.planned(n, order) {
 		if q != p && !slices.Contains(tried, q.name) {
 			return true
 		}

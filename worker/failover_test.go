@@ -1,14 +1,17 @@
 package worker_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -40,9 +43,11 @@ func TestPriorityFailsOverAtOnceAndComesBack(t *testing.T) {
 	b.sms.Down()
 	r := b.start(t, cfg)
 	var at []time.Time
+	var ids []string
 	for i := range 5 {
 		n := tasks.NewSMS("acme", "+1415555020"+string(rune('0'+i)), "code")
 		n.Category = "otp"
+		ids = append(ids, n.ID)
 		at = append(at, time.Now())
 		b.enqueue(t, n)
 		ds := backup.WaitCount(t, i+1, 10*time.Second)
@@ -59,6 +64,20 @@ func TestPriorityFailsOverAtOnceAndComesBack(t *testing.T) {
 	if qs := b.queueStats(t); qs.Retry != 0 || qs.Archived != 0 {
 		t.Errorf("retried %d, archived %d: a failover is neither", qs.Retry, qs.Archived)
 	}
+	// Which provider took each is recorded (GET /v1/notifications/{id} shows it).
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := delivery.NewStore(b.rdb, lim)
+	sluicetest.Eventually(t, 5*time.Second, "every OTP's provider recorded", func() bool {
+		for _, id := range ids {
+			if p, err := store.Provider(context.Background(), "acme", id); err != nil || p != "backup" {
+				return false
+			}
+		}
+		return true
+	})
 	// Back: after the cooldown a send probes the primary and traffic returns.
 	b.sms.Up(t)
 	sluicetest.Eventually(t, 15*time.Second, "an OTP to reach the primary again", func() bool {
@@ -137,5 +156,24 @@ func TestStandardWaitsTheGraceThenFailsOver(t *testing.T) {
 	}
 	if n := b.sms.Attempts(); n != 0 {
 		t.Errorf("the primary, whose listener was gone, counted %d requests", n)
+	}
+}
+
+// A tenant's plan orders its providers: acme's SMS go through the backup
+// (sms:providers=backup), globex's through the configured list's first.
+func TestPlanOrdersProviders(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "acme/sms:providers=backup")
+	backup := fakes.NewSMSAPI(t)
+	b.start(t, withBackup(b.cfg, backup))
+	acme := tasks.NewSMS("acme", "+14155550500", "hi")
+	globex := tasks.NewSMS("globex", "+14155550501", "hi")
+	b.enqueue(t, acme)
+	b.enqueue(t, globex)
+	if ds := backup.WaitCount(t, 1, 10*time.Second); ds[0].ID != acme.ID {
+		t.Errorf("the backup got %s; want acme's", ds[0].ID)
+	}
+	if ds := b.sms.WaitCount(t, 1, 10*time.Second); ds[0].ID != globex.ID {
+		t.Errorf("the primary got %s; want globex's", ds[0].ID)
 	}
 }

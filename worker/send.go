@@ -228,6 +228,9 @@ type admission struct {
 	d  throttle.Decision
 	c  check // what it was checked under
 	pk pick  // the provider it goes to
+	// order is its tenant's plan's order of the channel's providers (nil:
+	// the configured list).
+	order []string
 	// sendBy is the latest instant the send may begin, in this process's
 	// clock: half the send slack after its slot.
 	sendBy time.Time
@@ -246,7 +249,8 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err := w.comply(c, n, log); err != nil {
 			return nil, err
 		}
-		pk, err := w.pickProvider(ctx, *n, c.Match.Exempt, tried, log)
+		order := policy.Providers(n.Tenant, n.Channel)
+		pk, err := w.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
 		if err != nil {
 			return nil, w.providerWait(*n, err, log)
 		}
@@ -274,7 +278,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
-				return &admission{d: d, c: c, pk: pk, sendBy: sendBy}, nil
+				return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 			} else {
 				err = w.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
 				w.releaseWaiter(waiter)
@@ -302,7 +306,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			return &admission{d: d, c: c, pk: pk, sendBy: sendBy}, nil
+			return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
@@ -484,6 +488,7 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		w.metrics.ProviderSends.WithLabelValues(string(n.Channel), p.name).Inc()
 		w.markDone(ctx, n, a.d.Attempt, log)
 		w.providerRecovered(ctx, a.pk, log)
+		w.noteProvider(ctx, n, p, log)
 		return nil
 	}
 	return w.sendFailed(ctx, t, n, a, tried, err, start, log)
@@ -504,7 +509,7 @@ func (w *Worker) sendFailed(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	if !se.Permanent && !se.Throttled {
 		w.providerFailed(ctx, p, log)
 	}
-	if !se.Permanent && se.NotSent && a.c.Match.Exempt && w.canFailOver(n, p, tried) {
+	if !se.Permanent && se.NotSent && a.c.Match.Exempt && w.canFailOver(n, p, a.order, tried) {
 		if se.Throttled {
 			_, _ = w.holdProvider(ctx, n, p, se, start, log)
 		}
@@ -514,7 +519,7 @@ func (w *Worker) sendFailed(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	if se.Throttled && !se.Permanent {
 		return w.backPressure(ctx, n, p, se, start, log)
 	}
-	if !se.Permanent && se.NotSent && w.canFailOver(n, p, tried) {
+	if !se.Permanent && se.NotSent && w.canFailOver(n, p, a.order, tried) {
 		// Not taken: tried again soon, at the next provider once this one
 		// is marked down and the grace is over (pickProvider); not a failure.
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "failover").Inc()
