@@ -804,3 +804,26 @@ func TestNewNeedsACompleteBackend(t *testing.T) {
 		t.Fatalf("New with a bare backend: %v", err)
 	}
 }
+
+// The overview lists the providers whose breakers are open (down), with
+// since when, and says so when every one is up.
+func TestUIOverviewShowsProvidersDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, uiRules, nil)
+	admin := newBrowser(t, b.HTTP.URL)
+	admin.login(adminToken, "/ui")
+	if p := admin.get("/ui"); p.status != 200 || !strings.Contains(p.body, "Every provider is up") {
+		t.Fatalf("overview with every provider up: %d %s", p.status, p.body)
+	}
+	lim, err := throttle.New(b.RDB, throttle.Options{Secret: []byte(b.Config.SubjectSecret), CompactMembers: b.Config.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := throttle.BreakerPolicy{Failures: 1, Window: time.Minute, Cooldown: time.Minute}
+	if _, err := lim.ProviderFailed(context.Background(), lim.BreakerKey("sms", "primary"), p); err != nil {
+		t.Fatal(err)
+	}
+	if page := admin.get("/ui"); page.status != 200 || !strings.Contains(page.body, `data-provider="sms:primary"`) || !strings.Contains(page.body, ">down<") {
+		t.Fatalf("overview with sms:primary down: %d %s", page.status, page.body)
+	}
+}

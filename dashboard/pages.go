@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // uiTenantRow is one tenant of the overview.
@@ -33,6 +34,9 @@ type uiOverview struct {
 	Queues     []uiQueue
 	Activity   uiActivity // every tenant's
 	Unreadable int
+	// Down are the providers marked down (their breakers open or waiting
+	// for a probe: docs/channels.md, "Failover").
+	Down []throttle.ProviderDown
 }
 
 // overview is the admin's page: every tenant with its plan and tenant-wide
@@ -59,6 +63,10 @@ func (u *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	v.Activity.ShowTenant = true
 	v.Unreadable = sc.Unreadable
 	if v.Queues, err = u.queueDepths(); err != nil {
+		u.unavailable(w, r, err)
+		return
+	}
+	if v.Down, err = u.b.Limiter.OpenBreakers(ctx); err != nil {
 		u.unavailable(w, r, err)
 		return
 	}

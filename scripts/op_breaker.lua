@@ -7,6 +7,8 @@
 -- has been down since then); a success closes it (mode 3 deletes the key).
 --
 -- KEYS[1]     -> breaker: the provider's breaker key (BreakerKey)
+-- KEYS[2]     -> index: the set of breaker keys that have opened and not closed (readers list them;
+--                it expires with the last of them)
 --
 -- ARGV[1]     -> mode: 1 failed (a transient failure), 2 probe (claim the one probe), 3 recovered
 -- ARGV[2]     -> failures: failures within window_ms that open it (mode 1)
@@ -17,7 +19,7 @@
 -- Returns {open (1: open now), since_ms, until_ms, fails, probe (mode 2: 1 when this call won it)}.
 
 local function breaker()
-  local bkey = key()
+  local bkey, ikey = key(), key()
   local mode, need, win, cool, linger = arg(5)
   mode, need, win, cool, linger = tonumber(mode), tonumber(need), tonumber(win), tonumber(cool), tonumber(linger)
   local u, since, fails, ws, probe = 0, 0, 0, 0, 0
@@ -29,6 +31,7 @@ local function breaker()
   local won = 0
   if mode == 3 then
     call('DEL', bkey)
+    call('SREM', ikey, bkey)
     return {0, 0, 0, 0, 0}
   elseif mode == 2 then
     if since > 0 and u <= now and probe <= now then
@@ -43,10 +46,12 @@ local function breaker()
       u, probe = now + cool, 0 -- a failure while half-open (the probe's, or one in flight): open again
     elseif since == 0 and fails >= need then
       since, u = now, now + cool
+      call('SADD', ikey, bkey)
     end
   end
   local keep = max(u, ws + win, probe) - now + linger
   call('SET', bkey, fmt(u) .. ':' .. fmt(since) .. ':' .. fmt(fails) .. ':' .. fmt(ws) .. ':' .. fmt(probe), 'PX', fmt(keep))
+  if since > 0 and call('PTTL', ikey) < keep then call('PEXPIRE', ikey, fmt(keep)) end -- the index outlives its keys
   return {u > now and 1 or 0, since, u, fails, won}
 end
 

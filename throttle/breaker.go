@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,40 @@ const breakerLinger = time.Minute
 // not PII: it is kept in clear.
 func (l *Limiter) BreakerKey(channel, provider string) string {
 	return l.prefix + ":{" + holdGroup + "}:breaker:" + channel + ":" + provider
+}
+
+// breakerIndex is the set of the breaker keys that opened and have not
+// closed: OpenBreakers lists it.
+func (l *Limiter) breakerIndex() string { return l.prefix + ":{" + holdGroup + "}:breakers" }
+
+// ProviderDown is a provider whose breaker opened and has not closed.
+type ProviderDown struct {
+	Channel, Provider string
+	Breaker
+}
+
+// OpenBreakers lists the providers whose breakers opened and have not
+// closed (open, or half-open waiting for a probe), by channel and name:
+// what a dashboard shows. One round trip for the index, one for the keys.
+func (l *Limiter) OpenBreakers(ctx context.Context) ([]ProviderDown, error) {
+	keys, err := l.client.SMembers(ctx, l.breakerIndex()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("throttle: open breakers: %w", err)
+	}
+	slices.Sort(keys)
+	bs, _, err := l.ProviderStates(ctx, keys, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []ProviderDown
+	for i, k := range keys {
+		if bs[i].Since.IsZero() {
+			continue // lapsed (its key expired): closed
+		}
+		ch, name, _ := strings.Cut(strings.TrimPrefix(k, l.prefix+":{"+holdGroup+"}:breaker:"), ":")
+		out = append(out, ProviderDown{Channel: ch, Provider: name, Breaker: bs[i]})
+	}
+	return out, nil
 }
 
 // BreakerPolicy says when a breaker opens and for how long.
@@ -65,7 +100,8 @@ type HoldSpan struct {
 // breakerOp is "B" (scripts/op_breaker.lua).
 type breakerOp struct {
 	breaker string
-	mode    int // 1 failed, 2 probe, 3 recovered
+	index   string // breakerIndex
+	mode    int    // 1 failed, 2 probe, 3 recovered
 	policy  BreakerPolicy
 	lease   time.Duration // the probe's (mode 2)
 	linger  time.Duration
@@ -80,7 +116,7 @@ const (
 func (o *breakerOp) code() string { return opBreaker }
 
 func (o *breakerOp) build() *op {
-	e := newEnc(opBreaker, 1, 5)
+	e := newEnc(opBreaker, 2, 5)
 	o.encode(&e)
 	return &e.op
 }
@@ -91,6 +127,7 @@ func (o *breakerOp) encode(e *enc) {
 		cool = o.lease
 	}
 	e.key("breaker", o.breaker)
+	e.key("index", o.index)
 	e.arg("mode", o.mode)
 	e.arg("failures", o.policy.Failures)
 	e.arg("window_ms", o.policy.Window.Milliseconds())
@@ -103,7 +140,7 @@ func (l *Limiter) breaker(ctx context.Context, o breakerOp) ([]int64, error) {
 	if !strings.HasPrefix(o.breaker, l.prefix+":{"+holdGroup+"}:breaker:") {
 		return nil, fmt.Errorf("%w: %q is not a breaker key (BreakerKey)", ErrInvalidKey, o.breaker)
 	}
-	o.linger = breakerLinger
+	o.linger, o.index = breakerLinger, l.breakerIndex()
 	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, o.build())
 	if err != nil {
 		return nil, fmt.Errorf("throttle: breaker: %w", err)

@@ -346,7 +346,7 @@ func contractSamples(t *testing.T) []encoder {
 		&holdOp{hold: l.HoldKey("sms:provider", ""), retry: time.Second, base: time.Second, max: time.Minute, linger: holdLinger, answer: 429},
 		&leaseOp{leases: []string{"a", "b"}, holder: "id#1", ttl: time.Minute, caps: caps},
 		&freeOp{leases: []string{"a", "b"}, holder: "id#1"},
-		&breakerOp{breaker: l.BreakerKey("sms", "backup"), mode: breakerFailed, policy: BreakerPolicy{Failures: 3, Window: time.Second, Cooldown: time.Second}, linger: breakerLinger},
+		&breakerOp{breaker: l.BreakerKey("sms", "backup"), index: l.breakerIndex(), mode: breakerFailed, policy: BreakerPolicy{Failures: 3, Window: time.Second, Cooldown: time.Second}, linger: breakerLinger},
 	)
 }
 
