@@ -27,6 +27,7 @@ var kindExamples = map[string]string{
 	"email:unsubscribe=hosted":         "unsubscribe=",
 	"acme/shard=1":                     "shard=",
 	"acme/weight=4":                    "weight=",
+	"sms:providers=backup+default":     "providers=",
 	"sms.otp:consent=exempt":           "consent=exempt",
 	"sms:optout=category":              "optout=",
 	"sms:reply-help=Reply STOP to end": "reply-",
