@@ -23,7 +23,8 @@ import (
 //   - a delivered SMS's fallback (After 3 s) is not sent;
 //   - an SMS with no report by its After (3 s) sends its fallback then;
 //   - an undelivered SMS without a fallback changes nothing;
-//   - a permanent refusal (21211) falls back at once.
+//   - a permanent refusal (21211) falls back at once;
+//   - a fallback to an address that opted out is archived (suppressed), not mailed.
 //
 // Every fallback arrives once, under the id of the SMS with ".fb".
 func TestChannelFallback(t *testing.T) {
@@ -39,7 +40,7 @@ func TestChannelFallback(t *testing.T) {
 		"+14155550170": undelivered, "+14155550171": undelivered, "+14155550172": undelivered,
 		"+14155550173": {{Status: "sent"}, {Status: "delivered"}},
 		"+14155550174": {{Status: "sent"}},
-		"+14155550175": undelivered,
+		"+14155550175": undelivered, "+14155550177": undelivered,
 	}
 	e.sms.SetCallbacks(func(d fakes.Delivery) []fakes.StatusUpdate { return fates[d.To] })
 	e.sms.SetReply(func(to, _ string) (int, string) {
@@ -49,6 +50,8 @@ func TestChannelFallback(t *testing.T) {
 		return 0, ""
 	})
 	a := e.startAPIAt(addr, nil, "acme")
+	// Consent holds for fallbacks as for any send: this address opted out.
+	e.sluiceRun(nil, "suppression", "add", "--tenant", "acme", "--channel", "email", "--to", "gone@example.com")
 	w := e.worker("w0", mail)
 
 	ids := map[string]string{} // SMS recipient → notification id
@@ -76,6 +79,7 @@ func TestChannelFallback(t *testing.T) {
 	send("+14155550174", "ana@example.com", "3s")
 	send("+14155550175", "", "")
 	send("+14155550176", "raj@example.com", "")
+	send("+14155550177", "gone@example.com", "60s") // undelivered, but its fallback's address opted out
 
 	emails := smtp.WaitFor(t, 60*time.Second, "the fallbacks of 170, 171, 172, 174 and 176", func(ds []fakes.Delivery) bool {
 		return len(ds) >= 5
@@ -88,7 +92,7 @@ func TestChannelFallback(t *testing.T) {
 		byID[d.ID] = d
 	}
 	callbackAt := map[string]time.Time{}
-	for _, r := range e.sms.WaitCallbacks(t, 11, 30*time.Second) {
+	for _, r := range e.sms.WaitCallbacks(t, 13, 30*time.Second) {
 		if r.Code != http.StatusNoContent {
 			t.Fatalf("callback %+v answered %d (%v)", r.StatusUpdate, r.Code, r.Err)
 		}
@@ -133,8 +137,13 @@ func TestChannelFallback(t *testing.T) {
 			t.Errorf("a delivered SMS's fallback was sent: %+v", d.ID)
 		}
 	}
+	// 177's fallback went to an address that opted out: archived, not mailed.
+	gone := a.waitState(t, a.tokens["acme"], tasks.FallbackID(ids["+14155550177"]), 30*time.Second, api.StateArchived)
+	if gone.Reason != "suppressed" {
+		t.Errorf("177's fallback: %+v; want archived as suppressed", gone)
+	}
 	if n := len(smtp.Deliveries()); n != 5 {
-		t.Errorf("%d emails; want the 5 fallbacks (none for 173, 175)", n)
+		t.Errorf("%d emails; want the 5 fallbacks (none for 173, 175, 177)", n)
 	}
 	var st api.Status
 	a.call("GET", "/v1/notifications/"+tasks.FallbackID(ids["+14155550170"]), a.tokens["acme"], nil).JSON(t, &st)
