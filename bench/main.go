@@ -34,7 +34,7 @@ var (
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
 	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
 	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
-	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,fair,memory,counters,replicas,figures")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,fair,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -128,6 +128,7 @@ func sections(ctx context.Context, rdb *redis.Client, addr string) []section {
 	return []section{
 		{"check", "limiter checks (calls/s, median of interleaved rounds, 10,000 recipients, every call admitted)", func() { micro(ctx, rdb) }},
 		{"throttled", "the throttled path: denials, bookings, wake-and-admit vs redis_rate's denial (calls/s)", func() { throttled(ctx, rdb) }},
+		{"depth", "issue 38: a booking on a key with a deep backlog (Redis time per booking, one caller)", func() { depth(ctx, rdb) }},
 		{"tune", "coalescing settings (single-rule check, calls/s)", func() { tune(ctx, rdb) }},
 		{"calls", "what one redis.call costs inside a Redis function, by kind; the worker's check made alone (Redis time)", func() { calls(ctx, rdb) }},
 		{"worker", "worker throughput (tasks/s, in-process Asynq servers, no-op sender, every task admitted)", func() { workerOverhead(ctx, addr) }},

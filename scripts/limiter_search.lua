@@ -67,10 +67,11 @@ local function search(keys, limits, wps, c, closed)
     local x, cnt, exact = earliest(keys[1], limits[1], wps[1], c)
     if x == c then return c, 0, {cnt} end
     if exact then return x, 1, {cnt} end
-    if x ~= nil then
-      local y, cnt2 = earliest(keys[1], limits[1], wps[1], x)
-      if y == x then return x, 1, {cnt2} end
-    end
+    -- No gap among the entries read (a deep backlog): the slot goes after the key's end, as
+    -- the loop below would put it, without walking the same entries again.
+    if x == nil then x = past(keys[1], limits[1], wps[1], c) end
+    local y, cnt2 = earliest(keys[1], limits[1], wps[1], x)
+    if y == x then return x, 1, {cnt2} end
   end
   local rule, counts, settled = 0, {}, false
   c = unclosed(c, closed)
