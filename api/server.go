@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/digest"
 	"github.com/sluicehq/sluice/internal/connlimit"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/redisguard"
@@ -67,6 +68,7 @@ type Server struct {
 	keys        *tasks.Keyring
 	lim         *throttle.Limiter
 	delivery    *delivery.Store
+	digests     *digest.Store
 	tokens      *Tokens
 	idem        *idemStore
 	fail        *failures // failed authentications per client
@@ -101,6 +103,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.registry)
 	s.delivery = delivery.NewStore(s.rdb, s.lim)
+	s.digests = digest.New(s.rdb, s.lim)
 	if s.tokens, err = NewTokens(s.rdb, cfg.TokenKey); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ const (
 	StateSent     = "sent"     // the provider took it
 	StateArchived = "archived" // will not be sent; Reason says why
 	StateUnknown  = "unknown"  // admitted for sending but no record of the outcome
+	StateDigested = "digested" // carried by a digest (Digest names its carrier); the digest's own state tells its fate
 
 	// What the provider reported later (SMS status callbacks).
 	StateDelivered   = "delivered"   // the recipient's handset has it

@@ -58,6 +58,9 @@ type Status struct {
 	// Provider names the provider that took it, where a channel has
 	// several (SLUICE_SMS_PROVIDERS, SLUICE_EMAIL_PROVIDERS).
 	Provider string `json:"provider,omitempty"`
+	// Digest is, with state digested, the id of the notification whose
+	// digest carries this one (the plans' digest rule).
+	Digest string `json:"digest,omitempty"`
 }
 
 // applyDelivery adds what the provider reported about a notification: its
@@ -136,6 +139,13 @@ func (s *Server) status(ctx context.Context, tenant string, admin bool, id strin
 	}
 	if tenant == "" {
 		return Status{}, false, nil
+	}
+	carrier, err := s.digests.CarriedBy(ctx, tenant, id)
+	if err != nil {
+		return Status{}, false, err
+	}
+	if carrier != "" {
+		return Status{ID: id, Tenant: tenant, State: StateDigested, Digest: carrier}, true, nil
 	}
 	rec, err := s.lim.Record(ctx, tenant, id)
 	if err != nil || rec == nil {

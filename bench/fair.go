@@ -398,11 +398,18 @@ func fairDrains(ctx context.Context, bin, base, dir string, flood int) {
 	// the flood straight in the pending list (FIFO: what the rooms cost
 	// alone, every other change since the baseline equal), and the
 	// baseline's binary with its FIFO.
+	// -rounds rounds (default 3), the order rotated each round: a drift in
+	// the machine's load, or the first run's cold caches, falls on each alike.
 	var a, c, b []float64
-	for range 2 {
-		a = append(a, float64(fairDrain(ctx, bin, dir, flood, true)))
-		c = append(c, float64(fairDrain(ctx, bin, dir, flood, false)))
-		b = append(b, float64(fairDrain(ctx, base, dir, flood, false)))
+	runs := []func(){
+		func() { a = append(a, float64(fairDrain(ctx, bin, dir, flood, true))) },
+		func() { c = append(c, float64(fairDrain(ctx, bin, dir, flood, false))) },
+		func() { b = append(b, float64(fairDrain(ctx, base, dir, flood, false))) },
+	}
+	for r := range max(2, *rounds) {
+		for i := range runs {
+			runs[(i+r)%len(runs)]()
+		}
 	}
 	fmt.Printf("    drains: rooms %v, this binary FIFO %v, baseline FIFO %v\n", secs(a), secs(c), secs(b))
 	ratio := median(a) / median(b)

@@ -28,6 +28,7 @@ var kindExamples = map[string]string{
 	"acme/shard=1":                     "shard=",
 	"acme/weight=4":                    "weight=",
 	"sms:providers=backup+default":     "providers=",
+	"email.comment:digest=max:50":      "digest=",
 	"sms.otp:consent=exempt":           "consent=exempt",
 	"sms:optout=category":              "optout=",
 	"sms:reply-help=Reply STOP to end": "reply-",

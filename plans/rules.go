@@ -49,6 +49,7 @@ const (
 	KindConcurrency               // CHANNEL[.CATEGORY]:SCOPE:concurrency=N — at most N sends in flight at once
 	KindWeight                    // TENANT/weight=N — the tenant's share of a lane's dequeues, under contention
 	KindProviders                 // [TENANT/]CHANNEL:providers=A+B — the channel's providers, in order
+	KindDigest                    // CHANNEL[.CATEGORY]:digest=max:N[+window:D][+key:FIELD] — fold deferred sends into one
 )
 
 // MaxWeight bounds a tenant's weight (KindWeight).
@@ -83,6 +84,7 @@ type Entry struct {
 	QueuedCap int64         // KindMaxQueued, KindMaxQueuedBytes (queued.go)
 	Max       int           // KindConcurrency: sends in flight at once
 	Providers []string      // KindProviders: provider names (SLUICE_*_PROVIDERS), in the order tried
+	Digest    *Digest       // KindDigest
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -133,6 +135,8 @@ func (e Entry) String() string {
 		b.WriteString("unsubscribe=" + e.Target)
 	case KindProviders:
 		b.WriteString("providers=" + strings.Join(e.Providers, "+"))
+	case KindDigest:
+		b.WriteString("digest=" + e.Digest.String())
 	default:
 		b.WriteString(e.consentString())
 	}
@@ -346,6 +350,7 @@ var channelKinds = []entryKind{
 	{name: ScopeUser, parse: parseRate},
 	{name: "exempt", parse: parseExempt},
 	{name: "providers", parse: parseProviders},
+	{name: "digest", parse: parseDigest},
 	{name: "quiet", parse: parseQuiet},
 	{name: "max-defer", parse: parseMaxDefer},
 	{name: "rerun", parse: parseRerun},
@@ -730,6 +735,9 @@ type Match struct {
 	// Caps are the in-flight caps (KindConcurrency), a tenant's replacing the
 	// default of the same channel, category and scope.
 	Caps []Entry
+	// Digest folds sends its rules defer into one message per slot; nil
+	// when the category is not digested.
+	Digest *Digest
 }
 
 // Match returns what applies to a tenant's notifications on ch of category
@@ -775,6 +783,9 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 	}
 	if e, ok := best(KindUnsubscribe); ok {
 		m.Unsubscribe = e.Target
+	}
+	if e, ok := best(KindDigest); ok && !m.Exempt {
+		m.Digest = e.Digest
 	}
 	return m
 }

@@ -136,6 +136,13 @@ var deliverySrc string
 // it, moving only forward (delivery.lua).
 var Delivery = redis.NewScript(deliverySrc)
 
+//go:embed digest.lua
+var digestSrc string
+
+// Digest joins and closes digests: the items of one message that carries
+// several deferred notifications (digest.lua).
+var Digest = redis.NewScript(digestSrc)
+
 //go:embed series.lua
 var seriesSrc string
 

@@ -32,10 +32,14 @@ type Metrics struct {
 	ProviderSends *prometheus.CounterVec
 	Failovers     *prometheus.CounterVec
 	// Fallbacks: channel fallbacks armed, triggered, not needed.
-	Fallbacks  *prometheus.CounterVec
-	Orphans    prometheus.Counter
-	Moved      *prometheus.CounterVec
-	Suppressed *prometheus.CounterVec
+	Fallbacks *prometheus.CounterVec
+	// Digested: notifications a digest carries instead of a send of their
+	// own; DigestItems: items per digest sent.
+	Digested    *prometheus.CounterVec
+	DigestItems *prometheus.HistogramVec
+	Orphans     prometheus.Counter
+	Moved       *prometheus.CounterVec
+	Suppressed  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -178,4 +182,14 @@ func (m *Metrics) registerProviders(reg prometheus.Registerer) {
 		Help: "Channel fallbacks (docs/channels.md, \"Channel fallback\"), by the channel of the notification and result: armed (scheduled before an SMS went), triggered (it will not arrive: the fallback goes now), not_needed (a fallback that found its notification delivered, or not failed).",
 	}, []string{"channel", "result"})
 	reg.MustRegister(m.Fallbacks)
+	m.Digested = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_digested_total",
+		Help: "Notifications folded into a digest (plans' digest rule), by channel and result: joined (carried by an open digest instead of a send of their own), sent (carried by a digest that was sent, the carrier's own included), expired (left out: past their expiry when the digest went), spilled (handed back to the queue: their digest ended without a send).",
+	}, []string{"channel", "result"})
+	m.DigestItems = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_digest_items",
+		Help:    "Items per digest sent, the carrier's own included.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+	}, []string{"channel"})
+	reg.MustRegister(m.Digested, m.DigestItems)
 }

@@ -249,6 +249,11 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err := w.comply(c, n, log); err != nil {
 			return nil, err
 		}
+		if round == 0 {
+			if joined, err := w.digestBefore(ctx, t, *n, &c, log); joined || err != nil {
+				return nil, err
+			}
+		}
 		order := policy.Providers(n.Tenant, n.Channel)
 		pk, err := w.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
 		if err != nil {
@@ -278,6 +283,9 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				w.lateWake(ctx, *n, d, c.Limits, late+w.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
+				if err := w.digestAdmitted(ctx, n, c, d, log); err != nil {
+					return nil, err
+				}
 				return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 			} else {
 				err = w.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
@@ -306,11 +314,20 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
+			if err := w.digestAdmitted(ctx, n, c, d, log); err != nil {
+				return nil, err
+			}
 			return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 		case throttle.StatusBooked, throttle.StatusDenied:
+			if w.digestDeferred(ctx, t, *n, &c, d, log) {
+				return nil, nil // an open digest carries it
+			}
 			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 			return nil, w.reschedule(ctx, t, *n, d, why, log)
 		default:
+			if d.Status != throttle.StatusDone && d.Status != throttle.StatusDuplicate {
+				w.digestSpill(ctx, *n, c.Match.Digest, log)
+			}
 			return nil, w.settled(*n, c, d, why, log)
 		}
 	}

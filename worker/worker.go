@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/digest"
 	"github.com/sluicehq/sluice/internal/fairq"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/orphans"
@@ -95,6 +96,7 @@ type Worker struct {
 	tracer        trace.Tracer
 	keys          *tasks.Keyring
 	delivery      *delivery.Store
+	digests       *digest.Store
 	suppressCodes map[int]bool // SMS_SUPPRESS_CODES; nil: no suppression list
 	consent       *consent.Store
 	unsubscribe   *unsubscribe.Signer // nil without SLUICE_UNSUBSCRIBE_URL
@@ -135,6 +137,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	w.released = newReleaser(svc.Queued, w.log.With("component", "queued"))
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
+	w.digests = digest.New(w.rdb, w.limiter)
 	w.consent = svc.Consent
 	w.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains) // validated
 	var err error

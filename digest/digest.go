@@ -1,0 +1,150 @@
+// Package digest folds notifications that their rules would defer into
+// one message per slot (the plans' digest rule,
+// CHANNEL.CATEGORY:digest=max:N).
+//
+// The first notification of a digested category to a recipient goes as
+// soon as its rules allow. One that would wait for a later slot opens a
+// digest: it becomes the digest's carrier, booked for that slot like any
+// deferred send. Until the carrier is sent, every further notification of
+// the same tenant, recipient, category and group (Digest.Key) joins it —
+// up to Digest.Max items, the carrier's own included — and its own task is
+// done: the digest carries it. At its slot the carrier closes the digest
+// (the next item opens another), reads its items back and sends one
+// message in place of all of them: one send against every rule.
+//
+// Every item is written to Redis (scripts/digest.lua) before its own task
+// completes, in the tenant's hash slot, and stays until its TTL after the
+// digest is sent: a carrier that crashes mid-send reads the same items
+// again on its re-run. A carrier that ends without a send (expired,
+// dropped, blocked) hands its other items back to the queue (Spill).
+package digest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/scripts"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Join outcomes.
+const (
+	Open    = 0 // no digest with room is open
+	Joined  = 1 // the item joined an open digest: its task is done
+	Started = 2 // the item opened a digest and carries it
+	Carrier = 3 // the item carries a digest already
+)
+
+// ErrBadRecord: an item's record in Redis does not read.
+var ErrBadRecord = errors.New("digest: bad item record")
+
+// Store keeps digests in the limiter's Redis, keyed like its records.
+type Store struct {
+	rdb redis.UniversalClient
+	lim *throttle.Limiter
+}
+
+// New returns a store on rdb, with the limiter's keys.
+func New(rdb redis.UniversalClient, lim *throttle.Limiter) *Store { return &Store{rdb: rdb, lim: lim} }
+
+// Item is one notification a digest carries: its task as queued.
+type Item struct {
+	TaskID, Type string
+	Payload      []byte
+}
+
+func (it Item) record() string { return it.TaskID + "\n" + it.Type + "\n" + string(it.Payload) }
+
+func parseItem(s string) (Item, error) {
+	id, rest, ok := strings.Cut(s, "\n")
+	typ, payload, ok2 := strings.Cut(rest, "\n")
+	if !ok || !ok2 || id == "" || typ == "" {
+		return Item{}, ErrBadRecord
+	}
+	return Item{TaskID: id, Type: typ, Payload: []byte(payload)}, nil
+}
+
+// openKey is the key of the digest open for n under d: one per tenant,
+// channel and category, recipient (keyed hash) and group.
+func (s *Store) openKey(n tasks.Notification, d plans.Digest) string {
+	nn := n.Normalized()
+	return s.lim.SubjectKey(n.Tenant, "digest:"+string(n.Channel)+"."+n.CategoryOrDefault(), nn.To+"\x00"+d.GroupOf(n))
+}
+
+func (s *Store) itemsKey(tenant, id string) string { return s.lim.RecordKey(tenant, id, "dgi") }
+func (s *Store) noteKey(tenant, id string) string  { return s.lim.RecordKey(tenant, id, "dg") }
+
+// Join puts the item it, notification n, into the open digest of its
+// recipient, category and group if one has room; else, with start, opens
+// one that n carries. It returns the outcome and, joined, the carrier's id.
+func (s *Store) Join(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start bool) (int, string, error) {
+	st := "0"
+	if start {
+		st = "1"
+	}
+	keys := []string{s.openKey(n, d), s.itemsKey(n.Tenant, n.ID), s.noteKey(n.Tenant, n.ID)}
+	vals, err := scripts.Digest.Run(ctx, s.rdb, keys, "join", n.ID, it.record(), d.Max, max(ttl, time.Second).Milliseconds(), st).Slice()
+	if err != nil {
+		return 0, "", fmt.Errorf("digest: join: %w", err)
+	}
+	out, _ := vals[0].(int64)
+	if out == Joined && len(vals) > 1 {
+		carrier, _ := vals[1].(string)
+		return Joined, carrier, nil
+	}
+	return int(out), "", nil
+}
+
+// Close closes the digest n carries, if any, to new items and returns its
+// items, n's own first (none: n carries no digest). A closed digest's items
+// stay readable until their TTL: a re-run reads the same ones.
+func (s *Store) Close(ctx context.Context, n tasks.Notification, d plans.Digest) ([]Item, error) {
+	keys := []string{s.openKey(n, d), s.itemsKey(n.Tenant, n.ID), s.noteKey(n.Tenant, n.ID)}
+	recs, err := scripts.Digest.Run(ctx, s.rdb, keys, "close", n.ID).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("digest: close: %w", err)
+	}
+	items := make([]Item, 0, len(recs))
+	for _, r := range recs {
+		it, err := parseItem(r)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+// Forget drops the items of the digest n carried, and the notes of ids
+// (its other items), once they are back in the queue (Spill) and will be
+// placed again.
+func (s *Store) Forget(ctx context.Context, n tasks.Notification, ids []string) error {
+	keys := []string{s.itemsKey(n.Tenant, n.ID)}
+	for _, id := range ids {
+		keys = append(keys, s.noteKey(n.Tenant, id))
+	}
+	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("digest: forget: %w", err)
+	}
+	return nil
+}
+
+// CarriedBy returns the id of the digest (its carrier) that carries tenant's
+// notification id, or "" when none does.
+func (s *Store) CarriedBy(ctx context.Context, tenant, id string) (string, error) {
+	v, err := s.rdb.Get(ctx, s.noteKey(tenant, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("digest: %w", err)
+	}
+	return v, nil
+}

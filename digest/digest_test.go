@@ -1,0 +1,158 @@
+package digest_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/digest"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Many workers' items for one recipient, joined concurrently while the
+// carriers close their digests at random moments: every item ends in
+// exactly one digest (its own, as carrier, or one it joined), no digest
+// holds more than max, and what a carrier reads back at its close is
+// exactly itself and the items told they joined it. Repeated trials.
+func TestJoinsAndClosesUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := digest.New(rdb, lim)
+	ctx := context.Background()
+	d := plans.Digest{Max: 7}
+	for trial := 0; trial < 5; trial++ {
+		const items, workers = 300, 16
+		ns := make([]tasks.Notification, items)
+		for i := range ns {
+			ns[i] = tasks.NewEmail("acme", "jane@example.com", "s", fmt.Sprintf("item %d", i))
+			ns[i].Category = fmt.Sprintf("comment%d", trial)
+		}
+		var mu sync.Mutex
+		joined := map[string][]string{} // carrier → items told they joined it
+		var carriers []tasks.Notification
+		read := map[string][]digest.Item{} // carrier → items read at its close
+		closeOne := func(c tasks.Notification) {
+			its, err := s.Close(ctx, c, d)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			read[c.ID] = its
+			mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Go(func() {
+				for i := w; i < items; i += workers {
+					n := ns[i]
+					it := digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte(n.Body)}
+					out, carrier, err := s.Join(ctx, n, d, it, time.Minute, false)
+					if err == nil && out == digest.Open {
+						out, carrier, err = s.Join(ctx, n, d, it, time.Minute, true)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					switch out {
+					case digest.Joined:
+						joined[carrier] = append(joined[carrier], n.ID)
+					case digest.Started:
+						carriers = append(carriers, n)
+					default:
+						t.Errorf("item %d: outcome %d", i, out)
+					}
+					// Now and then the oldest open carrier is sent: it closes.
+					var c *tasks.Notification
+					if i%11 == 0 && len(carriers) > 0 {
+						if _, done := read[carriers[0].ID]; !done {
+							c = &carriers[0]
+						}
+					}
+					mu.Unlock()
+					if c != nil {
+						closeOne(*c)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, c := range carriers {
+			if _, done := read[c.ID]; !done {
+				closeOne(c)
+			}
+		}
+		seen := map[string]int{}
+		for _, c := range carriers {
+			its := read[c.ID]
+			if len(its) == 0 || its[0].TaskID != c.ID {
+				t.Fatalf("trial %d: carrier %s read %d items, its own not first", trial, c.ID, len(its))
+			}
+			if len(its) > d.Max {
+				t.Errorf("trial %d: a digest of %d items, over max %d", trial, len(its), d.Max)
+			}
+			if len(its)-1 != len(joined[c.ID]) {
+				t.Errorf("trial %d: carrier %s read %d others, %d were told they joined it", trial, c.ID, len(its)-1, len(joined[c.ID]))
+			}
+			for _, it := range its {
+				seen[it.TaskID]++
+			}
+			// A closed digest reads the same again (a re-run after a crash).
+			again, err := s.Close(ctx, c, d)
+			if err != nil || len(again) != len(its) {
+				t.Errorf("trial %d: a second close read %d items (%v), the first %d", trial, len(again), err, len(its))
+			}
+		}
+		for _, n := range ns {
+			if seen[n.ID] != 1 {
+				t.Errorf("trial %d: item %s is in %d digests, want exactly 1", trial, n.ID, seen[n.ID])
+			}
+			if by, err := s.CarriedBy(ctx, n.Tenant, n.ID); err != nil || (by == "") != (read[n.ID] != nil) {
+				t.Errorf("trial %d: item %s carried by %q (%v); carriers carry themselves, every other item a carrier", trial, n.ID, by, err)
+			}
+		}
+		t.Logf("trial %d: %d items in %d digests", trial, items, len(carriers))
+	}
+}
+
+func TestRender(t *testing.T) {
+	c := tasks.NewEmail("acme", "jane@example.com", "Ana commented", "Looks good")
+	c.HTML = "<p>Looks good</p>"
+	o := tasks.NewEmail("acme", "jane@example.com", "Li <b>commented</b>", "Ship it & <go>")
+	m, err := digest.Render(c, []tasks.Notification{c, o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != c.ID || m.To != c.To || m.Subject != "Ana commented (+1 more)" {
+		t.Errorf("digest: %+v", m)
+	}
+	if want := "Ana commented\nLooks good\n\nLi <b>commented</b>\nShip it & <go>\n"; m.Body != want {
+		t.Errorf("text %q, want %q", m.Body, want)
+	}
+	if want := "<ul><li><strong>Ana commented</strong><br>Looks good</li><li><strong>Li &lt;b&gt;commented&lt;/b&gt;</strong><br>Ship it &amp; &lt;go&gt;</li></ul>"; m.HTML != want {
+		t.Errorf("html %q, want %q (escaped)", m.HTML, want)
+	}
+	var long []tasks.Notification
+	for i := 0; i < 200; i++ {
+		long = append(long, tasks.NewSMS("acme", "+14155550100", fmt.Sprintf("Update number %d is here", i)))
+	}
+	sms, err := digest.Render(long[0], long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := []rune(sms.Body); len(r) != tasks.MaxSMSRunes || r[len(r)-1] != '…' {
+		t.Errorf("an SMS digest of 200 updates: %d runes, want cut to %d with an ellipsis", len(r), tasks.MaxSMSRunes)
+	}
+}

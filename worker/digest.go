@@ -1,0 +1,197 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/digest"
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Digests (package digest): a notification of a digested category joins
+// the open digest of its recipient before any check (its task is then
+// done); one its rules defer opens a digest and carries it to its slot,
+// where it closes the digest and is sent as the message of every item.
+
+// digestItem is t as a digest keeps it.
+func digestItem(ctx context.Context, t *asynq.Task, n tasks.Notification) digest.Item {
+	id, _ := asynq.GetTaskID(ctx)
+	if id == "" {
+		id = n.ID
+	}
+	return digest.Item{TaskID: id, Type: t.Type(), Payload: t.Payload()}
+}
+
+// digestTTL is how long a digest's items live: past any slot its carrier
+// may be booked for, and its re-runs.
+func digestTTL(c check) time.Duration { return 2*c.opts.StateTTL + 24*time.Hour }
+
+// joinDigest puts n into the open digest of its recipient, category and
+// group when one has room (joined: its task is done), else, with start,
+// opens one that n carries. With a window, the first item opens the digest
+// at once and waits the window for its slot (c.opts.NotBefore).
+func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (joined bool, err error) {
+	dg := c.Match.Digest
+	var out int
+	var carrier string
+	err = w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
+		var err error
+		out, carrier, err = w.digests.Join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	switch out {
+	case digest.Joined:
+		w.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
+		log.Info("carried by a digest", "digest", carrier)
+		return true, nil
+	case digest.Started:
+		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
+		if dg.Window > 0 {
+			c.opts.NotBefore = later(c.opts.NotBefore, time.Now().Add(dg.Window))
+		}
+	}
+	return false, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// digestBefore is the join before n's check (first round only): nil, false
+// when n goes on to its check.
+func (w *Worker) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, log *slog.Logger) (bool, error) {
+	if c.Match.Digest == nil {
+		return false, nil
+	}
+	joined, err := w.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
+	if err != nil {
+		w.metrics.LimiterError.Inc()
+		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
+		return false, &UnavailableError{Err: err}
+	}
+	return joined, nil
+}
+
+// digestDeferred is the join of n that its rules defer (d): it joins a
+// digest opened since its first look, giving its own slot back, or opens
+// one and carries it. It reports whether n joined (its task is done).
+func (w *Worker) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) bool {
+	if c.Match.Digest == nil {
+		return false
+	}
+	joined, err := w.joinDigest(ctx, t, n, c, true, log)
+	if err != nil {
+		log.Warn("digest: could not open a digest; waiting for a slot of its own", "err", err)
+		return false
+	}
+	if joined && d.Booked {
+		w.release(ctx, n, d.Attempt, c.Limits, log)
+	}
+	return joined
+}
+
+// digestAdmitted closes the digest n carries, if any, as n is admitted, and
+// makes n the message of its items. A failure to read them gives the slot
+// back: the task is tried again.
+func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c check, d throttle.Decision, log *slog.Logger) error {
+	if c.Match.Digest == nil {
+		return nil
+	}
+	var items []digest.Item
+	err := w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
+		var err error
+		items, err = w.digests.Close(ctx, *n, *c.Match.Digest)
+		return err
+	})
+	if err != nil {
+		w.release(ctx, *n, d.Attempt, c.Limits, log)
+		w.metrics.LimiterError.Inc()
+		log.Error("digest: could not read its items; nothing sent, will try again", "err", err)
+		return &UnavailableError{Err: err}
+	}
+	if len(items) < 2 {
+		return nil // no digest, or one nothing joined: n goes as it is
+	}
+	carried, expired := w.openItems(*n, items, log)
+	msg, err := digest.Render(*n, carried)
+	if err != nil {
+		log.Error("digest: its template failed; sending the carrier's own message", "err", err)
+		return nil
+	}
+	*n = msg
+	w.metrics.Digested.WithLabelValues(string(n.Channel), "sent").Add(float64(len(carried)))
+	w.metrics.Digested.WithLabelValues(string(n.Channel), "expired").Add(float64(expired))
+	w.metrics.DigestItems.WithLabelValues(string(n.Channel)).Observe(float64(len(carried)))
+	log.Info("sending a digest", "items", len(carried), "expired", expired)
+	return nil
+}
+
+// openItems opens a digest's items, the carrier (n, already open) first,
+// leaving out those past their expiry and, logged, any that do not open.
+func (w *Worker) openItems(n tasks.Notification, items []digest.Item, log *slog.Logger) (carried []tasks.Notification, expired int) {
+	carried = append(carried, n)
+	now := time.Now()
+	for _, it := range items[1:] {
+		m, err := tasks.Open(w.keys, it.TaskID, it.Type, it.Payload, w.cfg.PayloadPlaintext == "accept")
+		if err != nil {
+			log.Error("digest: an item does not open; left out", "item_task", it.TaskID, "err", err)
+			continue
+		}
+		if !m.ExpiresAt.IsZero() && m.ExpiresAt.Before(now) {
+			expired++
+			continue
+		}
+		carried = append(carried, m)
+	}
+	return carried, expired
+}
+
+// digestSpill hands the other items of the digest n carried back to the
+// queue when n ends without a send (expired, dropped, blocked, archived):
+// each is placed again on its own.
+func (w *Worker) digestSpill(ctx context.Context, n tasks.Notification, dg *plans.Digest, log *slog.Logger) {
+	if dg == nil {
+		return
+	}
+	items, err := w.digests.Close(ctx, n, *dg)
+	if err != nil || len(items) < 2 {
+		if err != nil {
+			log.Error("digest: could not read the items of a digest that will not be sent", "err", err)
+		}
+		return
+	}
+	policy := w.currentPolicy()
+	var ids []string
+	for _, it := range items[1:] {
+		m, err := tasks.Open(w.keys, it.TaskID, it.Type, it.Payload, w.cfg.PayloadPlaintext == "accept")
+		if err != nil {
+			log.Error("digest: an item does not open; not handed back", "item_task", it.TaskID, "err", err)
+			continue
+		}
+		_, err = w.client.EnqueueContext(ctx, asynq.NewTask(it.Type, it.Payload), asynq.Queue(policy.Queue(w.layout, m)),
+			asynq.TaskID(it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
+		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", m.ID, "err", err)
+			return // Forget below would lose it: the carrier's re-run (if any) tries again
+		}
+		ids = append(ids, m.ID)
+	}
+	if err := w.digests.Forget(ctx, n, ids); err != nil {
+		log.Warn("digest: items handed back, but their digest's record stays until its TTL", "err", err)
+	}
+	w.metrics.Digested.WithLabelValues(string(n.Channel), "spilled").Add(float64(len(ids)))
+	log.Info(fmt.Sprintf("its digest will not be sent: %d items handed back to the queue", len(ids)))
+}
