@@ -70,10 +70,10 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// digestBefore is the join before n's check (first round only): nil, false
-// when n goes on to its check.
-func (w *Worker) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil {
+// digestBefore is the join before n's check, in the first round of its
+// run only: false, nil when n goes on to its check.
+func (w *Worker) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, round int, log *slog.Logger) (bool, error) {
+	if c.Match.Digest == nil || round > 0 {
 		return false, nil
 	}
 	joined, err := w.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)

@@ -249,10 +249,8 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err := w.comply(c, n, log); err != nil {
 			return nil, err
 		}
-		if round == 0 {
-			if joined, err := w.digestBefore(ctx, t, *n, &c, log); joined || err != nil {
-				return nil, err
-			}
+		if joined, err := w.digestBefore(ctx, t, *n, &c, round, log); joined || err != nil {
+			return nil, err
 		}
 		order := policy.Providers(n.Tenant, n.Channel)
 		pk, err := w.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
@@ -318,19 +316,28 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				return nil, err
 			}
 			return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
-		case throttle.StatusBooked, throttle.StatusDenied:
-			if w.digestDeferred(ctx, t, *n, &c, d, log) {
-				return nil, nil // an open digest carries it
-			}
-			w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
-			return nil, w.reschedule(ctx, t, *n, d, why, log)
 		default:
-			if d.Status != throttle.StatusDone && d.Status != throttle.StatusDuplicate {
-				w.digestSpill(ctx, *n, c.Match.Digest, log)
-			}
-			return nil, w.settled(*n, c, d, why, log)
+			return nil, w.notNow(ctx, t, *n, &c, d, why, log)
 		}
 	}
+}
+
+// notNow ends a run whose send the limiter did not admit for now: booked
+// or denied, back to Asynq for the slot (or into an open digest); else
+// settled.
+func (w *Worker) notNow(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, why string, log *slog.Logger) error {
+	switch d.Status {
+	case throttle.StatusBooked, throttle.StatusDenied:
+		if w.digestDeferred(ctx, t, n, c, d, log) {
+			return nil // an open digest carries it
+		}
+		w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
+		return w.reschedule(ctx, t, n, d, why, log)
+	case throttle.StatusDone, throttle.StatusDuplicate:
+	default:
+		w.digestSpill(ctx, n, c.Match.Digest, log)
+	}
+	return w.settled(n, *c, d, why, log)
 }
 
 // reachedProvider settles a re-run whose earlier attempt's outcome is
