@@ -34,7 +34,7 @@ var (
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
 	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
 	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
-	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,fair,memory,counters,replicas,figures")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -139,6 +139,7 @@ func sections(ctx context.Context, rdb *redis.Client, addr string) []section {
 		{"counters", "issue 22: calendar and bucketed rules — memory of one full key, checks/s vs a log", func() { counters(ctx, rdb) }},
 		{"lanes", "issue 19: lanes and shards — the real binary, one worker, log sender", func() { lanes(ctx) }},
 		{"enqueue", "issue 38: producers — a campaign of SMS into a fresh Redis, against a plain Asynq client's loop in the same run", func() { producers(ctx) }},
+		{"digest", "issue 37: a burst of deferred notifications, with a digest rule and without — the real binary, one worker, log sender", func() { digestSection(ctx) }},
 		{"fair", "issue 34: fair share between tenants inside a lane — the real binary, one worker, log sender", func() { fair(ctx) }},
 		{"replicas", "replica-acknowledged admissions (SLUICE_REDIS_WAIT_REPLICAS=1) on a master with one replica", func() { replicas(ctx) }},
 		{"issue15", "issue 15: the real binary, one worker, 150 SMS to 15 numbers", func() { issue15(ctx) }},

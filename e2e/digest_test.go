@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -27,16 +30,41 @@ import (
 // Every item is received exactly once in all (counted by the text of each
 // item in the messages' bodies), and each digest comes at its slot (the
 // window and the send slack after the message before) within 100 ms. The API says of every item that a digest carries it, and
-// which.
+// which. On one node and on a 3-master Cluster.
 func TestDigestFoldsDeferredNotifications(t *testing.T) {
 	t.Parallel()
+	for _, topology := range []string{"node", "cluster"} {
+		t.Run(topology, func(t *testing.T) {
+			t.Parallel()
+			digestFolds(t, topology)
+		})
+	}
+}
+
+func digestFolds(t *testing.T, topology string) {
 	e := newEnv(t, "email:recipient=1/5s,email.comment:digest=max:50,email.mention:digest=max:10")
+	if topology == "cluster" {
+		cl, cc := redistest.NewCluster(t, 3, 0)
+		e.vars["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(cl.Addrs, ",")
+		e.client = asynq.NewClientFromRedisClient(cc)
+		e.insp = asynq.NewInspectorFromRedisClient(cc)
+	}
 	smtp := fakes.NewSMTPServer(t)
 	mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
 		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "notify@example.com"}
 	a := e.startAPI(nil, "acme")
-	e.worker("w0", mail)
-	e.worker("w1", mail)
+	workers := []*proc{e.worker("w0", mail), e.worker("w1", mail)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, w := range workers {
+				for _, l := range strings.Split(w.logText(), "\n") {
+					if strings.Contains(l, "digest") || strings.Contains(l, "slot") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+						t.Log(w.name, l)
+					}
+				}
+			}
+		}
+	})
 
 	const items = 30
 	ids := map[string][]string{} // recipient → ids in enqueue order
