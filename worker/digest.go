@@ -50,6 +50,12 @@ func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		return false, err
 	}
 	switch out {
+	case digest.Open:
+		// Not a carrier: asked without a booking. Only a carrier books (as
+		// it opens a digest): an item that would book, then join a digest and
+		// give its slot back, would push a carrier opened meanwhile a slot
+		// later.
+		c.opts.Book = false
 	case digest.Joined:
 		w.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
 		log.Info("carried by a digest", "digest", carrier)
@@ -85,22 +91,32 @@ func (w *Worker) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notifi
 	return joined, nil
 }
 
+// errOpened: n opened a digest after a check that booked nothing (an
+// item's); it is asked again, with a booking, as the digest's carrier.
+var errOpened = errors.New("opened a digest: asking again for its slot")
+
 // digestDeferred is the join of n that its rules defer (d): it joins a
-// digest opened since its first look, giving its own slot back, or opens
-// one and carries it. It reports whether n joined (its task is done).
-func (w *Worker) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) bool {
+// digest opened since its first look (its task is done: true), or opens one
+// and carries it — errOpened when its check booked nothing.
+func (w *Worker) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) (bool, error) {
 	if c.Match.Digest == nil {
-		return false
+		return false, nil
 	}
 	joined, err := w.joinDigest(ctx, t, n, c, true, log)
-	if err != nil {
+	switch {
+	case err != nil && !d.Booked:
+		w.metrics.LimiterError.Inc()
+		log.Error("digest: could not open a digest; nothing sent, will try again", "err", err)
+		return false, &UnavailableError{Err: err}
+	case err != nil:
 		log.Warn("digest: could not open a digest; waiting for a slot of its own", "err", err)
-		return false
-	}
-	if joined && d.Booked {
+		return false, nil
+	case joined && d.Booked:
 		w.release(ctx, n, d.Attempt, c.Limits, log)
+	case !joined && !d.Booked && !c.opts.Book:
+		return false, errOpened
 	}
-	return joined
+	return joined, nil
 }
 
 // digestAdmitted closes the digest n carries, if any, as n is admitted, and

@@ -266,7 +266,6 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			w.releaseWaiter(waiter)
 			return nil, nil
 		}
-		why := waitReason(d, c.Limits)
 		switch d.Status {
 		case throttle.StatusAdmitted:
 			// The send may begin no later than half the send slack after its
@@ -316,8 +315,10 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				return nil, err
 			}
 			return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
-		default:
-			return nil, w.notNow(ctx, t, *n, &c, d, why, log)
+		default: // errOpened: its digest's carrier now, asked again with a booking
+			if err := w.notNow(ctx, t, *n, &c, d, log); !errors.Is(err, errOpened) {
+				return nil, err
+			}
 		}
 	}
 }
@@ -325,11 +326,12 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 // notNow ends a run whose send the limiter did not admit for now: booked
 // or denied, back to Asynq for the slot (or into an open digest); else
 // settled.
-func (w *Worker) notNow(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, why string, log *slog.Logger) error {
+func (w *Worker) notNow(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) error {
+	why := waitReason(d, c.Limits)
 	switch d.Status {
 	case throttle.StatusBooked, throttle.StatusDenied:
-		if w.digestDeferred(ctx, t, n, c, d, log) {
-			return nil // an open digest carries it
+		if joined, err := w.digestDeferred(ctx, t, n, c, d, log); joined || err != nil {
+			return err // nil: an open digest carries it
 		}
 		w.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
 		return w.reschedule(ctx, t, n, d, why, log)
