@@ -2,7 +2,9 @@ package digest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +156,33 @@ func TestRender(t *testing.T) {
 	}
 	if r := []rune(sms.Body); len(r) != tasks.MaxSMSRunes || r[len(r)-1] != '…' {
 		t.Errorf("an SMS digest of 200 updates: %d runes, want cut to %d with an ellipsis", len(r), tasks.MaxSMSRunes)
+	}
+}
+
+// A tenant's template replaces the built-in one field by field; the HTML
+// part escapes what the items carry; a template that fails is refused by
+// Check (and so never stored).
+func TestTemplates(t *testing.T) {
+	c := tasks.NewEmail("acme", "jane@example.com", "A", "one")
+	c.HTML = "<p>one</p>"
+	o := tasks.NewEmail("acme", "jane@example.com", "B", "<script>x</script>")
+	tmpl := &digest.Template{Subject: "{{.Count}} new", HTML: `<ol>{{range .Items}}<li>{{.Body}}</li>{{end}}</ol>`}
+	if err := tmpl.Check(tasks.Email); err != nil {
+		t.Fatal(err)
+	}
+	m, err := digest.RenderWith(c, []tasks.Notification{c, o}, tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != "2 new" || m.HTML != "<ol><li>one</li><li>&lt;script&gt;x&lt;/script&gt;</li></ol>" || !strings.Contains(m.Body, "B\n<script>x</script>") {
+		t.Errorf("rendered: subject %q, html %q, text %q", m.Subject, m.HTML, m.Body)
+	}
+	for _, bad := range []digest.Template{{Subject: "{{.Count"}, {Text: "{{.Missing}}"}, {HTML: "{{.First.Nope}}"}, {Text: "{{index .Items 7}}"}} {
+		if err := bad.Check(tasks.Email); !errors.Is(err, digest.ErrBadTemplate) {
+			t.Errorf("%+v: %v, want ErrBadTemplate", bad, err)
+		}
+	}
+	if err := (digest.Template{Subject: "x"}).Check(tasks.SMS); !errors.Is(err, digest.ErrBadTemplate) {
+		t.Errorf("an SMS template with a subject: %v", err)
 	}
 }

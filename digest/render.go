@@ -1,9 +1,7 @@
 package digest
 
 import (
-	"bytes"
 	htmltemplate "html/template"
-	"strings"
 	"text/template"
 	"time"
 	"unicode/utf8"
@@ -58,39 +56,13 @@ func NewView(items []tasks.Notification) View {
 }
 
 // Render returns carrier as the message that carries items (carrier's
-// own first): its subject and body, and for email its HTML part when the
-// carrier had one, replaced by the digest's; everything else — recipient,
-// sender, headers, List-Unsubscribe — is the carrier's. An SMS is cut to
-// tasks.MaxSMSRunes.
+// own first), with the built-in templates: its subject and body, and for
+// email its HTML part when the carrier had one, replaced by the digest's;
+// everything else — recipient, sender, headers, List-Unsubscribe — is the
+// carrier's. An SMS is cut to tasks.MaxSMSRunes. RenderWith takes a
+// tenant's Template.
 func Render(carrier tasks.Notification, items []tasks.Notification) (tasks.Notification, error) {
-	v := NewView(items)
-	out := carrier
-	out.TemplateID = ""
-	var b bytes.Buffer
-	if carrier.Channel == tasks.SMS {
-		if err := smsText.Execute(&b, v); err != nil {
-			return carrier, err
-		}
-		out.Body = cut(b.String(), tasks.MaxSMSRunes)
-		return out, nil
-	}
-	if err := emailSubject.Execute(&b, v); err != nil {
-		return carrier, err
-	}
-	out.Subject = strings.ReplaceAll(b.String(), "\n", " ")
-	b.Reset()
-	if err := emailText.Execute(&b, v); err != nil {
-		return carrier, err
-	}
-	out.Body = b.String()
-	if carrier.HTML != "" {
-		b.Reset()
-		if err := emailHTML.Execute(&b, v); err != nil {
-			return carrier, err
-		}
-		out.HTML = b.String()
-	}
-	return out, nil
+	return render(carrier, items, compiled{})
 }
 
 // cut shortens s to at most n runes, ending it with "…" when it cuts.

@@ -25,7 +25,8 @@ import (
 //   - email.comment:digest=max:50 → jane receives exactly 2 messages: the
 //     first comment at once, then one digest of the other 29 at the slot;
 //   - email.mention:digest=max:10 → omar receives 1 + 3 digests of 10, 10
-//     and 9 items at consecutive slots.
+//     and 9 items at consecutive slots, their subject from acme's own
+//     template (sluice template set).
 //
 // Every item is received exactly once in all (counted by the text of each
 // item in the messages' bodies), and each digest comes at its slot (the
@@ -53,6 +54,8 @@ func digestFolds(t *testing.T, topology string) {
 	mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
 		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "notify@example.com"}
 	a := e.startAPI(nil, "acme")
+	// omar's digests use acme's own template (the subject; the text is the built-in one).
+	e.sluiceRun(nil, "template", "set", "acme", "email.mention", "--subject", "{{.Count}} mentions for you")
 	workers := []*proc{e.worker("w0", mail), e.worker("w1", mail)}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -102,6 +105,11 @@ func digestFolds(t *testing.T, topology string) {
 				if slot := 5*time.Second + sendSlack; gap < 5*time.Second || gap > slot+100*time.Millisecond {
 					t.Errorf("%s: message %d came %v after the one before; want its slot, %v after it (+100 ms), never within the 5 s window", to, i, gap, slot)
 				}
+			}
+		}
+		for i, d := range got {
+			if want := fmt.Sprintf("%d mentions for you", counts[i]); to == "omar@example.com" && i > 0 && d.Header.Get("Subject") != want {
+				t.Errorf("%s: digest %d's subject %q, want the tenant's template's %q", to, i, d.Header.Get("Subject"), want)
 			}
 		}
 		if !slices.Equal(counts, sizes) {

@@ -142,7 +142,15 @@ func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c ch
 		return nil // no digest, or one nothing joined: n goes as it is
 	}
 	carried, expired := w.openItems(*n, items, log)
-	msg, err := digest.Render(*n, carried)
+	tmpl, err := w.templates.Get(ctx, n.Tenant, n.Channel, n.Category)
+	if err != nil {
+		log.Warn("digest: could not read the tenant's template; the built-in one goes", "err", err)
+	}
+	msg, err := digest.RenderWith(*n, carried, tmpl)
+	if err != nil && tmpl != nil {
+		log.Error("digest: the tenant's template failed; the built-in one goes", "err", err)
+		msg, err = digest.Render(*n, carried)
+	}
 	if err != nil {
 		log.Error("digest: its template failed; sending the carrier's own message", "err", err)
 		return nil

@@ -97,6 +97,7 @@ type Worker struct {
 	keys          *tasks.Keyring
 	delivery      *delivery.Store
 	digests       *digest.Store
+	templates     *digest.Templates
 	suppressCodes map[int]bool // SMS_SUPPRESS_CODES; nil: no suppression list
 	consent       *consent.Store
 	unsubscribe   *unsubscribe.Signer // nil without SLUICE_UNSUBSCRIBE_URL
@@ -138,6 +139,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	w.stopping = make(chan struct{})
 	w.delivery = delivery.NewStore(w.rdb, w.limiter)
 	w.digests = digest.New(w.rdb, w.limiter)
+	w.templates = digest.NewTemplates(w.rdb)
 	w.consent = svc.Consent
 	w.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains) // validated
 	var err error

@@ -90,7 +90,7 @@ Configuration comes from SLUICE_* environment variables (docs/configuration.md).
 			}
 		}
 	}
-	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newSuppressionCmd(), newDKIMCmd(), newWebhookCmd())
+	root.AddCommand(newWorkerCmd(), newAPICmd(), newEnqueueCmd(), newQuotaCmd(), newDevCmd(), newHealthCmd(), newKeygenCmd(), newTenantCmd(), newTemplateCmd(), newSuppressionCmd(), newDKIMCmd(), newWebhookCmd())
 	return root
 }
 
