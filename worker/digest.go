@@ -55,7 +55,9 @@ func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		// it opens a digest): an item that would book, then join a digest and
 		// give its slot back, would push a carrier opened meanwhile a slot
 		// later.
-		c.opts.Book = false
+		// Nor is it admitted for a slot ahead (to wait for it in process):
+		// an item its rules defer, however near, goes into a digest.
+		c.opts.Book, c.opts.Horizon = false, 0
 	case digest.Joined:
 		w.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
 		log.Info("carried by a digest", "digest", carrier)
