@@ -317,12 +317,10 @@ func (s *Server) checkPlan(d *decoded, n *tasks.Notification) []InvalidParam {
 	if n.Channel == tasks.Email && n.From != "" && !s.fromDomains.Allows(n.Tenant, n.From, s.cfg.SMTPFrom) {
 		return []InvalidParam{bodyParam("from", "is not at a domain this tenant may send from (SLUICE_EMAIL_FROM_DOMAINS)", d.pointer("from", ""))}
 	}
-	if n.Channel == tasks.Email {
-		m := s.policy().Match(n.Tenant, n.Channel, n.Category)
-		var fe *tasks.FieldError
-		if err := m.CheckUnsubscribe(*n); errors.As(err, &fe) {
-			return []InvalidParam{bodyParam(fe.Name(), fe.Reason, d.pointer(fe.Field, ""))}
-		}
+	m := s.policy().Match(n.Tenant, n.Channel, n.Category)
+	var fe *tasks.FieldError
+	if err := m.CheckNotification(*n); errors.As(err, &fe) {
+		return []InvalidParam{bodyParam(fe.Name(), fe.Reason, d.pointer(fe.Field, ""))}
 	}
 	if _, err := n.Encode(); err != nil {
 		return []InvalidParam{bodyParam("notification", fieldReason(err), "")}

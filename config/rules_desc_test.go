@@ -29,6 +29,7 @@ var kindExamples = map[string]string{
 	"acme/weight=4":                    "weight=",
 	"sms:providers=backup+default":     "providers=",
 	"email.comment:digest=max:50":      "digest=",
+	"*.marketing:user=required":        "user=required",
 	"sms.otp:consent=exempt":           "consent=exempt",
 	"sms:optout=category":              "optout=",
 	"sms:reply-help=Reply STOP to end": "reply-",

@@ -54,3 +54,33 @@ func TestDigestRule(t *testing.T) {
 		}
 	}
 }
+
+func TestUserRequired(t *testing.T) {
+	p, err := plans.Parse("*.marketing:user=3/1d,*.marketing:user=required,acme/email:user=required")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := tasks.NewSMS("globex", "+14155550100", "Sale")
+	n.Category = "marketing"
+	m := p.Match("globex", tasks.SMS, "marketing")
+	if err := m.CheckUser(n); !errors.Is(err, plans.ErrUserRequired) || !strings.Contains(err.Error(), "user") {
+		t.Errorf("marketing without user: %v", err)
+	}
+	if len(m.Rates) != 1 {
+		t.Errorf("user=required is not a rate: %v", m.Rates)
+	}
+	n.User = "u-1"
+	if err := m.CheckUser(n); err != nil {
+		t.Errorf("with user: %v", err)
+	}
+	e := tasks.NewEmail("acme", "a@example.com", "s", "b")
+	if err := p.Match("acme", tasks.Email, "receipts").CheckNotification(e); !errors.Is(err, plans.ErrUserRequired) {
+		t.Errorf("acme's email: %v", err)
+	}
+	if err := p.Match("globex", tasks.Email, "receipts").CheckNotification(e); err != nil {
+		t.Errorf("globex's receipts: %v", err)
+	}
+	if s := p.String(); !strings.Contains(s, "*.marketing:user=required") || !strings.Contains(s, "acme/email:user=required") {
+		t.Errorf("printed %q", s)
+	}
+}

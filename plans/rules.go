@@ -50,6 +50,7 @@ const (
 	KindWeight                    // TENANT/weight=N — the tenant's share of a lane's dequeues, under contention
 	KindProviders                 // [TENANT/]CHANNEL:providers=A+B — the channel's providers, in order
 	KindDigest                    // CHANNEL[.CATEGORY]:digest=max:N[+window:D][+key:FIELD] — fold deferred sends into one
+	KindRequireUser               // CHANNEL[.CATEGORY]:user=required — a notification must name its person
 )
 
 // MaxWeight bounds a tenant's weight (KindWeight).
@@ -137,6 +138,8 @@ func (e Entry) String() string {
 		b.WriteString("providers=" + strings.Join(e.Providers, "+"))
 	case KindDigest:
 		b.WriteString("digest=" + e.Digest.String())
+	case KindRequireUser:
+		b.WriteString(ScopeUser + "=required")
 	default:
 		b.WriteString(e.consentString())
 	}
@@ -491,6 +494,10 @@ func parseRate(e Entry, t entryText) (Entry, error) {
 	if e.Tenant != "" && t.word == ScopeProvider {
 		return e, errors.New("a provider rule counts every tenant's sends: it cannot belong to one tenant")
 	}
+	if t.word == ScopeUser && t.value == "required" {
+		e.Kind = KindRequireUser
+		return e, nil
+	}
 	e.Kind, e.Scope = KindRate, t.word
 	rule, action, _ := strings.Cut(t.value, " ")
 	r, err := throttle.ParseRule(rule)
@@ -738,6 +745,9 @@ type Match struct {
 	// Digest folds sends its rules defer into one message per slot; nil
 	// when the category is not digested.
 	Digest *Digest
+	// RequireUser: a notification must name its person (user), or it is
+	// refused (user=required).
+	RequireUser bool
 }
 
 // Match returns what applies to a tenant's notifications on ch of category
@@ -786,6 +796,9 @@ func (p Policy) Match(tenant string, ch tasks.Channel, category string) Match {
 	}
 	if e, ok := best(KindDigest); ok && !m.Exempt {
 		m.Digest = e.Digest
+	}
+	if _, ok := best(KindRequireUser); ok {
+		m.RequireUser = true
 	}
 	return m
 }

@@ -55,6 +55,35 @@ func (m Match) CheckUnsubscribe(n tasks.Notification) error {
 	return unsubscribeError{fe}
 }
 
+// ErrUserRequired: the rules require the notification to name its person
+// (CHANNEL[.CATEGORY]:user=required) and it does not.
+var ErrUserRequired = errors.New("plans: user required")
+
+// CheckUser reports whether n names its person where the rules require it:
+// a *tasks.FieldError on user that is ErrUserRequired too.
+func (m Match) CheckUser(n tasks.Notification) error {
+	if !m.RequireUser || n.User != "" {
+		return nil
+	}
+	fe := &tasks.FieldError{Field: "user", Reason: fmt.Sprintf(
+		"is required: the rules cap %s %s per person (user=required); give the person's id", n.Channel, n.CategoryOrDefault())}
+	return userError{fe}
+}
+
+type userError struct{ fe *tasks.FieldError }
+
+func (e userError) Error() string   { return e.fe.Error() }
+func (e userError) Unwrap() []error { return []error{e.fe, ErrUserRequired} }
+
+// CheckNotification is every check of n the rules make before it is
+// queued: CheckUnsubscribe, then CheckUser.
+func (m Match) CheckNotification(n tasks.Notification) error {
+	if err := m.CheckUnsubscribe(n); err != nil {
+		return err
+	}
+	return m.CheckUser(n)
+}
+
 // unsubscribeError is a *tasks.FieldError that is ErrUnsubscribeRequired too.
 type unsubscribeError struct{ fe *tasks.FieldError }
 

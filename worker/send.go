@@ -190,11 +190,16 @@ func (w *Worker) route(ctx context.Context, t *asynq.Task, n tasks.Notification,
 }
 
 // comply enforces what the rules demand of the notification itself, under
-// the same plan as its check: bulk mail carries a List-Unsubscribe (its
+// the same plan as its check: a user where user=required; bulk mail carries a List-Unsubscribe (its
 // own, or the rules' default, which it gets here). Producers refuse bulk
 // mail without one (the API, sluice enqueue); this is the last line for
 // other producers and for a plan that changed since the enqueue.
 func (w *Worker) comply(c check, n *tasks.Notification, log *slog.Logger) error {
+	if err := c.Match.CheckUser(*n); err != nil {
+		w.archived(*n, tasks.ReasonInvalid)
+		log.Warn("archiving a notification without a user: its rules require one (user=required)")
+		return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonInvalid, err), asynq.SkipRetry)
+	}
 	if n.Channel != tasks.Email {
 		return nil
 	}

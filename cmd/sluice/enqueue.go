@@ -169,8 +169,8 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 		return err
 	}
 	defer p.deps.Close()
-	if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
-		return fmt.Errorf("%w (nothing enqueued; give --list-unsubscribe)", err)
+	if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckNotification(n); err != nil {
+		return fmt.Errorf("%w (nothing enqueued)", err)
 	}
 	opts := []asynq.Option{asynq.Queue(p.queue(n.Normalized())), asynq.MaxRetry(f.maxRetry)}
 	if f.in > 0 {
@@ -269,7 +269,7 @@ func (p *prod) checkLines(ctx context.Context, good []tasks.BatchLine, bad []tas
 		}
 		for i, g := range chunk {
 			n := g.Notification
-			if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckUnsubscribe(n); err != nil {
+			if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckNotification(n); err != nil {
 				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
 				continue
 			}
