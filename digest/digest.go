@@ -148,3 +148,33 @@ func (s *Store) CarriedBy(ctx context.Context, tenant, id string) (string, error
 	}
 	return v, nil
 }
+
+// OpenDigest is a digest open to new items.
+type OpenDigest struct {
+	Carrier string `json:"carrier"` // the id of the notification that carries it
+	Items   int64  `json:"items"`   // items so far, the carrier's own included
+}
+
+// OpenFor returns the digest open for n's recipient, category and group
+// under d, nil when none is.
+func (s *Store) OpenFor(ctx context.Context, n tasks.Notification, d plans.Digest) (*OpenDigest, error) {
+	v, err := s.rdb.Get(ctx, s.openKey(n, d)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("digest: %w", err)
+	}
+	carrier, items, ok := strings.Cut(v, "\n")
+	if !ok {
+		return nil, ErrBadRecord
+	}
+	c, err := s.rdb.LLen(ctx, items).Result()
+	if err != nil {
+		return nil, fmt.Errorf("digest: %w", err)
+	}
+	if c == 0 {
+		return nil, nil // its items are gone: the next item opens another
+	}
+	return &OpenDigest{Carrier: carrier, Items: c}, nil
+}

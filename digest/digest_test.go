@@ -186,3 +186,35 @@ func TestTemplates(t *testing.T) {
 		t.Errorf("an SMS template with a subject: %v", err)
 	}
 }
+
+// OpenFor reads the digest open for a recipient, as sluice quota show
+// prints it: none, then the carrier with its count, none again once closed.
+func TestOpenFor(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ctx, d := digest.New(rdb, lim), context.Background(), plans.Digest{Max: 5}
+	a := tasks.NewEmail("acme", "Jane@Example.com", "s", "a")
+	b := tasks.NewEmail("acme", "jane@example.com", "s", "b")
+	if o, err := s.OpenFor(ctx, a, d); err != nil || o != nil {
+		t.Fatalf("before: %+v, %v", o, err)
+	}
+	for _, n := range []tasks.Notification{a, b} {
+		if _, _, err := s.Join(ctx, n, d, digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte("p")}, time.Minute, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, err := s.OpenFor(ctx, b, d); err != nil || o == nil || o.Carrier != a.ID || o.Items != 2 {
+		t.Fatalf("open: %+v, %v; want a's, 2 items (the address normalised)", o, err)
+	}
+	if _, err := s.Close(ctx, a, d); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.OpenFor(ctx, a, d); err != nil || o != nil {
+		t.Fatalf("after the close: %+v, %v", o, err)
+	}
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -81,6 +82,22 @@ func digestFolds(t *testing.T, topology string) {
 		time.Sleep(30 * time.Millisecond) // a burst over about a second, as a thread of comments would come
 	}
 	want := map[string][]int{"jane@example.com": {1, 29}, "omar@example.com": {1, 10, 10, 9}}
+	// Before its slot, sluice quota show has jane's digest open (its carrier
+	// and items so far); it goes 5 s after the first, a second from now.
+	out := e.sluiceRun(nil, "quota", "show", "--tenant", "acme", "--channel", "email", "--category", "comment", "--recipient", "jane@example.com", "--json")
+	var shown struct {
+		Digest struct {
+			Max  int `json:"max"`
+			Open *struct {
+				Carrier string `json:"carrier"`
+				Items   int    `json:"items"`
+			} `json:"open"`
+		} `json:"digest"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.Digest.Max != 50 || shown.Digest.Open == nil ||
+		shown.Digest.Open.Items < 2 || !slices.Contains(ids["jane@example.com"], shown.Digest.Open.Carrier) {
+		t.Errorf("quota show before the digest went: %+v (%v)\n%s", shown.Digest, err, out)
+	}
 	for to, sizes := range want {
 		smtp.WaitFor(t, 40*time.Second, fmt.Sprintf("%d messages to %s", len(sizes), to), func(ds []fakes.Delivery) bool { return len(to2(ds, to)) >= len(sizes) })
 	}

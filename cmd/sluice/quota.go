@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/digest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
@@ -72,7 +73,11 @@ func newQuotaShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printUsage(cmd, rep, roomsOf(f.tenant, waiting, env.policy), f.json)
+			dg, err := openDigest(cmd, env, f)
+			if err != nil {
+				return err
+			}
+			return printUsage(cmd, rep, roomsOf(f.tenant, waiting, env.policy), dg, f.json)
 		},
 	}
 	f.register(show)
@@ -190,7 +195,7 @@ func roomsOf(tenant string, waiting map[tasks.Lane]int64, policy plans.Policy) r
 	return r
 }
 
-func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, asJSON bool) error {
+func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, dg *digestShown, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -198,7 +203,8 @@ func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, asJSON bool
 		return enc.Encode(struct {
 			report.QuotaJSON
 			rooms
-		}{rep.JSON(), r})
+			Digest *digestShown `json:"digest,omitempty"`
+		}{rep.JSON(), r, dg})
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if len(rep.Rows) > 0 {
@@ -222,7 +228,41 @@ func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, asJSON bool
 	}
 	fmt.Fprintf(tw, "waiting in its rooms (not yet dispatched)\tpriority %d, standard %d, bulk %d; weight %d\n",
 		r.Waiting["priority"], r.Waiting["standard"], r.Waiting["bulk"], r.Weight)
+	if dg != nil {
+		state := "none open"
+		if dg.Open != nil {
+			state = fmt.Sprintf("open: %d of %d items, carried by %s", dg.Open.Items, dg.Max, dg.Open.Carrier)
+		}
+		fmt.Fprintf(tw, "digest (%s)\t%s\n", dg.Rule, state)
+	}
 	return tw.Flush()
+}
+
+// digestShown is the recipient's digest under the category's digest rule.
+type digestShown struct {
+	Rule string             `json:"rule"`
+	Max  int                `json:"max"`
+	Open *digest.OpenDigest `json:"open,omitempty"`
+}
+
+// openDigest reads the digest open for --recipient in --channel and
+// --category (without a key: one per recipient), when that category is
+// digested; nil otherwise.
+func openDigest(cmd *cobra.Command, env *quotaEnv, f quotaFlags) (*digestShown, error) {
+	if f.recipient == "" || f.channel == "" {
+		return nil, nil
+	}
+	ch := tasks.Channel(f.channel)
+	m := env.policy.Match(f.tenant, ch, f.category)
+	if m.Digest == nil {
+		return nil, nil
+	}
+	n := tasks.Notification{Tenant: f.tenant, Channel: ch, To: f.recipient, Category: f.category}
+	o, err := digest.New(env.deps.Redis, env.lim).OpenFor(cmd.Context(), n, *m.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return &digestShown{Rule: "digest=" + m.Digest.String(), Max: m.Digest.Max, Open: o}, nil
 }
 
 func inDuration(d time.Duration) string {
