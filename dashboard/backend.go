@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/digest"
 	"github.com/sluicehq/sluice/internal/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
@@ -57,6 +58,9 @@ type Backend struct {
 	// Consent reads a recipient's suppressions and ledger for the
 	// recipient page; nil: the page says consent is not shown.
 	Consent *consent.Store
+	// Digests reads the digests open for a recipient for the recipient
+	// page; nil: not shown.
+	Digests *digest.Store
 }
 
 // Inspector is what the dashboard reads of Asynq: an *asynq.Inspector.
@@ -122,7 +126,8 @@ type Mounter interface {
 func NewBackend(base config.Base, deps *services.Set, auth Auth, stopping func() bool) Backend {
 	return Backend{Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
 		PlanStore: plans.NewStore(deps.Redis, deps.Plans.Defaults()), Keys: deps.Keys,
-		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent, Queued: deps.Queued}
+		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent, Queued: deps.Queued,
+		Digests: digest.New(deps.Redis, deps.Limiter)}
 }
 
 func (b Backend) check() error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/digest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
@@ -247,6 +248,39 @@ type uiRecipientPage struct {
 	Quiet    []report.QuietRow
 	Activity uiActivity
 	Consent  *uiConsent
+	Digests  []uiDigest
+}
+
+// uiDigest is a digest rule of the recipient's channel and the digest open
+// for the recipient under it (one per recipient: a rule with a key has one
+// per key value, not shown).
+type uiDigest struct {
+	Category string // "" every category
+	Rule     string
+	Max      int
+	Key      string // the rule's key: one digest per value (not read here)
+	Open     *digest.OpenDigest
+	Error    string
+}
+
+// digestsView reads the digests open for a recipient of tenant on ch.
+func digestsView(ctx context.Context, s *digest.Store, policy plans.Policy, tenant string, ch tasks.Channel, to string) []uiDigest {
+	if s == nil {
+		return nil
+	}
+	var out []uiDigest
+	for _, d := range policy.Digests(tenant, ch) {
+		v := uiDigest{Category: d.Category, Rule: "digest=" + d.Digest.String(), Max: d.Digest.Max, Key: d.Digest.Key}
+		if d.Digest.Key == "" {
+			o, err := s.OpenFor(ctx, tasks.Notification{Tenant: tenant, Channel: ch, To: to, Category: d.Category}, d.Digest)
+			if err != nil {
+				v.Error = "Redis could not be read"
+			}
+			v.Open = o
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // uiConsent is what blocks sends to the recipient and its ledger.
@@ -334,6 +368,7 @@ func (u *Dashboard) recipient(w http.ResponseWriter, r *http.Request, tenant str
 	sc.Tasks = mine
 	v.Activity = summarize(sc, time.Now())
 	v.Consent = consentView(r.Context(), u.b.Consent, tenant, ch, norm)
+	v.Digests = digestsView(r.Context(), u.b.Digests, u.b.Plans.Policy(), tenant, ch, norm)
 	u.renderTitled(w, r, http.StatusOK, "recipient", "Recipient "+v.Masked, "", v)
 }
 

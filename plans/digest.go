@@ -90,3 +90,30 @@ func parseDigest(e Entry, t entryText) (Entry, error) {
 	e.Kind, e.Digest = KindDigest, &d
 	return e, nil
 }
+
+// DigestOf is a category's digest rule (Policy.Digests).
+type DigestOf struct {
+	Category string // "" for a channel's rule that covers its categories
+	Digest   Digest
+}
+
+// Digests lists the digest rules that apply to tenant's notifications on
+// ch, its own replacing the default of the same category, by category.
+func (p Policy) Digests(tenant string, ch tasks.Channel) []DigestOf {
+	var out []DigestOf
+	seen := map[string]int{}
+	for _, e := range p.entries {
+		if e.Kind != KindDigest || e.Channel != ch || (e.Tenant != "" && e.Tenant != tenant) {
+			continue
+		}
+		if i, ok := seen[e.Category]; ok {
+			if e.Tenant != "" {
+				out[i].Digest = *e.Digest
+			}
+			continue
+		}
+		seen[e.Category] = len(out)
+		out = append(out, DigestOf{Category: e.Category, Digest: *e.Digest})
+	}
+	return out
+}

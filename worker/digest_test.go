@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -116,6 +117,109 @@ func TestDigestMatchesModel(t *testing.T) {
 				}
 			}
 			t.Log(strings.Join(lines, "\n"))
+		})
+	}
+}
+
+// window holds even the first item, to gather a burst; key splits the
+// digests by a metadata field. 4 items of thread a and 3 of thread b, under
+// a rule with room for all of them (10/1m): exactly two messages, one per
+// thread, each carrying its thread's items, about the window after the
+// burst began — not 7 messages at once.
+func TestDigestWindowAndKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=10/1m,sms.alerts:digest=max:10+window:1s+key:thread")
+	b.start(t, b.cfg)
+	start := time.Now()
+	for i, thread := range []string{"a", "b", "a", "a", "b", "a", "b"} {
+		x := tasks.NewSMS("acme", "+14155550124", fmt.Sprintf("%s-%d.", thread, i))
+		x.Category, x.Metadata = "alerts", map[string]string{"thread": thread}
+		b.enqueue(t, x)
+	}
+	b.sms.WaitFor(t, 20*time.Second, "2 messages", func(ds []fakes.Delivery) bool { return len(ds) >= 2 })
+	// Nothing left in any state: no third message can come.
+	sluicetest.Eventually(t, 10*time.Second, "the queue drained", func() bool {
+		q := b.queueStats(t)
+		return q.Size == 0 && q.Active == 0
+	})
+	ds := b.sms.Deliveries()
+	if len(ds) != 2 {
+		t.Fatalf("%d messages, want 2 (one digest per thread)", len(ds))
+	}
+	item := regexp.MustCompile(`([ab])-\d+\.`)
+	for _, d := range ds {
+		found := item.FindAllStringSubmatch(d.Body, -1)
+		threads := map[string]int{}
+		for _, f := range found {
+			threads[f[1]]++
+		}
+		if len(threads) != 1 || (threads["a"] != 4 && threads["b"] != 3) {
+			t.Errorf("a message with items %v (%q); want one thread's all: a 4, b 3", threads, d.Body)
+		}
+		if off := d.At.Sub(start); off < time.Second || off > 3*time.Second {
+			t.Errorf("a digest %v after the burst began; want the 1 s window (and its wake-up)", off)
+		}
+	}
+}
+
+// A person cap across channels against the brute-force model: a person's
+// emails and SMS (random counts, interleaved) under *.marketing:user=L/1s
+// reach the two fake providers at the model's times — each the first
+// millisecond at which the window before it holds fewer than L of the
+// person's messages, whatever their channel — every one exactly once.
+func TestPersonCapMatchesModel(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 41))
+	t.Logf("seed %d", seed)
+	for trial := 0; trial < 2; trial++ {
+		l, emails, texts := 1+rng.IntN(3), 1+rng.IntN(4), 1+rng.IntN(4)
+		t.Run(fmt.Sprintf("L%d_email%d_sms%d", l, emails, texts), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, fmt.Sprintf("*.marketing:user=%d/1s", l))
+			b.start(t, b.cfg)
+			n := emails + texts
+			for i := 0; i < n; i++ {
+				var x tasks.Notification
+				if i%2 == 0 && i/2 < emails || i/2 >= texts {
+					x = tasks.NewEmail("acme", "jane@example.com", "Sale", fmt.Sprintf("m-%d.", i))
+				} else {
+					x = tasks.NewSMS("acme", "+14155550125", fmt.Sprintf("m-%d.", i))
+				}
+				x.Category, x.User = "marketing", "u-jane"
+				b.enqueue(t, x)
+			}
+			span := (time.Second + b.cfg.SendSlack).Milliseconds() + 1
+			at, _ := digestModel(n, l, 1, span) // max 1: every message alone
+			var all []fakes.Delivery
+			sluicetest.Eventually(t, 30*time.Second, fmt.Sprintf("%d messages", n), func() bool {
+				all = append(b.sms.Deliveries(), b.smtp.Deliveries()...)
+				return len(all) >= n
+			})
+			slices.SortFunc(all, func(a, c fakes.Delivery) int { return a.At.Compare(c.At) })
+			seen := map[string]int{}
+			item := regexp.MustCompile(`m-\d+\.`)
+			for i, d := range all {
+				text := d.Body
+				if len(d.Raw) > 0 {
+					text = string(d.Raw) // email: the whole message
+				}
+				for _, f := range item.FindAllString(text, -1) {
+					seen[f]++
+				}
+				off := d.At.Sub(all[0].At).Milliseconds()
+				if i < len(at) && (off < at[i]-50 || off > at[i]+250) {
+					t.Errorf("message %d (%s) at +%d ms, the model's at +%d ms", i, d.To, off, at[i])
+				}
+			}
+			if len(all) != n || len(seen) != n {
+				t.Errorf("%d messages, %d distinct; want %d, each once", len(all), len(seen), n)
+			}
+			for f, c := range seen {
+				if c != 1 {
+					t.Errorf("%s received %d times", f, c)
+				}
+			}
 		})
 	}
 }

@@ -28,8 +28,9 @@ var permanentKeys = []string{
 	"sluice:{plans}:tenants", // the tenant plans
 	"sluice:{plans}:version",
 	"sluice:{plans}:log",
-	"sluice:{*}:webhooks", // a tenant's webhook credentials
-	"asynq:*",             // Asynq's own
+	"sluice:{*}:webhooks",       // a tenant's webhook credentials
+	"sluice:{templates}:digest", // the tenants' digest templates
+	"asynq:*",                   // Asynq's own
 }
 
 // leftByTheRun are keys the run below must leave (one pattern each), so a
