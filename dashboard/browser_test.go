@@ -295,7 +295,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Run("ResetAsksAndWorks", func(t *testing.T) {
 			must(t, admin, "acme's page", chromedp.Navigate(base+"/ui/tenants/acme"),
 				chromedp.WaitVisible(chromedp.CSS(`#live-windows tr[data-window="sms:tenant:3600000"][data-used="12"]`)))
-			resp := follow(t, admin, "click reset", chromedp.Click(chromedp.CSS(`tr[data-window="sms:tenant:3600000"] a.reset`)))
+			// The live stream re-renders the table: a row found may be replaced
+			// before the click lands ("Could not find node"); find it again.
+			var resp *network.Response
+			for attempt := 0; resp == nil; attempt++ {
+				ctx, cancel := context.WithTimeout(admin, stepTimeout)
+				r, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`tr[data-window="sms:tenant:3600000"] a.reset`)))
+				cancel()
+				if err != nil && (attempt == 2 || !strings.Contains(err.Error(), "Could not find node")) {
+					t.Fatalf("click reset: %v", err)
+				}
+				resp = r
+			}
 			question := get(t, admin, "the question", chromedp.Text(chromedp.CSS("main")))
 			if resp.Status != 200 || !strings.Contains(question, "Reset the window sms:tenant 20/1h of tenant acme?") {
 				t.Fatalf("no confirmation asked (%d): %s", resp.Status, question)
