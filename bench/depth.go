@@ -155,7 +155,7 @@ func depth(ctx context.Context, rdb *redis.Client) {
 	for _, n := range depths {
 		c, f := med(by[n], cpu), med(by[n], fn)
 		add(row{"depth", fmt.Sprintf("a booking on a key holding %d bookings: Redis CPU / FCALL time, µs (redis_rate's check: %.1f / %.1f)", n, rc, rf),
-			fmt.Sprintf("%.1f / %.1f", c, f), f2(rf / f) + " of redis_rate", "(report)", ""})
+			fmt.Sprintf("%.1f / %.1f", c, f), f2(rf/f) + " of redis_rate", "(report)", ""})
 	}
 	deep, shallow := med(by[100_000], fn), med(by[100], fn)
 	add(row{"depth", "a booking's FCALL time at 100,000 bookings vs at 100", fmt.Sprintf("%.1f vs %.1f µs", deep, shallow), f2(deep / shallow), "≤ 2×", verdict(deep <= 2*shallow)})

@@ -25,7 +25,9 @@ import (
 const FallbackKind = "fb"
 
 // FallbackKey is the key of the note of id's pending fallback in tenant.
-func (s *Store) FallbackKey(tenant, id string) string { return s.lim.RecordKey(tenant, id, FallbackKind) }
+func (s *Store) FallbackKey(tenant, id string) string {
+	return s.lim.RecordKey(tenant, id, FallbackKind)
+}
 
 // NoteFallback notes that id's fallback waits in queue, for ttl.
 func (s *Store) NoteFallback(ctx context.Context, tenant, id, queue string, ttl time.Duration) error {
