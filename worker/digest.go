@@ -10,7 +10,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/digest"
-	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -34,20 +33,21 @@ func digestItem(ctx context.Context, t *asynq.Task, n tasks.Notification) digest
 func digestTTL(c check) time.Duration { return 2*c.opts.StateTTL + 24*time.Hour }
 
 // joinDigest puts n into the open digest of its recipient, category and
-// group when one has room (joined: its task is done), else, with start,
-// opens one that n carries. With a window, the first item opens the digest
-// at once and waits the window for its slot (c.opts.NotBefore).
-func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (joined bool, err error) {
+// group when one has room (digest.Joined: its task is done), else, with
+// start, opens one that n carries (digest.Started). With a window, the
+// first item opens the digest at once and waits the window for its slot
+// (c.opts.NotBefore).
+func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (int, error) {
 	dg := c.Match.Digest
 	var out int
 	var carrier string
-	err = w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
+	err := w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
 		var err error
 		out, carrier, err = w.digests.Join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
 		return err
 	})
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	switch out {
 	case digest.Open:
@@ -57,18 +57,17 @@ func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		// later.
 		// Nor is it admitted for a slot ahead (to wait for it in process):
 		// an item its rules defer, however near, goes into a digest.
-		c.opts.Book, c.opts.Horizon = false, 0
+		c.opts.Book, c.opts.Horizon, c.digestItem = false, 0, true
 	case digest.Joined:
 		w.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
 		log.Info("carried by a digest", "digest", carrier)
-		return true, nil
 	case digest.Started:
 		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
 		if dg.Window > 0 {
 			c.opts.NotBefore = later(c.opts.NotBefore, time.Now().Add(dg.Window))
 		}
 	}
-	return false, nil
+	return out, nil
 }
 
 func later(a, b time.Time) time.Time {
@@ -84,13 +83,13 @@ func (w *Worker) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notifi
 	if c.Match.Digest == nil || round > 0 {
 		return false, nil
 	}
-	joined, err := w.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
+	out, err := w.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
 	if err != nil {
 		w.metrics.LimiterError.Inc()
 		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
 		return false, &UnavailableError{Err: err}
 	}
-	return joined, nil
+	return out == digest.Joined, nil
 }
 
 // errOpened: n opened a digest after a check that booked nothing (an
@@ -99,12 +98,13 @@ var errOpened = errors.New("opened a digest: asking again for its slot")
 
 // digestDeferred is the join of n that its rules defer (d): it joins a
 // digest opened since its first look (its task is done: true), or opens one
-// and carries it — errOpened when its check booked nothing.
+// and carries it — errOpened when it was checked as an item (nothing
+// booked): it is asked again as the carrier.
 func (w *Worker) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) (bool, error) {
 	if c.Match.Digest == nil {
 		return false, nil
 	}
-	joined, err := w.joinDigest(ctx, t, n, c, true, log)
+	out, err := w.joinDigest(ctx, t, n, c, true, log)
 	switch {
 	case err != nil && !d.Booked:
 		w.metrics.LimiterError.Inc()
@@ -113,20 +113,20 @@ func (w *Worker) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Noti
 	case err != nil:
 		log.Warn("digest: could not open a digest; waiting for a slot of its own", "err", err)
 		return false, nil
-	case joined && d.Booked:
+	case out == digest.Joined && d.Booked:
 		w.release(ctx, n, d.Attempt, c.Limits, log)
-	case !joined && !d.Booked && !c.opts.Book:
+	case out == digest.Started && c.digestItem:
 		return false, errOpened
 	}
-	return joined, nil
+	return out == digest.Joined, nil
 }
 
 // digestAdmitted closes the digest n carries, if any, as n is admitted, and
 // makes n the message of its items. A failure to read them gives the slot
 // back: the task is tried again.
 func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c check, d throttle.Decision, log *slog.Logger) error {
-	if c.Match.Digest == nil {
-		return nil
+	if c.Match.Digest == nil || c.digestItem {
+		return nil // an item checked as one carries no digest: nothing to close
 	}
 	var items []digest.Item
 	err := w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
@@ -165,13 +165,18 @@ func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c ch
 	return nil
 }
 
+// openItem opens one item of a digest as its task was queued.
+func (w *Worker) openItem(it digest.Item) (tasks.Notification, error) {
+	return tasks.Open(w.keys, it.TaskID, it.Type, it.Payload, w.cfg.PayloadPlaintext == "accept")
+}
+
 // openItems opens a digest's items, the carrier (n, already open) first,
 // leaving out those past their expiry and, logged, any that do not open.
 func (w *Worker) openItems(n tasks.Notification, items []digest.Item, log *slog.Logger) (carried []tasks.Notification, expired int) {
 	carried = append(carried, n)
 	now := time.Now()
 	for _, it := range items[1:] {
-		m, err := tasks.Open(w.keys, it.TaskID, it.Type, it.Payload, w.cfg.PayloadPlaintext == "accept")
+		m, err := w.openItem(it)
 		if err != nil {
 			log.Error("digest: an item does not open; left out", "item_task", it.TaskID, "err", err)
 			continue
@@ -188,11 +193,11 @@ func (w *Worker) openItems(n tasks.Notification, items []digest.Item, log *slog.
 // digestSpill hands the other items of the digest n carried back to the
 // queue when n ends without a send (expired, dropped, blocked, archived):
 // each is placed again on its own.
-func (w *Worker) digestSpill(ctx context.Context, n tasks.Notification, dg *plans.Digest, log *slog.Logger) {
-	if dg == nil {
+func (w *Worker) digestSpill(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) {
+	if c.Match.Digest == nil || c.digestItem {
 		return
 	}
-	items, err := w.digests.Close(ctx, n, *dg)
+	items, err := w.digests.Close(ctx, n, *c.Match.Digest)
 	if err != nil || len(items) < 2 {
 		if err != nil {
 			log.Error("digest: could not read the items of a digest that will not be sent", "err", err)
@@ -202,7 +207,7 @@ func (w *Worker) digestSpill(ctx context.Context, n tasks.Notification, dg *plan
 	policy := w.currentPolicy()
 	var ids []string
 	for _, it := range items[1:] {
-		m, err := tasks.Open(w.keys, it.TaskID, it.Type, it.Payload, w.cfg.PayloadPlaintext == "accept")
+		m, err := w.openItem(it)
 		if err != nil {
 			log.Error("digest: an item does not open; not handed back", "item_task", it.TaskID, "err", err)
 			continue

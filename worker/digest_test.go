@@ -252,3 +252,50 @@ func TestPersonCapMatchesModel(t *testing.T) {
 		})
 	}
 }
+
+// SLUICE_RESCHEDULE=naive books nothing: a carrier waits, unbooked, for its
+// slot and then competes for it (no wait in process either: MAX_INLINE_WAIT
+// 0). 7 items under 1/1s with max 3: the first alone, then digests of 3 and
+// 3 at the next slots, every item once, and no carrier asked round after
+// round until its slot opens.
+func TestDigestNaiveReschedule(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=1/1s,sms.alerts:digest=max:3")
+	cfg := b.cfg
+	cfg.Reschedule, cfg.MaxInlineWait = "naive", 0
+	r := b.start(t, cfg)
+	for i := 0; i < 7; i++ {
+		x := tasks.NewSMS("acme", "+14155550126", fmt.Sprintf("alert-%d.", i))
+		x.Category = "alerts"
+		b.enqueue(t, x)
+	}
+	ds := b.sms.WaitFor(t, 30*time.Second, "3 messages", func(ds []fakes.Delivery) bool { return len(ds) >= 3 })
+	sluicetest.Eventually(t, 10*time.Second, "the queue drained", func() bool {
+		q := b.queueStats(t)
+		return q.Size == 0 && q.Active == 0
+	})
+	ds = b.sms.Deliveries()
+	item := regexp.MustCompile(`alert-\d+\.`)
+	seen := map[string]int{}
+	var sizes []int
+	for _, d := range ds {
+		found := item.FindAllString(d.Body, -1)
+		sizes = append(sizes, len(found))
+		for _, f := range found {
+			seen[f]++
+		}
+	}
+	if !slices.Equal(sizes, []int{1, 3, 3}) || len(seen) != 7 {
+		t.Fatalf("items per message %v, %d distinct; want [1 3 3], 7", sizes, len(seen))
+	}
+	for f, c := range seen {
+		if c != 1 {
+			t.Errorf("%s received %d times", f, c)
+		}
+	}
+	// A carrier denied again (nothing booked) waits in Asynq for its slot:
+	// it is not asked again at once, round after round, until the slot opens.
+	if calls := metric(t, r.reg, "sluice_throttle_decisions_total", nil); calls > 40 {
+		t.Fatalf("%v limiter checks for 7 notifications: a carrier asked again in a loop", calls)
+	}
+}

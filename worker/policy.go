@@ -12,6 +12,9 @@ import (
 type check struct {
 	plans.Check
 	opts throttle.ReserveOptions
+	// digestItem: checked as a digest's item (no booking, no wait in
+	// process; worker/digest.go): it carries no digest.
+	digestItem bool
 }
 
 // plan works out the rules, quiet hours and deadline of a notification

@@ -342,7 +342,7 @@ func (w *Worker) notNow(ctx context.Context, t *asynq.Task, n tasks.Notification
 		return w.reschedule(ctx, t, n, d, why, log)
 	case throttle.StatusDone, throttle.StatusDuplicate:
 	default:
-		w.digestSpill(ctx, n, c.Match.Digest, log)
+		w.digestSpill(ctx, n, *c, log)
 	}
 	return w.settled(n, *c, d, why, log)
 }
