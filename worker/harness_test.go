@@ -129,8 +129,10 @@ func (b *bundle) startOpts(t *testing.T, cfg worker.Config, opts app.WorkerOptio
 	return &running{w: w, reg: reg}
 }
 
+// testLogger is a worker's log, shown (its last 150 lines) only if the test
+// fails, after the failure's reason.
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return slog.New(slog.NewTextHandler(sluicetest.FailureLog(t, 150), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // metric sums every series of a counter family.

@@ -2,6 +2,7 @@ package sluicetest
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,4 +69,28 @@ func (l *LogBuffer) WaitFor(tb testing.TB, timeout time.Duration, what string, c
 			tb.Fatalf("timed out after %v waiting for %s; written:\n%s", timeout, what, l.String())
 		}
 	}
+}
+
+// Tail returns the last n lines written (all of them when fewer).
+func (l *LogBuffer) Tail(n int) string {
+	s := strings.TrimSuffix(l.String(), "\n")
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// FailureLog returns a LogBuffer for a component's log whose last tail
+// lines are written to t's output only if t fails, after the failure's own
+// messages: a failed test's reason comes first, not after thousands of log
+// lines (CI shows the head and the end of a failure's output).
+func FailureLog(t testing.TB, tail int) *LogBuffer {
+	l := &LogBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the last %d lines of the log:\n%s", tail, l.Tail(tail))
+		}
+	})
+	return l
 }

@@ -19,6 +19,7 @@ type fakeTB struct {
 	testing.TB
 	failure  string // of Fatal
 	errors   string // of Errorf
+	logs     string // of Logf
 	cleanups []func()
 }
 
@@ -26,6 +27,10 @@ func (f *fakeTB) Helper()          {}
 func (f *fakeTB) Cleanup(c func()) { f.cleanups = append(f.cleanups, c) }
 
 func (f *fakeTB) Errorf(format string, args ...any) { f.errors += fmt.Sprintf(format, args...) }
+
+func (f *fakeTB) Logf(format string, args ...any) { f.logs += fmt.Sprintf(format, args...) }
+
+func (f *fakeTB) Failed() bool { return f.failure != "" || f.errors != "" }
 
 func (f *fakeTB) cleanup() {
 	for i := len(f.cleanups) - 1; i >= 0; i-- {
@@ -198,5 +203,31 @@ func TestBackground(t *testing.T) {
 	tb.cleanup()
 	if tb.errors != "runner: boom" {
 		t.Fatalf("errors %q", tb.errors)
+	}
+}
+
+// FailureLog shows the log's tail after a failure, and nothing otherwise.
+func TestFailureLog(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		tb := &fakeTB{}
+		l := sluicetest.FailureLog(tb, 2)
+		for i := range 5 {
+			fmt.Fprintf(l, "line %d\n", i)
+		}
+		if fail {
+			tb.Errorf("the reason")
+		}
+		tb.cleanup()
+		want := ""
+		if fail {
+			want = "the last 2 lines of the log:\nline 3\nline 4"
+		}
+		if tb.logs != want {
+			t.Errorf("failed %v: logged %q, want %q", fail, tb.logs, want)
+		}
+	}
+	if got := (&sluicetest.LogBuffer{}).Tail(3); got != "" {
+		t.Errorf("Tail of nothing = %q", got)
 	}
 }
