@@ -88,6 +88,12 @@ func readTTL(v json.RawMessage) (time.Duration, string) {
 // alternative to expires_at. It returns every bad field, not just the
 // first.
 func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
+	return decodeOne(raw, now, true)
+}
+
+// decodeOne is decodeNotification, with all: false field by field only
+// (as it was before decodeAll; the fuzz test compares the two).
+func decodeOne(raw json.RawMessage, now time.Time, all bool) *decoded {
 	d := &decoded{keys: map[string]string{}}
 	n := &d.N
 	add := func(member, reason string) {
@@ -103,6 +109,7 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	fast := all && decodeAll(raw, keys, n)
 	var ttl time.Duration
 	hasTTL, hasExpiry := false, false
 	for _, k := range keys {
@@ -112,6 +119,7 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 		case "expires_at":
 			t, reason := readExpiresAt(v, now)
 			if reason != "" {
+				n.ExpiresAt = time.Time{}
 				add(k, reason)
 				continue
 			}
@@ -130,6 +138,9 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 		default:
 			// Every other field of the payload, by its JSON name: fields
 			// added to tasks.Notification are taken without a change here.
+			if fast {
+				continue // decoded already
+			}
 			if reason := decodeField(n, k, v); reason != "" {
 				add(k, reason)
 			}
@@ -146,6 +157,40 @@ func decodeNotification(raw json.RawMessage, now time.Time) *decoded {
 	*n = n.Normalized()
 	d.Bad = append(d.Bad, d.fieldErrors()...)
 	return d
+}
+
+// wire is a notification as a request spells it: ttl besides the payload's
+// fields.
+type wire struct {
+	tasks.Notification
+	TTL json.RawMessage `json:"ttl"`
+}
+
+// decodeAll decodes every field of raw into n at once, as decodeField
+// would one by one in keys' order, and says whether it did: when no two
+// members differ only in case (encoding/json's order would then pick
+// another winner than keys' order), none is one the API sets (id,
+// enqueued_at), and every one is a field that reads. Otherwise n is left
+// as it was and each field goes through decodeField, which says what is
+// wrong with it. (A batch of 500 decoded field by field spent 14 µs a
+// notification here, most of the API's own CPU.)
+func decodeAll(raw json.RawMessage, keys []string, n *tasks.Notification) bool {
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		l := strings.ToLower(k)
+		if seen[l] || l == "id" || l == "enqueued_at" {
+			return false
+		}
+		seen[l] = true
+	}
+	var w wire
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil || dec.More() {
+		return false
+	}
+	*n = w.Notification
+	return true
 }
 
 // decodeField sets the field of n whose JSON name is name; it returns why

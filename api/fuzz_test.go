@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,10 +45,13 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 }
 
 // Any body decodes without panicking; what decodes without errors is a
-// notification that validates.
+// notification that validates; decoding every field at once (decodeAll)
+// gives exactly what decoding them one by one gives.
 func FuzzDecodeNotification(f *testing.F) {
 	for _, s := range []string{`{"channel":"sms","to":"+14155550100","body":"hi"}`, `{"channel":"email","to":"a@b.co","subject":"s","body":"b","ttl":"1h"}`,
-		`{"channel":"sms","to":"x","body":"","tz":"Nowhere/City","metadata":{"a":1}}`, `[]`, `{"id":"x"}`, `{"notifications":[{}]}`, `null`} {
+		`{"channel":"sms","to":"x","body":"","tz":"Nowhere/City","metadata":{"a":1}}`, `[]`, `{"id":"x"}`, `{"notifications":[{}]}`, `null`,
+		`{"channel":"sms","To":"+14155550100","to":"+14155550101","body":"hi"}`, `{"channel":"sms","to":"+14155550100","body":"hi","expires_at":"2026-01-02T03:04:04Z"}`,
+		`{"channel":"sms","to":"+14155550100","body":"hi","expires_at":"2027-01-02T03:04:04Z","ttl":1}`, `{"channel":"sms","to":"+14155550100","body":"hi","colour":"red"}`} {
 		f.Add([]byte(s))
 	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -58,6 +62,9 @@ func FuzzDecodeNotification(f *testing.F) {
 		}
 		for _, raw := range items {
 			d := decodeNotification(json.RawMessage(raw), now)
+			if slow := decodeOne(json.RawMessage(raw), now, false); !reflect.DeepEqual(d, slow) {
+				t.Fatalf("%s decoded at once: %+v; field by field: %+v", raw, d, slow)
+			}
 			if len(d.Bad) > 0 {
 				continue
 			}

@@ -278,13 +278,7 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 		return nil, err
 	}
 	var uncount []string
-	defer func() {
-		if len(uncount) > 0 {
-			if _, err := s.deps.Queued.Release(context.WithoutCancel(ctx), ns[0].Tenant, uncount...); err != nil {
-				s.log.Warn("queued count not corrected; it lapses after TENANT_QUEUED_TTL", "err", err)
-			}
-		}
-	}()
+	defer func() { s.uncount(ctx, ns[0].Tenant, uncount) }()
 	adopted := map[string]bool{} // held by an earlier attempt: queued, and counted, whatever this one does
 	abort := func() {
 		for _, n := range ns {
@@ -299,6 +293,14 @@ func (s *Server) enqueue(ctx context.Context, ns []tasks.Notification, keyed boo
 	if err != nil {
 		abort()
 		return nil, err
+	}
+	if held && keyed {
+		if ok, err := s.enqueueAll(ctx, items); err != nil {
+			abort()
+			return nil, err
+		} else if ok {
+			return out, nil
+		}
 	}
 	res, err := s.enqueueItems(ctx, batch, items, held)
 	if err != nil {
@@ -351,20 +353,54 @@ func (s *Server) toEnqueue(ctx context.Context, ns []tasks.Notification, keyed b
 	var items []tasks.Item
 	var at []int
 	var sent []string
+	recs := make([]*throttle.Record, len(ns))
+	if keyed && len(ns) > 0 {
+		// One tenant per request: its records in one round trip.
+		ids := make([]string, len(ns))
+		for i, n := range ns {
+			ids[i] = n.ID
+		}
+		var err error
+		if recs, err = s.lim.Records(ctx, ns[0].Tenant, ids); err != nil {
+			return nil, nil, sent, err
+		}
+	}
 	for i, n := range ns {
 		out[i] = Accepted{ID: n.ID, Tenant: n.Tenant, State: StateQueued}
-		if keyed {
-			if rec, err := s.lim.Record(ctx, n.Tenant, n.ID); err != nil {
-				return nil, nil, sent, err
-			} else if rec != nil && rec.Kind == throttle.RecordDone {
-				out[i].State = StateSent
-				sent = append(sent, n.ID)
-				continue
-			}
+		if rec := recs[i]; rec != nil && rec.Kind == throttle.RecordDone {
+			out[i].State = StateSent
+			sent = append(sent, n.ID)
+			continue
 		}
 		items, at = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(policy.Queue(layout, n))}}), append(at, i)
 	}
 	return items, at, sent, nil
+}
+
+// uncount takes ids out of tenant's queued work again.
+func (s *Server) uncount(ctx context.Context, tenant string, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := s.deps.Queued.Release(context.WithoutCancel(ctx), tenant, ids...); err != nil {
+		s.log.Warn("queued count not corrected; it lapses after TENANT_QUEUED_TTL", "err", err)
+	}
+}
+
+// enqueueAll enqueues a keyed batch that fits one script into its rooms
+// all or none (tasks.Producer.EnqueueAll), with no hold to release: were
+// the answer lost, a retry with the Idempotency-Key finds its items
+// enqueued and adopts them. (Without a key a retry would enqueue them
+// again: such a batch is held.) false, nil: nothing enqueued; the batch
+// goes held.
+func (s *Server) enqueueAll(ctx context.Context, items []tasks.Item) (bool, error) {
+	_, ok, err := s.producer.EnqueueAll(ctx, items)
+	if ok {
+		for _, it := range items {
+			s.metrics.enqueued.WithLabelValues(string(it.N.Channel)).Inc()
+		}
+	}
+	return ok, err
 }
 
 // enqueueItems enqueues a request's items: held in batch (one script per

@@ -13,7 +13,9 @@
 -- KEYS[5..] -> per notification, in order: its task hash, then its tenant's group
 -- ARGV[1]   -> number of notifications n
 -- ARGV[2]   -> "" to add them to their rooms; or a Unix time in seconds to enqueue them held
---              instead, scheduled until then (Asynq's scheduled set, a batch's: tasks.Batch)
+--              instead, scheduled until then (Asynq's scheduled set, a batch's: tasks.Batch);
+--              or "all" to add them to their rooms all or none: if one id is already
+--              enqueued, nothing is written and the reply is empty (Producer.EnqueueAll)
 -- ARGV then, per notification: id, tenant, msg (Asynq's encoded TaskMessage), or "" for a
 --              task already enqueued held: it is moved from the scheduled set into the room,
 --              if it is still there
@@ -24,8 +26,15 @@
 -- A tenant new to the room starts at the clock: it waits for no one's backlog.
 --
 -- Returns an array of n integers: 1 added, 0 refused (the id is already enqueued; a held task
--- no longer held).
+-- no longer held); with "all", an empty array when it refused them all.
 local n, held = tonumber(ARGV[1]), ARGV[2]
+local fresh = false -- every id checked absent already
+if held == 'all' then
+  for i = 1, n do
+    if redis.call('EXISTS', KEYS[2 * i + 3]) == 1 then return {} end
+  end
+  held, fresh = '', true
+end
 local now = redis.call('TIME')
 local score = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local clock = redis.call('GET', KEYS[3]) or '0'
@@ -40,7 +49,7 @@ for i = 1, n do
       redis.call('HSET', task, 'state', 'aggregating', 'group', tenant)
     end
   else
-    added = redis.call('EXISTS', task) == 0
+    added = fresh or redis.call('EXISTS', task) == 0
     if added and held ~= '' then
       redis.call('HSET', task, 'msg', msg, 'state', 'scheduled')
       redis.call('ZADD', KEYS[4], held, id)

@@ -73,6 +73,50 @@ func (p *Producer) EnqueueMany(ctx context.Context, items []Item) ([]Result, err
 	return p.enqueueMany(ctx, items, "")
 }
 
+// EnqueueAll enqueues items into their tenants' waiting rooms all or
+// none, in one script, when they fit one — one queue, at most MaxRoomBatch
+// items — and every one is valid and not enqueued yet: then true, and
+// each Result has its Info. Otherwise it enqueues nothing and returns
+// false; EnqueueMany or a Batch then says which item is the trouble. With
+// no hold to release, it costs what EnqueueMany costs. The error is Redis
+// trouble: the items are then either all enqueued or none (which, a reply
+// lost with its connection does not say).
+func (p *Producer) EnqueueAll(ctx context.Context, items []Item) ([]Result, bool, error) {
+	if len(items) == 0 || len(items) > MaxRoomBatch {
+		return nil, false, nil
+	}
+	var c *roomCall
+	res := make([]Result, len(items))
+	for i, it := range items {
+		pr, err := prepare(ctx, it.N, p.keys, it.Opts)
+		var m asynqMessage
+		if err == nil {
+			m, err = messageOf(pr)
+		}
+		if err != nil || (c != nil && m.queue != c.queue) {
+			return nil, false, nil
+		}
+		if c == nil {
+			c = newRoomCall(m.queue, "all")
+		}
+		m.group = pr.n.Tenant
+		c.add(m.id, pr.n.Tenant, string(m.encode()))
+		res[i].Info = m.info(pr.n.Tenant)
+	}
+	if err := p.publish(ctx, []string{c.queue}); err != nil {
+		return nil, false, err
+	}
+	runRoomCalls(ctx, p.rdb, []*roomCall{c})
+	added, err := c.cmd.Int64Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("tasks: enqueue: %w", err)
+	}
+	if len(added) != len(items) {
+		return nil, false, nil // one was enqueued already: none is
+	}
+	return res, true, nil
+}
+
 // EnqueueHeld is EnqueueMany with the items held — scheduled until
 // until, where no worker takes them — instead of in their rooms: what a
 // Batch does before its Release moves them in.

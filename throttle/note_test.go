@@ -1,7 +1,9 @@
 package throttle_test
 
 import (
+	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -110,5 +112,35 @@ func TestNoteAcrossGroupsOnCluster(t *testing.T) {
 		if admitted := d.Status == throttle.StatusAdmitted; admitted != (i == 0) || (got == id) != admitted {
 			t.Fatalf("%s: %v, note %q; want the first admitted with its note and the second denied without", id, d.Status, got)
 		}
+	}
+}
+
+// Records reads what Record reads, id by id, in one round trip: a done
+// record, none, and one this version cannot read (nil, as Record says).
+func TestRecordsReadsWhatRecordReads(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	ctx := context.Background()
+	ids := []string{"done", "none", "garbled", "done-again"}
+	for id, raw := range map[string]string{"done": "d1:1700000000000", "garbled": "zz", "done-again": "d2:1700000001000"} {
+		if err := b.client.Set(ctx, b.lim.StateKey(b.group, id), raw, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.lim.Records(ctx, b.group, ids)
+	if err != nil || len(got) != len(ids) {
+		t.Fatalf("Records = %v, %v", got, err)
+	}
+	for i, id := range ids {
+		want, err := b.lim.Record(ctx, b.group, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[i], want) {
+			t.Errorf("%s: Records gave %+v, Record %+v", id, got[i], want)
+		}
+	}
+	if got[0] == nil || got[0].Kind != throttle.RecordDone || got[1] != nil || got[2] != nil {
+		t.Errorf("Records = %+v %+v %+v", got[0], got[1], got[2])
 	}
 }

@@ -81,6 +81,35 @@ func (l *Limiter) Record(ctx context.Context, group, id string) (*Record, error)
 	return &r, nil
 }
 
+// Records reads the records of ids in group, in one round trip: each as
+// Record reads it (nil: none, or not one this version reads).
+func (l *Limiter) Records(ctx context.Context, group string, ids []string) ([]*Record, error) {
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, l.StateKey(group, id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("throttle: records: %w", err)
+	}
+	out := make([]*Record, len(ids))
+	for i, c := range cmds {
+		raw, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("throttle: records: %w", err)
+		}
+		if r, err := ParseRecord(raw); err == nil {
+			out[i] = &r
+		}
+	}
+	return out, nil
+}
+
 // RecordKey returns the key of another record about id beside its own,
 // in the same hash slot: StateKey(group, id) + ":" + kind (e.g. "dlv" for
 // the delivery report of an SMS).
