@@ -27,7 +27,7 @@ import (
 // 8 queues), as a team would write around a bare client.
 
 // enqueueRound is one producer's rate, notifications per second.
-type enqueueRound struct{ plain, cli, library, api float64 }
+type enqueueRound struct{ plain, cli, library, api, keyed float64 }
 
 func enqueueSMS(n int) []tasks.Notification {
 	ns := make([]tasks.Notification, n)
@@ -103,8 +103,9 @@ func libraryBatches(ctx context.Context, dir string, ns []tasks.Notification) fl
 
 // apiBatches: POST /v1/notifications of batches of 500 to `sluice api`
 // (the real binary), the admin token naming each batch's tenant; one
-// tenant per batch, 16 tenants in turn.
-func apiBatches(dir, bin string, ns []tasks.Notification) float64 {
+// tenant per batch, 16 tenants in turn; keyed: each with an
+// Idempotency-Key of its own (enqueued in one script, without a hold).
+func apiBatches(dir, bin string, ns []tasks.Notification, keyed bool) float64 {
 	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
 	defer rdb.Close()
@@ -153,6 +154,9 @@ func apiBatches(dir, bin string, ns []tasks.Notification) float64 {
 			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/notifications?tenant="+t, bytes.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+admin)
 			req.Header.Set("Content-Type", "application/json")
+			if keyed {
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-%s-%d", t, len(byTenant[t])))
+			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil || resp.StatusCode != http.StatusAccepted {
 				log.Fatalf("POST batch: %v %v", err, resp)
@@ -194,8 +198,9 @@ func producers(ctx context.Context) {
 		r.plain = plainLoop(ctx, dir, ns)
 		r.cli = cliFile(dir, bin, ns)
 		r.library = libraryBatches(ctx, dir, ns)
-		r.api = apiBatches(dir, bin, ns)
-		fmt.Printf("    round: plain loop %.0f/s, sluice enqueue --file %.0f/s, Producer.EnqueueMany(500) %.0f/s, API batches of 500 %.0f/s\n", r.plain, r.cli, r.library, r.api)
+		r.api = apiBatches(dir, bin, ns, false)
+		r.keyed = apiBatches(dir, bin, ns, true)
+		fmt.Printf("    round: plain loop %.0f/s, sluice enqueue --file %.0f/s, Producer.EnqueueMany(500) %.0f/s, API batches of 500 %.0f/s, with Idempotency-Keys %.0f/s\n", r.plain, r.cli, r.library, r.api, r.keyed)
 		rounds = append(rounds, r)
 	}
 	for _, pr := range []struct {
@@ -206,6 +211,7 @@ func producers(ctx context.Context) {
 		{fmt.Sprintf("sluice enqueue --file, %d SMS of 16 tenants, vs a plain Asynq loop", n), "≥ 2×", 2, func(r enqueueRound) float64 { return r.cli }},
 		{"tasks.Producer.EnqueueMany, batches of 500, vs the plain loop", "≥ 3×", 3, func(r enqueueRound) float64 { return r.library }},
 		{"POST /v1/notifications, batches of 500, vs the plain loop", "≥ 3×", 3, func(r enqueueRound) float64 { return r.api }},
+		{"POST /v1/notifications, batches of 500 with an Idempotency-Key, vs the plain loop", "≥ 3×", 3, func(r enqueueRound) float64 { return r.keyed }},
 	} {
 		var vals, ratios []string
 		worst := 1e9

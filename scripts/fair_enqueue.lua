@@ -39,6 +39,7 @@ local now = redis.call('TIME')
 local score = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local clock = redis.call('GET', KEYS[3]) or '0'
 local out = {}
+local last_score, entered = {}, {} -- per group: its last score written here; tenants in the room's sets
 for i = 1, n do
   local id, tenant, msg = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
   local task, group = KEYS[2 * i + 3], KEYS[2 * i + 4]
@@ -62,14 +63,22 @@ for i = 1, n do
   elseif msg ~= '' and held ~= '' then
     out[i] = 1 -- held: it enters its room when released
   else
-    local s = score
-    local last = redis.call('ZRANGE', group, -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) >= s then
-      s = tonumber(last[2]) + 0.000001
+    local s, last = score, last_score[group]
+    if last == nil then -- the group's last score, read once per call
+      local top = redis.call('ZRANGE', group, -1, -1, 'WITHSCORES')
+      last = top[2] and tonumber(top[2]) or false
     end
-    redis.call('ZADD', group, string.format('%.6f', s), id)
-    redis.call('SADD', KEYS[1], tenant)
-    redis.call('ZADD', KEYS[2], 'NX', clock, tenant)
+    if last and last >= s then
+      s = last + 0.000001
+    end
+    local written = string.format('%.6f', s)
+    redis.call('ZADD', group, written, id)
+    last_score[group] = tonumber(written)
+    if not entered[tenant] then
+      redis.call('SADD', KEYS[1], tenant)
+      redis.call('ZADD', KEYS[2], 'NX', clock, tenant)
+      entered[tenant] = true
+    end
     out[i] = 1
   end
 end

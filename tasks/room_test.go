@@ -130,3 +130,57 @@ func TestRoomKeepsEnqueueOrder(t *testing.T) {
 }
 
 func errorsIsDuplicate(err error) bool { return errors.Is(err, tasks.ErrDuplicate) }
+
+// One script call for several tenants, interleaved: each tenant enters the
+// room's sets once, and each group holds its tenant's ids in enqueue order
+// with rising scores (a group's last score is read once per call).
+func TestRoomCallOfSeveralTenants(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	p := tasks.NewProducer(rdb, nil)
+	tenants := []string{"acme", "globex", "initech"}
+	want := map[string][]string{}
+	var items []tasks.Item
+	for round := range 2 { // the second call finds the groups' last scores in Redis
+		items = items[:0]
+		for i := range 30 {
+			n := tasks.NewSMS(tenants[i%3], "+14155550100", "hi")
+			n.ID = fmt.Sprintf("r%d-%c-%02d", round, 'z'-i%26, i) // ids in no order
+			items = append(items, tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(holdQueue)}})
+			want[n.Tenant] = append(want[n.Tenant], n.ID)
+		}
+		res, err := p.EnqueueMany(ctx, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	room := tasks.RoomOf(holdQueue)
+	if got, err := rdb.SMembers(ctx, room.Groups).Result(); err != nil || len(got) != 3 {
+		t.Fatalf("groups %v (%v), want the 3 tenants", got, err)
+	}
+	if got, err := rdb.ZCard(ctx, room.Fair).Result(); err != nil || got != 3 {
+		t.Fatalf("%d tenants in the fair set (%v), want 3", got, err)
+	}
+	for _, tenant := range tenants {
+		zs, err := rdb.ZRangeWithScores(ctx, room.Group(tenant), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for i, z := range zs {
+			ids = append(ids, z.Member.(string))
+			if i > 0 && z.Score <= zs[i-1].Score {
+				t.Fatalf("%s: score %f after %f", tenant, z.Score, zs[i-1].Score)
+			}
+		}
+		if !slices.Equal(ids, want[tenant]) {
+			t.Fatalf("%s's group %v, want %v", tenant, ids, want[tenant])
+		}
+	}
+}
