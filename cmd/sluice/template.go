@@ -53,6 +53,17 @@ func templateTarget(args []string) (string, tasks.Channel, string, error) {
 	return tenant, ch, cat, nil
 }
 
+// withTemplates runs fn on the digest templates in the Redis the
+// environment names, and closes the connection.
+func withTemplates(fn func(*digest.Templates) error) error {
+	d, _, err := openTool(false)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fn(digest.NewTemplates(d.Redis))
+}
+
 func newTemplateSetCmd() *cobra.Command {
 	var t digest.Template
 	var textFile, htmlFile, by string
@@ -79,17 +90,14 @@ func newTemplateSetCmd() *cobra.Command {
 			if err := t.Check(ch); err != nil {
 				return usageError{err}
 			}
-			d, _, err := openTool(false)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			got, err := digest.NewTemplates(d.Redis).Set(cmd.Context(), tenant, ch, cat, t, who(by))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "tenant %s: digest template of %s version %d set by %s\n", tenant, args[1], got.Version, got.By)
-			return nil
+			return withTemplates(func(ts *digest.Templates) error {
+				got, err := ts.Set(cmd.Context(), tenant, ch, cat, t, who(by))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "tenant %s: digest template of %s version %d set by %s\n", tenant, args[1], got.Version, got.By)
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -113,13 +121,11 @@ func newTemplateShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, _, err := openTool(false)
-			if err != nil {
+			var t *digest.Template
+			if err := withTemplates(func(ts *digest.Templates) (err error) {
+				t, err = ts.Get(cmd.Context(), tenant, ch, cat)
 				return err
-			}
-			defer d.Close()
-			t, err := digest.NewTemplates(d.Redis).Get(cmd.Context(), tenant, ch, cat)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			if t == nil {
@@ -148,13 +154,11 @@ func newTemplateListCmd() *cobra.Command {
 		Short: "List every tenant's digest templates",
 		Args:  argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, _, err := openTool(false)
-			if err != nil {
+			var all map[string]digest.Template
+			if err := withTemplates(func(ts *digest.Templates) (err error) {
+				all, err = ts.List(cmd.Context())
 				return err
-			}
-			defer d.Close()
-			all, err := digest.NewTemplates(d.Redis).List(cmd.Context())
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			names := make([]string, 0, len(all))
@@ -180,13 +184,11 @@ func newTemplateDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, _, err := openTool(false)
-			if err != nil {
+			var ok bool
+			if err := withTemplates(func(ts *digest.Templates) (err error) {
+				ok, err = ts.Delete(cmd.Context(), tenant, ch, cat)
 				return err
-			}
-			defer d.Close()
-			ok, err := digest.NewTemplates(d.Redis).Delete(cmd.Context(), tenant, ch, cat)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			if !ok {
