@@ -2,13 +2,9 @@ package e2e
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -18,11 +14,8 @@ import (
 // workers follow, nothing is lost and no recipient's window is exceeded.
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
-	cl, cc := redistest.NewCluster(t, 3, 1)
 	e := newEnv(t, "sms:recipient=3/2s,sms:tenant=100000/1h")
-	e.vars["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(cl.Addrs, ",")
-	e.client = asynq.NewClientFromRedisClient(cc)
-	e.insp = asynq.NewInspectorFromRedisClient(cc)
+	cl, cc := e.onCluster(1)
 	e.worker("w0", nil)
 	e.worker("w1", nil)
 	ctx := context.Background()

@@ -191,8 +191,7 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 	e := newEnv(t, "email:recipient=100/1m,email.newsletter:unsubscribe=hosted,email.signin:consent=exempt")
 	smtp := fakes.NewSMTPServer(t)
 	addr := freeAddr(t)
-	mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
-		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "news@example.com", "SLUICE_UNSUBSCRIBE_URL": "https://unsub.example.com"}
+	mail := smtpVars(smtp, "news@example.com", map[string]string{"SLUICE_UNSUBSCRIBE_URL": "https://unsub.example.com"})
 	for k, v := range mail {
 		e.vars[k] = v
 	}

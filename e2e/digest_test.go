@@ -5,16 +5,12 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -46,14 +42,10 @@ func TestDigestFoldsDeferredNotifications(t *testing.T) {
 func digestFolds(t *testing.T, topology string) {
 	e := newEnv(t, "email:recipient=1/5s,email.comment:digest=max:50,email.mention:digest=max:10")
 	if topology == "cluster" {
-		cl, cc := redistest.NewCluster(t, 3, 0)
-		e.vars["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(cl.Addrs, ",")
-		e.client = asynq.NewClientFromRedisClient(cc)
-		e.insp = asynq.NewInspectorFromRedisClient(cc)
+		e.onCluster(0)
 	}
 	smtp := fakes.NewSMTPServer(t)
-	mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
-		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "notify@example.com"}
+	mail := smtpVars(smtp, "notify@example.com", nil)
 	a := e.startAPI(nil, "acme")
 	// omar's digests use acme's own template (the subject; the text is the built-in one).
 	e.sluiceRun(nil, "template", "set", "acme", "email.mention", "--subject", "{{.Count}} mentions for you")

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +32,7 @@ func TestChannelFallback(t *testing.T) {
 	addr := freeAddr(t)
 	e.vars["SLUICE_SMS_STATUS_CALLBACK_URL"] = "http://" + addr
 	smtp := fakes.NewSMTPServer(t)
-	mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
-		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "alerts@example.com"}
+	mail := smtpVars(smtp, "alerts@example.com", nil)
 	undelivered := []fakes.StatusUpdate{{Status: "sent"}, {Status: "undelivered", ErrorCode: 30003}}
 	fates := map[string][]fakes.StatusUpdate{
 		"+14155550170": undelivered, "+14155550171": undelivered, "+14155550172": undelivered,

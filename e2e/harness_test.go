@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +72,27 @@ type env struct {
 }
 
 // newEnv starts a redis-server (extra args, e.g. AOF) and the fake SMS API.
+// onCluster moves e onto a Redis Cluster of 3 masters with replicas each:
+// the processes' SLUICE_REDIS_CLUSTER_ADDRS, and the harness's own client
+// and inspector, which it returns with the Cluster. (The node newEnv
+// started is left unused.)
+func (e *env) onCluster(replicas int) (*redistest.Cluster, *redis.ClusterClient) {
+	cl, cc := redistest.NewCluster(e.t, 3, replicas)
+	e.vars["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(cl.Addrs, ",")
+	e.client = asynq.NewClientFromRedisClient(cc)
+	e.insp = asynq.NewInspectorFromRedisClient(cc)
+	return cl, cc
+}
+
+// smtpVars configure workers to send email to the fake smtp, from from,
+// without TLS; extra is added to them.
+func smtpVars(smtp *fakes.SMTPServer, from string, extra map[string]string) map[string]string {
+	vars := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
+		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": from}
+	maps.Copy(vars, extra)
+	return vars
+}
+
 func newEnv(t *testing.T, rules string, redisArgs ...string) *env {
 	t.Helper()
 	srv := redistest.Start(t, redisArgs...)

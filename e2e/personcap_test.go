@@ -10,7 +10,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -31,14 +30,10 @@ func TestPersonCapAcrossChannels(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, "*.marketing:user=3/1d")
 			if topology == "cluster" {
-				cl, cc := redistest.NewCluster(t, 3, 0)
-				e.vars["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(cl.Addrs, ",")
-				e.client = asynq.NewClientFromRedisClient(cc)
-				e.insp = asynq.NewInspectorFromRedisClient(cc)
+				e.onCluster(0)
 			}
 			smtp := fakes.NewSMTPServer(t)
-			mail := map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
-				"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "news@example.com"}
+			mail := smtpVars(smtp, "news@example.com", nil)
 			e.worker("w0", mail)
 			e.worker("w1", mail)
 

@@ -112,8 +112,7 @@ func TestProviderWebhooksStopMarketingEmail(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "email:recipient=100/1m")
 	smtp := fakes.NewSMTPServer(t)
-	for k, v := range map[string]string{"SLUICE_EMAIL_SENDER": "smtp", "SLUICE_SMTP_HOST": smtp.Host, "SLUICE_SMTP_PORT": strconv.Itoa(smtp.Port),
-		"SLUICE_SMTP_TLS": "none", "SLUICE_SMTP_FROM": "news@example.com"} {
+	for k, v := range smtpVars(smtp, "news@example.com", nil) {
 		e.vars[k] = v
 	}
 	sns := newSNSServer(t)
