@@ -157,16 +157,9 @@ func counters(ctx context.Context, rdb *redis.Client) {
 			lg = append(lg, measure(logRule))
 		}
 	}
-	med := func(ss []ctrSample, f func(ctrSample) float64) float64 {
-		v := make([]float64, len(ss))
-		for i, s := range ss {
-			v[i] = f(s)
-		}
-		return median(v)
-	}
 	rate := func(s ctrSample) float64 { return s.rate }
-	ratio := med(bk, rate) / med(lg, rate)
-	add(row{"counters", "checks/s at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.0f vs %.0f", med(bk, rate), med(lg, rate)), fmt.Sprintf("%.2f", ratio), "≥ 1.0×", verdict(ratio >= 1.0)})
+	ratio := medianOf(bk, rate) / medianOf(lg, rate)
+	add(row{"counters", "checks/s at limit 1000: bucketed ~60 vs log", fmt.Sprintf("%.0f vs %.0f", medianOf(bk, rate), medianOf(lg, rate)), fmt.Sprintf("%.2f", ratio), "≥ 1.0×", verdict(ratio >= 1.0)})
 	for _, f := range []struct {
 		what, format, source string
 		of                   func(ctrSample) float64
@@ -176,7 +169,7 @@ func counters(ctx context.Context, rdb *redis.Client) {
 		{"checks per FCALL", "%.1f vs %.1f", "INFO commandstats", func(s ctrSample) float64 { return s.batch }},
 		{"FCALL time per check", "%.1f vs %.1f µs", "INFO commandstats", func(s ctrSample) float64 { return s.fn }},
 	} {
-		b, l := med(bk, f.of), med(lg, f.of)
+		b, l := medianOf(bk, f.of), medianOf(lg, f.of)
 		add(row{"counters", f.what + " at limit 1000: bucketed ~60 vs log", fmt.Sprintf(f.format, b, l), f2(b / l), "(report: " + f.source + ")", ""})
 	}
 	rdb.FlushAll(ctx)

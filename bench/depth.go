@@ -142,22 +142,15 @@ func depth(ctx context.Context, rdb *redis.Client) {
 		rdb.FlushAll(ctx)
 		rate = append(rate, measureRate(ctx, rdb, m))
 	}
-	med := func(ss []depthSample, f func(depthSample) float64) float64 {
-		v := make([]float64, len(ss))
-		for i, s := range ss {
-			v[i] = f(s)
-		}
-		return median(v)
-	}
 	cpu := func(s depthSample) float64 { return s.cpu }
 	fn := func(s depthSample) float64 { return s.fn }
-	rc, rf := med(rate, cpu), med(rate, fn)
+	rc, rf := medianOf(rate, cpu), medianOf(rate, fn)
 	for _, n := range depths {
-		c, f := med(by[n], cpu), med(by[n], fn)
+		c, f := medianOf(by[n], cpu), medianOf(by[n], fn)
 		add(row{"depth", fmt.Sprintf("a booking on a key holding %d bookings: Redis CPU / FCALL time, µs (redis_rate's check: %.1f / %.1f)", n, rc, rf),
 			fmt.Sprintf("%.1f / %.1f", c, f), f2(rf/f) + " of redis_rate", "(report)", ""})
 	}
-	deep, shallow := med(by[100_000], fn), med(by[100], fn)
+	deep, shallow := medianOf(by[100_000], fn), medianOf(by[100], fn)
 	add(row{"depth", "a booking's FCALL time at 100,000 bookings vs at 100", fmt.Sprintf("%.1f vs %.1f µs", deep, shallow), f2(deep / shallow), "≤ 2×", verdict(deep <= 2*shallow)})
 	rdb.FlushAll(ctx)
 }

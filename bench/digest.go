@@ -60,15 +60,7 @@ func digestBurst(ctx context.Context, bin, dir string, digested bool) digestSamp
 	start := time.Now()
 	w := startBin(bin, env)
 	defer w.stop()
-	timeout := time.After(3 * time.Minute)
-	for got := 0; got < want; {
-		select {
-		case <-w.sends:
-			got++
-		case <-timeout:
-			log.Fatalf("digest: %d of %d sends in 3 minutes", got, want)
-		}
-	}
+	w.await(want, 3*time.Minute, "digest")
 	c1 := readStats(ctx, rdb)
 	items := float64(len(ns))
 	return digestSample{cpu: (c1.cpu - c0.cpu) / time.Duration(len(ns)), cmds: (c1.cmds - c0.cmds) / items,
@@ -93,22 +85,15 @@ func digestSection(ctx context.Context) {
 			}
 		}
 	}
-	med := func(ss []digestSample, f func(digestSample) float64) float64 {
-		v := make([]float64, len(ss))
-		for i, s := range ss {
-			v[i] = f(s)
-		}
-		return median(v)
-	}
 	for _, s := range append(with, without...) {
 		fmt.Printf("    %.0f sends in %.1f s: %v Redis CPU, %.1f commands, %.2f scripts per item\n", s.sends, s.elapsed, s.cpu, s.cmds, s.scripts)
 	}
 	cpu := func(s digestSample) float64 { return float64(s.cpu) / 1e3 }
-	a, b := med(with, cpu), med(without, cpu)
+	a, b := medianOf(with, cpu), medianOf(without, cpu)
 	add(row{"digest", fmt.Sprintf("%d×%d deferred SMS: Redis CPU per delivered item, digest vs none", digestRecipients, digestItems),
 		fmt.Sprintf("%.1f vs %.1f µs", a, b), f2(a / b), "< 1× (cheaper per item)", verdict(a < b)})
 	cmds := func(s digestSample) float64 { return s.cmds }
 	scr := func(s digestSample) float64 { return s.scripts }
 	add(row{"digest", "commands (scripts' own included) / script calls per item, digest vs none",
-		fmt.Sprintf("%.1f / %.2f vs %.1f / %.2f", med(with, cmds), med(with, scr), med(without, cmds), med(without, scr)), f2(med(with, cmds) / med(without, cmds)), "(report)", ""})
+		fmt.Sprintf("%.1f / %.2f vs %.1f / %.2f", medianOf(with, cmds), medianOf(with, scr), medianOf(without, cmds), medianOf(without, scr)), f2(medianOf(with, cmds) / medianOf(without, cmds)), "(report)", ""})
 }

@@ -102,6 +102,20 @@ func startBin(bin string, env map[string]string) *binWorker {
 	return w
 }
 
+// await returns once the worker has reported n sends, or stops the bench
+// if it has not within timeout (what names the run).
+func (w *binWorker) await(n int, timeout time.Duration, what string) {
+	deadline := time.After(timeout)
+	for got := 0; got < n; {
+		select {
+		case <-w.sends:
+			got++
+		case <-deadline:
+			log.Fatalf("%s: %d of %d sent in %v", what, got, n, timeout)
+		}
+	}
+}
+
 func (w *binWorker) stop() {
 	_ = w.cmd.Process.Signal(syscall.SIGTERM)
 	_ = w.cmd.Wait()
@@ -452,16 +466,7 @@ func saturated(ctx context.Context, bin, dir string, n, tenants int, single, pla
 	c0 := readStats(ctx, rdb)
 	w := startBin(bin, env)
 	defer w.stop()
-	got := 0
-	timeout := time.After(5 * time.Minute)
-	for got < n {
-		select {
-		case <-w.sends:
-			got++
-		case <-timeout:
-			log.Fatalf("saturated: %d of %d sent", got, n)
-		}
-	}
+	w.await(n, 5*time.Minute, "saturated")
 	c1 := readStats(ctx, rdb)
 	fmt.Printf("    saturated (%s, %d tenants): %.1f commands and %.2f scripts per task, %v Redis CPU per task\n", filepath.Base(bin), tenants,
 		(c1.cmds-c0.cmds)/float64(n), (c1.scripts-c0.scripts)/float64(n), (c1.cpu-c0.cpu)/time.Duration(n))

@@ -163,6 +163,15 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
+// medianOf is the median of f over samples.
+func medianOf[S any](samples []S, f func(S) float64) float64 {
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = f(s)
+	}
+	return median(v)
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "yes"
