@@ -16,6 +16,17 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
+// newStore is a digest store on a redis-server of its own.
+func newStore(t *testing.T) *digest.Store {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return digest.New(rdb, lim)
+}
+
 // Many workers' items for one recipient, joined concurrently while the
 // carriers close their digests at random moments: every item ends in
 // exactly one digest (its own, as carrier, or one it joined), no digest
@@ -23,13 +34,7 @@ import (
 // exactly itself and the items told they joined it. Repeated trials.
 func TestJoinsAndClosesUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := digest.New(rdb, lim)
+	s := newStore(t)
 	ctx := context.Background()
 	d := plans.Digest{Max: 7}
 	for trial := 0; trial < 5; trial++ {
@@ -191,13 +196,8 @@ func TestTemplates(t *testing.T) {
 // prints it: none, then the carrier with its count, none again once closed.
 func TestOpenFor(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, ctx, d := digest.New(rdb, lim), context.Background(), plans.Digest{Max: 5}
+	s := newStore(t)
+	ctx, d := context.Background(), plans.Digest{Max: 5}
 	a := tasks.NewEmail("acme", "Jane@Example.com", "s", "a")
 	b := tasks.NewEmail("acme", "jane@example.com", "s", "b")
 	if o, err := s.OpenFor(ctx, a, d); err != nil || o != nil {
