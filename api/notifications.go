@@ -394,6 +394,13 @@ func (s *Server) uncount(ctx context.Context, tenant string, ids []string) {
 // again: such a batch is held.) false, nil: nothing enqueued; the batch
 // goes held.
 func (s *Server) enqueueAll(ctx context.Context, items []tasks.Item) (bool, error) {
+	for _, it := range items {
+		// Each item's one option is its queue (toEnqueue): a batch over two
+		// goes held at once, not sealed first by EnqueueAll to find out.
+		if it.Opts[0].Value() != items[0].Opts[0].Value() {
+			return false, nil
+		}
+	}
 	_, ok, err := s.producer.EnqueueAll(ctx, items)
 	if ok {
 		for _, it := range items {
