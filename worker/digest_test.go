@@ -50,18 +50,21 @@ func digestModel(n, l, m int, span int64) (at []int64, sizes []int) {
 }
 
 // checkAgainstModel compares receipt times (ms from the first, in order)
-// with the model's: none earlier than its slot (less 50 ms of clock and
-// send jitter), no window of 1 s holding more than l receipts, and each
+// with the model's: none earlier than its slot less the send slack (the
+// spread of send latency the slack is there to absorb: times count from
+// the first receipt, whose own send may have been the slowest — a cold
+// SMTP connection; with 50 ms a loaded run saw one 57 ms early), no window
+// of 1 s holding more than l receipts (the guarantee itself), and each
 // within 250 ms of its slot — except after a late wake-up, which gives its
 // slot back and takes the next (every later one shifts with it): those are
 // logged and counted, not failed, when the machine is loaded.
-func checkAgainstModel(t *testing.T, offs, at []int64, l int) (late int) {
+func checkAgainstModel(t *testing.T, offs, at []int64, l int, slack time.Duration) (late int) {
 	t.Helper()
 	for i, off := range offs {
 		if i >= len(at) {
 			break
 		}
-		if off < at[i]-50 {
+		if off < at[i]-slack.Milliseconds() {
 			t.Errorf("message %d at +%d ms, before the model's slot +%d ms", i, off, at[i])
 		}
 		if off > at[i]+250 {
@@ -125,7 +128,7 @@ func TestDigestMatchesModel(t *testing.T) {
 				offs = append(offs, off)
 				lines = append(lines, fmt.Sprintf("+%d ms (model +%d): %d items", off, at[min(i, len(at)-1)], got[min(i, len(got)-1)]))
 			}
-			late := checkAgainstModel(t, offs, at, l)
+			late := checkAgainstModel(t, offs, at, l, b.cfg.SendSlack)
 			// In time order; messages the model puts at one instant may come
 			// in any order among themselves.
 			group := func(xs []int) []int {
@@ -240,7 +243,7 @@ func TestPersonCapMatchesModel(t *testing.T) {
 				}
 				offs = append(offs, d.At.Sub(all[0].At).Milliseconds())
 			}
-			checkAgainstModel(t, offs, at, l)
+			checkAgainstModel(t, offs, at, l, b.cfg.SendSlack)
 			if len(all) != n || len(seen) != n {
 				t.Errorf("%d messages, %d distinct; want %d, each once", len(all), len(seen), n)
 			}
