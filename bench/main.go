@@ -34,7 +34,7 @@ var (
 	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
 	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
 	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
-	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
+	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,booked,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -128,6 +128,7 @@ func sections(ctx context.Context, rdb *redis.Client, addr string) []section {
 	return []section{
 		{"check", "limiter checks (calls/s, median of interleaved rounds, 10,000 recipients, every call admitted)", func() { micro(ctx, rdb) }},
 		{"throttled", "the throttled path: denials, bookings, wake-and-admit vs redis_rate's denial (calls/s)", func() { throttled(ctx, rdb) }},
+		{"booked", "issue 38: a throttled backlog's Redis CPU per delivered send vs a send admitted at once (in-process worker, same run)", func() { bookedCost(ctx, addr) }},
 		{"depth", "issue 38: a booking on a key with a deep backlog (Redis time per booking, one caller)", func() { depth(ctx, rdb) }},
 		{"tune", "coalescing settings (single-rule check, calls/s)", func() { tune(ctx, rdb) }},
 		{"calls", "what one redis.call costs inside a Redis function, by kind; the worker's check made alone (Redis time)", func() { calls(ctx, rdb) }},
@@ -342,8 +343,7 @@ func (m *monitor) print(tasks int) {
 		if !ok || strings.Contains(l, " lua] ") {
 			continue
 		}
-		name, _, _ := strings.Cut(rest, "\"")
-		counts[strings.ToLower(name)]++
+		counts[monitorLabel(rest)]++
 	}
 	names := make([]string, 0, len(counts))
 	for k := range counts {
@@ -357,6 +357,23 @@ func (m *monitor) print(tasks int) {
 		}
 	}
 	fmt.Println()
+}
+
+// monitorLabel names one MONITOR line's command (from its first quoted
+// word on); a script call also by its hash's start and its first key's kind
+// (the key's last part that is not an id), which tells Asynq's scripts apart.
+func monitorLabel(rest string) string {
+	f := strings.Split(rest, "\" \"")
+	name := strings.ToLower(strings.Trim(f[0], "\""))
+	if (name != "evalsha" && name != "fcall") || len(f) < 4 {
+		return name
+	}
+	parts := strings.Split(strings.Trim(f[3], "\""), ":")
+	kind := parts[len(parts)-1]
+	if len(parts) > 1 && (len(kind) > 12 || strings.ContainsAny(kind, "0123456789")) {
+		kind = parts[len(parts)-2]
+	}
+	return name + "(" + f[1][:min(7, len(f[1]))] + " " + kind + ")"
 }
 
 // ownCPU is this process's CPU time so far, user and system (getrusage).
