@@ -353,21 +353,54 @@ func decodeState(fields map[string]string, now time.Time) (State, error) {
 // exempt tells whether the tenant declares the category one an opt-out of
 // every category lets through (see the package documentation).
 func (s *Store) Check(ctx context.Context, tenant string, ch tasks.Channel, to, category string, exempt bool) (Verdict, error) {
-	hkey, _, err := s.keys(tenant, ch, to)
+	keys, args, err := s.checkArgs(tenant, ch, to, category, exempt)
 	if err != nil {
 		return Verdict{}, err
+	}
+	return verdictOf(scripts.ConsentCheck.Run(ctx, s.rdb, keys, args...))
+}
+
+// QueueCheck adds Check's script call to p, for a caller that reads the
+// consent in the same round trip as something else; the function it
+// returns, called once p has run, answers what Check would. The call goes
+// by the script's hash: where Redis does not have the script yet
+// (NOSCRIPT), the function asks again through Check, which loads it.
+func (s *Store) QueueCheck(ctx context.Context, p redis.Pipeliner, tenant string, ch tasks.Channel, to, category string, exempt bool) func() (Verdict, error) {
+	keys, args, err := s.checkArgs(tenant, ch, to, category, exempt)
+	if err != nil {
+		return func() (Verdict, error) { return Verdict{}, err }
+	}
+	cmd := scripts.ConsentCheck.EvalSha(ctx, p, keys, args...)
+	return func() (Verdict, error) {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			return s.Check(ctx, tenant, ch, to, category, exempt)
+		}
+		return verdictOf(cmd)
+	}
+}
+
+// checkArgs are Check's script keys and arguments.
+func (s *Store) checkArgs(tenant string, ch tasks.Channel, to, category string, exempt bool) (keys []string, args []any, err error) {
+	hkey, _, err := s.keys(tenant, ch, to)
+	if err != nil {
+		return nil, nil, err
 	}
 	if category == "" {
 		category = tasks.DefaultCategory
 	}
 	if err := tasks.CheckCategory(category); err != nil {
-		return Verdict{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	ex := "0"
 	if exempt {
 		ex = "1"
 	}
-	res, err := scripts.ConsentCheck.Run(ctx, s.rdb, []string{hkey}, s.nowArg(), category, ex).Slice()
+	return []string{hkey}, []any{s.nowArg(), category, ex}, nil
+}
+
+// verdictOf reads CheckScript's reply.
+func verdictOf(cmd *redis.Cmd) (Verdict, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("consent: check: %w", err)
 	}

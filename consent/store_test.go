@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -194,6 +196,22 @@ func TestCheckScriptAgreesWithBlocks(t *testing.T) {
 				want := st.Blocks(cat, exempt, now)
 				if got := b.check(t, tasks.SMS, to, cat, exempt); got != want {
 					t.Fatalf("seed %d %s %s exempt %v: Check %v, Blocks %v (hash %v)", seed, to, cat, exempt, got, want, raw)
+				}
+				// The same reading queued in a pipeline (a worker's read just
+				// before a send that waited); now and then with the script
+				// flushed, which it must get past by asking through Check.
+				if i%5 == 0 {
+					if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var read func() (consent.Verdict, error)
+				_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+					read = b.store.QueueCheck(ctx, p, b.tenant, tasks.SMS, to, cat, exempt)
+					return nil
+				})
+				if v, err := read(); err != nil || v.Reason != want {
+					t.Fatalf("seed %d %s %s exempt %v: QueueCheck %v, %v; Blocks %v (hash %v)", seed, to, cat, exempt, v.Reason, err, want, raw)
 				}
 				// The limiter's own reading, inside its check (scripts/op_reserve.lua).
 				d, err := clocked.Reserve(ctx, b.tenant, uuid.NewString(), throttle.ReserveOptions{Policy: throttle.AtLeastOnce,

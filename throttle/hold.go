@@ -92,29 +92,58 @@ func (l *Limiter) HeldUntil(ctx context.Context, keys ...string) (time.Time, err
 	if len(keys) == 0 {
 		return time.Time{}, nil
 	}
-	spans, err := l.holdSpans(ctx, keys)
-	var until time.Time
-	for _, s := range spans {
-		if s.End.After(until) {
-			until = s.End
-		}
+	var read func() (time.Time, error)
+	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		read = l.QueueHolds(ctx, p, keys...)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return time.Time{}, fmt.Errorf("throttle: read holds: %w", err)
 	}
-	return until, err
+	return read()
+}
+
+// QueueHolds adds HeldUntil's reads of hold keys to p, for a caller that
+// reads them in the same round trip as something else; the function it
+// returns, called once p has run, answers what HeldUntil would.
+func (l *Limiter) QueueHolds(ctx context.Context, p redis.Pipeliner, keys ...string) func() (time.Time, error) {
+	cmds := queueHoldReads(ctx, p, keys)
+	return func() (time.Time, error) {
+		spans, err := l.holdSpansOf(cmds)
+		var until time.Time
+		for _, s := range spans {
+			if s.End.After(until) {
+				until = s.End
+			}
+		}
+		return until, err
+	}
+}
+
+func queueHoldReads(ctx context.Context, p redis.Pipeliner, keys []string) []*redis.StringCmd {
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = p.Get(ctx, k)
+	}
+	return cmds
 }
 
 // holdSpans reads hold keys (a Cluster's check reads them before its own
 // script call) as closed spans ending when each live hold lifts.
 func (l *Limiter) holdSpans(ctx context.Context, keys []string) ([]Interval, error) {
-	cmds := make([]*redis.StringCmd, len(keys))
+	var cmds []*redis.StringCmd
 	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = p.Get(ctx, k)
-		}
+		cmds = queueHoldReads(ctx, p, keys)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("throttle: read holds: %w", err)
 	}
+	return l.holdSpansOf(cmds)
+}
+
+// holdSpansOf reads the replies of queueHoldReads as holdSpans does.
+func (l *Limiter) holdSpansOf(cmds []*redis.StringCmd) ([]Interval, error) {
 	now := time.Now()
 	if l.now != nil {
 		now = l.now()

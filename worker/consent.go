@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
@@ -115,43 +113,4 @@ func (w *Worker) suppress(ctx context.Context, n tasks.Notification, se *sender.
 	}
 	w.metrics.Suppressed.WithLabelValues(string(n.Channel), string(source)).Inc()
 	log.Info("recipient marked undeliverable for the tenant", "code", se.Code, "until", until)
-}
-
-// recheckGrace is how far past sendBy a re-read may return and the send
-// still go: the time a timed-out call takes to hand back.
-const recheckGrace = 5 * time.Millisecond
-
-// recheckConsent reads the recipient's consent again after a send waited
-// in process for its slot (up to MaxInlineWait): a STOP or an unsubscribe
-// recorded meanwhile blocks it, as it would have at the check. A blocked
-// send gives its slot back and is archived, reason suppressed. The reading
-// has until sendBy (waitForSlot's: half the send slack after the slot,
-// shared with the wake-up): a send must not reach the provider later than
-// its slot allows, nor fall behind the sends booked after it. When Redis
-// cannot answer by then, the send goes on the reading its admission made
-// (at most MaxInlineWait earlier), and the log says so. When the reading
-// returns well past sendBy (the process was starved), the slot is given
-// back: errLate, and the caller asks again.
-func (w *Worker) recheckConsent(ctx context.Context, n tasks.Notification, cc *throttle.ConsentCheck, d throttle.Decision, c check, sendBy time.Time, log *slog.Logger) error {
-	if w.cfg.SendSlack <= 0 {
-		sendBy = time.Now().Add(50 * time.Millisecond)
-	}
-	cctx, cancel := context.WithDeadline(ctx, sendBy)
-	v, err := w.consent.Check(cctx, n.Tenant, n.Channel, n.To, cc.Category, cc.Exempt)
-	cancel()
-	if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > recheckGrace {
-		w.lateWake(ctx, n, d, c.Limits, late+w.cfg.SendSlack/2, log)
-		return errLate
-	}
-	if err != nil {
-		log.Warn("the consent could not be read again in time after the wait; sending on the reading of its admission", "send_by", sendBy, "waited", d.Wait, "err", err)
-		return nil
-	}
-	if !v.Blocked() {
-		return nil
-	}
-	w.release(ctx, n, d.Attempt, c.Limits, log)
-	log.Warn("the recipient's consent changed during the wait for the slot; archiving, not sending", "block", v.Reason.String())
-	w.archived(n, tasks.ReasonSuppressed)
-	return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonSuppressed, fmt.Errorf("the recipient's consent was withdrawn while it waited for its slot (%s); not sent", v.Reason)), asynq.SkipRetry)
 }

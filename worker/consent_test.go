@@ -212,8 +212,8 @@ func TestWorkerMigratesOldSuppressionsAtStart(t *testing.T) {
 
 // An opt-out recorded while a send waits in process for its slot (a slot
 // up to SLUICE_MAX_INLINE_WAIT ahead) blocks it: the consent is read again
-// after the wait, the slot is given back and the task archived, reason
-// suppressed — the SMS never reaches the provider.
+// just before the slot, the slot is given back and the task archived,
+// reason suppressed — the SMS never reaches the provider.
 func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1s")

@@ -293,11 +293,6 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 				err = w.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
 				w.releaseWaiter(waiter)
 			}
-			if cc := c.opts.Consent; err == nil && cc != nil {
-				// An opt-out recorded during the wait holds from the moment
-				// it is recorded: read it again before the send.
-				err = w.recheckConsent(ctx, *n, cc, d, c, sendBy, log)
-			}
 			switch {
 			case errors.Is(err, errHeld):
 				continue // booked after the hold (or admitted, if it lifted meanwhile)

@@ -15,30 +15,35 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// holdPeek is how long before its slot a waiting send reads the provider
-// holds (one round trip), so that the read does not delay the send: a hold
-// that begins in the last holdPeek finds the send on its way, as it finds
-// requests already in flight.
+// holdPeek is how long before its slot a waiting send reads again what may
+// have changed during its wait — the provider holds and the recipient's
+// consent, in one round trip (readBeforeSend) — so that the read does not
+// delay the send: a hold that begins in the last holdPeek finds the send on
+// its way, as it finds requests already in flight, and an opt-out recorded
+// in it still holds within the second in which a refusal must hold.
 const holdPeek = 10 * time.Millisecond
 
 // waitForSlot sleeps until an admission made for a near instant is due:
 // its slot, placed in this process's clock (slotBy). sendBy is the latest
-// instant the send may begin (half the send slack after the slot); everything between the wake-up and the send (the
-// consent re-read) shares that half with the send's own way to the
-// provider. A wake-up already past it gives the slot back (errLate). Just
-// before the slot it reads the provider holds its check named: one that
-// began during the wait (the check saw none) gives the slot back
-// (errHeld), and asked again the send is booked after the hold. On
-// shutdown it gives the slot back and hands the task to Asynq for it.
+// instant the send may begin (half the send slack after the slot);
+// everything between the wake-up and the send shares that half with the
+// send's own way to the provider. A wake-up already past it gives the slot
+// back (errLate). Just before the slot it reads again what its check read
+// and the wait may have changed (readBeforeSend): a provider hold that
+// began during the wait gives the slot back (errHeld; asked again, the
+// send is booked after the hold), and an opt-out recorded during it
+// archives the send. On shutdown it gives the slot back and hands the task
+// to Asynq for it.
 func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, slot, sendBy time.Time, log *slog.Logger) error {
 	limits := c.Limits
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
-	peek := len(c.opts.Holds) > 0
+	peek := len(c.opts.Holds) > 0 || c.opts.Consent != nil
 	wake := slot
 	if peek {
 		wake = slot.Add(-holdPeek)
@@ -48,8 +53,8 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	select {
 	case <-timer.C:
 		if peek {
-			if w.heldBack(ctx, n, d.Attempt, c, log) {
-				return errHeld
+			if err := w.readBeforeSend(ctx, n, d, c, sendBy, log); err != nil {
+				return err
 			}
 			if rest := time.Until(slot); rest > 0 {
 				timer.Reset(rest)
@@ -74,6 +79,58 @@ func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d thrott
 	case <-w.stopping:
 	}
 	return w.giveBack(ctx, n, d, limits, log)
+}
+
+// readBeforeSend reads, in one round trip, the provider holds c named and
+// the recipient's consent, for a send admitted before it waited for its
+// slot. A hold that is live now gives the slot back: errHeld. An opt-out
+// recorded meanwhile gives it back too and archives the send (reason
+// suppressed), as the check would have. The reading has until sendBy: what
+// Redis cannot answer by then (or at all) lets the send go on what its
+// admission read, at most MaxInlineWait earlier, and the log says so.
+func (w *Worker) readBeforeSend(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, sendBy time.Time, log *slog.Logger) error {
+	if w.cfg.SendSlack <= 0 {
+		sendBy = time.Now().Add(50 * time.Millisecond)
+	}
+	rctx, cancel := context.WithDeadline(ctx, sendBy)
+	defer cancel()
+	var held func() (time.Time, error)
+	var verdict func() (consent.Verdict, error)
+	cc := c.opts.Consent
+	_, _ = w.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
+		if len(c.opts.Holds) > 0 {
+			held = w.limiter.QueueHolds(rctx, p, c.opts.Holds...)
+		}
+		if cc != nil {
+			verdict = w.consent.QueueCheck(rctx, p, n.Tenant, n.Channel, n.To, cc.Category, cc.Exempt)
+		}
+		return nil
+	}) // each reply is read on its own below
+	if held != nil {
+		if until, err := held(); err != nil {
+			log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
+		} else if until.After(time.Now()) {
+			w.metrics.HeldWakes.WithLabelValues(string(n.Channel)).Inc()
+			w.release(ctx, n, d.Attempt, c.Limits, log)
+			log.Info("a provider hold began while this send waited; asking again", "hold_until", until.UTC())
+			return errHeld
+		}
+	}
+	if verdict == nil {
+		return nil
+	}
+	v, err := verdict()
+	if err != nil {
+		log.Warn("the consent could not be read again in time after the wait; sending on the reading of its admission", "send_by", sendBy, "waited", d.Wait, "err", err)
+		return nil
+	}
+	if !v.Blocked() {
+		return nil
+	}
+	w.release(ctx, n, d.Attempt, c.Limits, log)
+	log.Warn("the recipient's consent changed during the wait for the slot; archiving, not sending", "block", v.Reason.String())
+	w.archived(n, tasks.ReasonSuppressed)
+	return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonSuppressed, fmt.Errorf("the recipient's consent was withdrawn while it waited for its slot (%s); not sent", v.Reason)), asynq.SkipRetry)
 }
 
 // heldBack reads the provider holds c named for a send admitted before it
