@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -274,6 +275,9 @@ func fairDrain(ctx context.Context, bin, dir string, flood int, rooms bool) time
 	q := tasks.DefaultLayout.Route("acme", tasks.LaneStandard, nil)
 	env := baseEnv(srv.Addr, "sms:recipient=1/1h")
 	env["SLUICE_SMS_SENDER"] = "log"
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		log.Fatal(err)
+	}
 	w := startBin(bin, env)
 	defer w.stop()
 	start := time.Now()
@@ -286,7 +290,11 @@ func fairDrain(ctx context.Context, bin, dir string, flood int, rooms bool) time
 		pending := rdb.LLen(ctx, tasks.RoomOf(q).Pending).Val()
 		active := rdb.LLen(ctx, "asynq:{"+q+"}:active").Val()
 		if waiting.Count+pending+active == 0 {
-			return time.Since(start)
+			took := time.Since(start)
+			if *cmdStats {
+				printCommandStats(ctx, rdb, fmt.Sprintf("drain of %s (rooms %v)", filepath.Base(bin), rooms), flood)
+			}
+			return took
 		}
 		if time.Since(start) > 10*time.Minute {
 			log.Fatalf("fair drain: %d waiting, %d pending after 10 minutes", waiting.Count, pending)
