@@ -10,6 +10,7 @@
 #   ./scripts/bench.sh --quick    a few-minute subset
 #   ./scripts/bench.sh --only micro,memory
 #   ./scripts/bench.sh --only throttled,coincide   denials, bookings, wake-and-admit; drains whose slots coincide
+#   ./scripts/bench.sh --only booked   a throttled backlog's Redis CPU and round trips per send vs a send admitted at once
 #   ./scripts/bench.sh --only replicas   what SLUICE_REDIS_WAIT_REPLICAS=1 costs (about a minute)
 #   ./scripts/bench.sh --only worker -commandstats -monitor   a task's Redis commands by kind, and the calls clients send (MONITOR slows the runs)
 #   ./scripts/bench.sh --only calls     what one redis.call costs inside a function, by kind; the worker's check made alone
