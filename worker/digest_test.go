@@ -58,8 +58,9 @@ func digestModel(n, l, m int, span int64) (at []int64, sizes []int) {
 // within 250 ms of its slot — except after a late wake-up, which gives its
 // slot back and takes the next (every later one shifts with it): those are
 // logged and counted, not failed, when the machine is loaded.
-func checkAgainstModel(t *testing.T, offs, at []int64, l int, slack time.Duration) (late int) {
+func checkAgainstModel(t *testing.T, offs, at []int64, l int, slack time.Duration) {
 	t.Helper()
+	late := 0
 	for i, off := range offs {
 		if i >= len(at) {
 			break
@@ -77,7 +78,6 @@ func checkAgainstModel(t *testing.T, offs, at []int64, l int, slack time.Duratio
 	if late > 0 {
 		t.Logf("%d of %d messages more than 250 ms after the model's slot (a late wake-up moves a send to the next slot)", late, len(offs))
 	}
-	return late
 }
 
 // Random bursts, limits and digest sizes against the brute-force model:
@@ -128,31 +128,24 @@ func TestDigestMatchesModel(t *testing.T) {
 				offs = append(offs, off)
 				lines = append(lines, fmt.Sprintf("+%d ms (model +%d): %d items", off, at[min(i, len(at)-1)], got[min(i, len(got)-1)]))
 			}
-			late := checkAgainstModel(t, offs, at, l, b.cfg.SendSlack)
-			// In time order; messages the model puts at one instant may come
-			// in any order among themselves.
-			group := func(xs []int) []int {
-				out := slices.Clone(xs)
-				for i := 0; i < len(out) && i < len(at); {
-					j := i
-					for j < len(at) && at[j] == at[i] {
-						j++
-					}
-					slices.Sort(out[i:min(j, len(out))])
-					i = j
-				}
-				return out
-			}
-			if late > 0 { // a send moved to a later slot: the sizes, in any order
-				group = func(xs []int) []int { out := slices.Clone(xs); slices.Sort(out); return out }
-			}
-			if g, w := group(got), group(sizes); !slices.Equal(g, w) {
-				t.Errorf("items per message %v, model %v", g, w)
+			checkAgainstModel(t, offs, at, l, b.cfg.SendSlack)
+			// The sizes, in any order: which items join which digest does not
+			// depend on the order the carriers book in, but that order is a
+			// race — a carrier that opens a digest just after another may ask
+			// for its slot first and take the earlier one (seen under a full
+			// suite's load: [1 1 1 | 2 2 1 | 2] for the model's
+			// [1 1 1 | 2 2 2 | 1], the same messages at the same instants).
+			// An item sent alone that should have joined a digest still shows:
+			// more messages, smaller ones.
+			if g, w := sorted(got), sorted(sizes); !slices.Equal(g, w) {
+				t.Errorf("items per message %v, model %v", got, sizes)
 			}
 			t.Log(strings.Join(lines, "\n"))
 		})
 	}
 }
+
+func sorted(xs []int) []int { out := slices.Clone(xs); slices.Sort(out); return out }
 
 // window holds even the first item, to gather a burst; key splits the
 // digests by a metadata field. 4 items of thread a and 3 of thread b, under
