@@ -263,7 +263,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			return nil, w.providerWait(*n, err, log)
 		}
 		w.bindProvider(&c, *n, pk.p)
-		d, waiter, asked, err := w.check(ctx, *n, c, log)
+		d, waiter, replied, err := w.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err
 		}
@@ -278,7 +278,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			// starved process), or lost with Redis and the retry got this
 			// run's admission back — would crowd the next window: give it
 			// back and ask again.
-			slot := slotBy(asked, time.Now(), d)
+			slot := slotBy(replied, d)
 			sendBy := slot.Add(w.cfg.SendSlack / 2)
 			if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > 0 {
 				w.releaseWaiter(waiter)
@@ -375,9 +375,9 @@ func (w *Worker) reachedProvider(ctx context.Context, n tasks.Notification, d th
 // (held, returned with the decision: the caller releases it after its
 // wait); without one it is booked through Asynq instead.
 //
-// asked is when the call that answered left this process: the decision
-// was taken between it and the reply (slotBy).
-func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (d throttle.Decision, waiter bool, asked time.Time, err error) {
+// replied is when the answer reached this process: the decision was
+// taken before it (slotBy).
+func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (d throttle.Decision, waiter bool, replied time.Time, err error) {
 	opts := c.opts
 	opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
 	if n.Channel == tasks.SMS && w.suppressCodes != nil {
@@ -397,8 +397,8 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 	checkCtx, span := w.startCheck(ctx, c.Limits)
 	err = w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 		var err error
-		asked = time.Now()
 		d, err = w.limiter.Reserve(ctx, n.Tenant, n.ID, opts, c.Limits...)
+		replied = time.Now()
 		return err
 	})
 	if err != nil {
@@ -406,7 +406,7 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 		w.releaseWaiter(waiter)
 		w.metrics.LimiterError.Inc()
 		log.Error("quota check failed; nothing sent, will try again", "err", err, "cause", unavailableWhy(err))
-		return d, false, asked, &UnavailableError{Err: err}
+		return d, false, replied, &UnavailableError{Err: err}
 	}
 	if w.onDecide != nil {
 		w.onDecide(n, d)
@@ -418,16 +418,20 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 		w.releaseWaiter(waiter)
 		waiter = false
 	}
-	return d, waiter, asked, nil
+	return d, waiter, replied, nil
 }
 
-// slotBy places an admission's slot in this process's clock: the decision
-// was taken between asked and replied (Redis's clock may differ from this
-// one; the round trip does not), so at their midpoint plus the wait — off
-// by at most half the round trip — less how far the slot was already past
-// when it was taken (an admission handed back again after a lost reply).
-func slotBy(asked, replied time.Time, d throttle.Decision) time.Time {
-	return asked.Add(replied.Sub(asked)/2 + d.Wait - max(d.Now.Sub(d.At), 0))
+// slotBy places an admission's slot in this process's clock. The
+// decision was taken before its reply came (Redis's clock may differ from
+// this one; the round trip does not), so the slot lies at most the wait
+// after the reply, less how far it was already past when it was taken (an
+// admission handed back again after a lost reply). slotBy takes that
+// latest instant: a send is never early, and late by at most the round
+// trip, which the send slack covers. (The round trip's midpoint, used
+// before, could be early by half of it: CI saw a send 0.44 ms before its
+// slot.)
+func slotBy(replied time.Time, d throttle.Decision) time.Time {
+	return replied.Add(d.Wait - max(d.Now.Sub(d.At), 0))
 }
 
 // settled handles the limiter's answers that end the run without a send:
@@ -600,14 +604,14 @@ func (w *Worker) unlessHeld(ctx context.Context, t *asynq.Task, n tasks.Notifica
 func (w *Worker) reask(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admission, log *slog.Logger) error {
 	c := a.c
 	c.opts.Horizon = 0 // admitted for now, or booked
-	d, _, asked, err := w.check(ctx, n, c, log)
+	d, _, replied, err := w.check(ctx, n, c, log)
 	if err != nil {
 		return err
 	}
 	why := waitReason(d, c.Limits)
 	switch d.Status {
 	case throttle.StatusAdmitted:
-		a.d, a.sendBy = d, slotBy(asked, time.Now(), d).Add(w.cfg.SendSlack/2)
+		a.d, a.sendBy = d, slotBy(replied, d).Add(w.cfg.SendSlack/2)
 		return nil
 	case throttle.StatusBooked, throttle.StatusDenied:
 		return w.reschedule(ctx, t, n, d, why, log)
