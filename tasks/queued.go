@@ -125,28 +125,50 @@ if #ARGV < 4 then
   if #lapsed > 0 then redis.call('SET', KEYS[3], string.format('%d', total), 'KEEPTTL') end
   return {2, n, string.format('%d', total)}
 end
-local addN, addB = 0, 0
-for i = 4, #ARGV, 3 do
-  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    addN = addN + 1
-    addB = addB + tonumber(ARGV[i + 1])
+-- One ZMSCORE, ZADD and HSET per chunk of ids instead of three calls an id
+-- (unpack's limit is 8,000 values: chunks of 1,000 ids). An id twice in
+-- one call counts once.
+local CHUNK = 1000
+local fresh, seen = {}, {}
+for c = 4, #ARGV, 3 * CHUNK do
+  local ids = {}
+  for i = c, math.min(#ARGV, c + 3 * CHUNK - 1), 3 do
+    ids[#ids + 1] = ARGV[i]
+  end
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+  for j = 1, #ids do
+    local i = c + 3 * (j - 1)
+    if not scores[j] and not seen[ARGV[i]] then
+      seen[ARGV[i]] = true
+      fresh[#fresh + 1] = i
+    end
   end
 end
+local addB = 0
+for _, i in ipairs(fresh) do
+  addB = addB + tonumber(ARGV[i + 1])
+end
 local maxN, maxB = tonumber(ARGV[1]), tonumber(ARGV[2])
-if maxN > 0 and n + addN > maxN then
-  return {0, 'notifications', n, addN}
+if maxN > 0 and n + #fresh > maxN then
+  return {0, 'notifications', n, #fresh}
 end
 if maxB > 0 and total + addB > maxB then
   return {0, 'bytes', string.format('%d', total), string.format('%d', addB)}
 end
-local entered = 0
-for i = 4, #ARGV, 3 do
-  if redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[i + 2]), ARGV[i]) == 1 then
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-    total = total + tonumber(ARGV[i + 1])
-    entered = entered + 1
+for c = 1, #fresh, CHUNK do
+  local z, h = {'NX'}, {}
+  for k = c, math.min(#fresh, c + CHUNK - 1) do
+    local i = fresh[k]
+    z[#z + 1] = now + tonumber(ARGV[i + 2])
+    z[#z + 1] = ARGV[i]
+    h[#h + 1] = ARGV[i]
+    h[#h + 1] = ARGV[i + 1]
   end
+  redis.call('ZADD', KEYS[1], unpack(z))
+  redis.call('HSET', KEYS[2], unpack(h))
 end
+total = total + addB
+local entered = #fresh
 redis.call('SET', KEYS[3], string.format('%d', total), 'PX', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

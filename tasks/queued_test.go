@@ -209,3 +209,64 @@ func TestQueueQuotaReserveTenants(t *testing.T) {
 		t.Fatalf("after the refusal: initech %d, globex %d; want 0 (taken out again) and 3 (its own untouched)", i, g)
 	}
 }
+
+// A batch larger than the script's chunk of 1,000 ids, holding ids already
+// entered and ids repeated within it, is counted against the caps as the
+// set of its new ids, at the exact boundary of each cap: one more than
+// fits enters nothing; exactly what fits enters every new id once.
+func TestQueueQuotaLargeBatchBoundary(t *testing.T) {
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	var earlier, batch []tasks.Notification
+	for i := range 700 {
+		earlier = append(earlier, queuedSMS("acme", i))
+	}
+	fresh := map[string]bool{}
+	for i := range 2300 {
+		n := queuedSMS("acme", i)
+		fresh[n.ID] = true
+		batch = append(batch, n)
+		if i%3 == 0 {
+			batch = append(batch, n) // repeated within the batch
+		}
+		if i%5 == 0 {
+			batch = append(batch, earlier[i%len(earlier)]) // entered before
+		}
+	}
+	one := tasks.StoredBytes(batch[0])
+	for _, n := range append(earlier, batch...) {
+		if tasks.StoredBytes(n) != one {
+			t.Fatalf("sizes differ: %d and %d", tasks.StoredBytes(n), one)
+		}
+	}
+	want := int64(len(earlier) + len(fresh))
+	for _, c := range []struct {
+		caps tasks.Caps
+		fits bool
+	}{
+		{tasks.Caps{Notifications: want - 1, TTL: time.Hour}, false},
+		{tasks.Caps{Bytes: (want - 1) * one, TTL: time.Hour}, false},
+		{tasks.Caps{Notifications: want, Bytes: want * one, TTL: time.Hour}, true},
+	} {
+		rdb.FlushAll(ctx)
+		q := tasks.NewQueueQuota(rdb, c.caps)
+		if err := q.Reserve(ctx, earlier...); err != nil {
+			t.Fatal(err)
+		}
+		err := q.Reserve(ctx, batch...)
+		if c.fits != (err == nil) {
+			t.Fatalf("caps %+v: %d ids in all: %v", c.caps, want, err)
+		}
+		var full *tasks.QueueFullError
+		if !c.fits && (!errors.As(err, &full) || full.Want != int64(len(fresh))*map[bool]int64{true: one, false: 1}[full.Cap == "bytes"]) {
+			t.Fatalf("caps %+v: %v (%+v), want %d new", c.caps, err, full, len(fresh))
+		}
+		got := int64(len(earlier))
+		if c.fits {
+			got = want
+		}
+		if u, err := q.Usage(ctx, "acme"); err != nil || u.Notifications != got || u.Bytes != got*one {
+			t.Fatalf("caps %+v: usage %+v %v, want %d of %d B", c.caps, u, err, got, one)
+		}
+	}
+}
