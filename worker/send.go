@@ -248,6 +248,7 @@ type admission struct {
 // The provider is picked first (pickProvider: the first of the channel's
 // that is up and not in tried), and the check is of a send through it.
 func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admission, error) {
+	resent := false
 	for round := 0; ; round++ {
 		policy, version := w.currentPlans()
 		c := w.plan(policy, *n)
@@ -267,7 +268,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		if err != nil {
 			return nil, err
 		}
-		if d.Attempt > 1 && (d.Status == throttle.StatusAdmitted || d.Status == throttle.StatusBooked) && w.reachedProvider(ctx, *n, d, c, log) {
+		if d.Attempt > 1 && (d.Status == throttle.StatusAdmitted || d.Status == throttle.StatusBooked) && w.reachedProvider(ctx, *n, d, c, &resent, log) {
 			w.releaseWaiter(waiter)
 			return nil, nil
 		}
@@ -349,8 +350,10 @@ func (w *Worker) notNow(ctx context.Context, t *asynq.Task, n tasks.Notification
 // so it is not sent again. It gives back the slot the re-run was just
 // given, records the earlier attempt done, and reports true. Without a
 // report (none arrived, or the channel has none) the re-run sends, as
-// at-least-once says; sluice_unknown_outcomes_total counts both.
-func (w *Worker) reachedProvider(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, log *slog.Logger) bool {
+// at-least-once says; sluice_unknown_outcomes_total counts both, a resend
+// once a run however often it asks again (a late wake-up): *resent says
+// whether this run counted it.
+func (w *Worker) reachedProvider(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, resent *bool, log *slog.Logger) bool {
 	var rec *delivery.Record
 	if n.Channel == tasks.SMS {
 		var err error
@@ -359,7 +362,10 @@ func (w *Worker) reachedProvider(ctx context.Context, n tasks.Notification, d th
 		}
 	}
 	if rec == nil {
-		w.metrics.UnknownOutcomes.WithLabelValues(string(n.Channel), "resent").Inc()
+		if !*resent {
+			*resent = true
+			w.metrics.UnknownOutcomes.WithLabelValues(string(n.Channel), "resent").Inc()
+		}
 		return false
 	}
 	w.release(ctx, n, d.Attempt, c.Limits, log)
