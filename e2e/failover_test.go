@@ -44,7 +44,7 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 	ids := e.enqueueSMS(260, recipients(20), []string{"acme"})
 	e.sms.WaitCount(t, 60, time.Minute)
 	down := time.Now()
-	e.sms.Down()
+	e.sms.Down(t)
 	otpAt := map[string]time.Time{}
 	for i := range 40 {
 		n := tasks.NewSMS("acme", fmt.Sprintf("+1415666%04d", i), fmt.Sprintf("your code %d", i))

@@ -40,7 +40,7 @@ func TestPriorityFailsOverAtOnceAndComesBack(t *testing.T) {
 	backup := fakes.NewSMSAPI(t)
 	cfg := withBackup(b.cfg, backup)
 	cfg.ProviderCooldown = 2 * time.Second
-	b.sms.Down()
+	b.sms.Down(t)
 	r := b.start(t, cfg)
 	var at []time.Time
 	var ids []string
@@ -141,7 +141,7 @@ func TestStandardWaitsTheGraceThenFailsOver(t *testing.T) {
 	cfg := withBackup(b.cfg, backup)
 	cfg.FailoverGrace = 3 * time.Second
 	cfg.ProviderFailures = 1
-	b.sms.Down()
+	b.sms.Down(t)
 	b.start(t, cfg)
 	start := time.Now()
 	n := tasks.NewSMS("acme", "+14155550400", "hello")

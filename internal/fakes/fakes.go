@@ -162,6 +162,7 @@ type SMSAPI struct {
 	AuthToken  string
 	srvMu      sync.Mutex
 	srv        *httptest.Server // nil while Down
+	hold       io.Closer        // the port, while Down
 	mux        *http.ServeMux
 
 	cb       sync.Mutex
@@ -238,6 +239,9 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 		if f.srv != nil {
 			f.srv.Close()
 		}
+		if f.hold != nil {
+			f.hold.Close()
+		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cbCtx = ctx
@@ -247,13 +251,23 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 
 // Down stops the fake's listener, as a provider whose front end is gone:
 // connections to URL are refused until Up. Requests being answered finish.
-func (f *SMSAPI) Down() {
+// The port stays bound meanwhile (holdPort), so that no other test's
+// listener takes it and answers in the provider's place.
+func (f *SMSAPI) Down(tb testing.TB) {
+	tb.Helper()
 	f.srvMu.Lock()
 	defer f.srvMu.Unlock()
-	if f.srv != nil {
-		f.srv.Close()
-		f.srv = nil
+	if f.srv == nil {
+		return
 	}
+	addr := f.srv.Listener.Addr().String()
+	f.srv.Close()
+	f.srv = nil
+	hold, err := holdPort(addr)
+	if err != nil {
+		tb.Fatalf("fake SMS API down: %v", err)
+	}
+	f.hold = hold
 }
 
 // Up listens on URL's address again after Down.
@@ -274,6 +288,10 @@ func (f *SMSAPI) Up(tb testing.TB) {
 	}
 	f.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: f.mux}}
 	f.srv.Start()
+	if f.hold != nil {
+		f.hold.Close() // after the listen: the port was never free
+		f.hold = nil
+	}
 }
 
 // twilioError answers like Twilio refusing a message: HTTP 400 with its
