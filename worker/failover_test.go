@@ -42,6 +42,7 @@ func TestPriorityFailsOverAtOnceAndComesBack(t *testing.T) {
 	cfg.ProviderCooldown = 2 * time.Second
 	b.sms.Down(t)
 	r := b.start(t, cfg)
+	b.serving(t)
 	var at []time.Time
 	var ids []string
 	for i := range 5 {

@@ -278,3 +278,15 @@ func dispatch(t *testing.T, rdb redis.UniversalClient, queue string) {
 		t.Fatal(err)
 	}
 }
+
+// serving waits until the worker's Asynq servers run (each writes its
+// first heartbeat as it starts): a test that times a send from its
+// enqueue starts the clock after the worker's start-up, which a loaded
+// machine stretches past a second.
+func (b *bundle) serving(t *testing.T) {
+	t.Helper()
+	sluicetest.Eventually(t, 30*time.Second, "the worker's two Asynq servers to start", func() bool {
+		ss, err := b.insp.Servers()
+		return err == nil && len(ss) == 2
+	})
+}

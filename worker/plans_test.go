@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,11 @@ import (
 func TestPlanChangeUnderLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sms:tenant=20/2s,sms:recipient=100/1m")
+	// The receipts are audited against the limits exactly; a send may reach
+	// the fake up to the send slack after its slot (SEND_SLACK's contract).
+	// The full suite on 2 loaded cores stretched one past the default 100 ms
+	// (21 receipts in 2 s); 300 ms, as the other audits under load use.
+	b.cfg.SendSlack = 300 * time.Millisecond
 	var mu sync.Mutex
 	applied := map[int]time.Time{}
 	for i := 0; i < 2; i++ {
@@ -77,6 +83,7 @@ loop:
 			after = append(after, d.At)
 		}
 	}
+	var worst string // the busiest window's gaps: bunched receipts (an entry lost) or latency past the slack
 	maxIn := func(times []time.Time, window time.Duration) int {
 		sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 		best := 0
@@ -85,19 +92,33 @@ loop:
 			for j < len(times) && times[j].Sub(times[i]) <= window {
 				j++
 			}
-			best = max(best, j-i)
+			if j-i > best {
+				best, worst = j-i, gaps(times[i:j])
+			}
 		}
 		return best
 	}
 	t.Logf("%d enqueued; plan applied %v after the change; %d receipts, %d after it; busiest 2 s: %d overall, %d after the change",
 		n, last.Sub(changed).Round(time.Millisecond), len(all), len(after), maxIn(all, 2*time.Second), maxIn(after, 2*time.Second))
 	if got := maxIn(all, 2*time.Second); got > 20 {
-		t.Fatalf("%d receipts within 2 s: over the old limit of 20", got)
+		t.Fatalf("%d receipts within 2 s: over the old limit of 20 (gaps %s)", got, worst)
 	}
 	if got := maxIn(after, 2*time.Second); got > 5 {
-		t.Fatalf("%d receipts within 2 s after the change: over the new limit of 5", got)
+		t.Fatalf("%d receipts within 2 s after the change: over the new limit of 5 (gaps %s)", got, worst)
 	}
 	if len(after) < 5 {
 		t.Fatalf("only %d receipts after the change: the test saw too little", len(after))
 	}
+}
+
+// gaps lists the times between consecutive receipts.
+func gaps(times []time.Time) string {
+	var b strings.Builder
+	for i := 1; i < len(times); i++ {
+		if i > 1 {
+			b.WriteString(", ")
+		}
+		b.WriteString(times[i].Sub(times[i-1]).Round(time.Millisecond).String())
+	}
+	return b.String()
 }
