@@ -548,14 +548,17 @@ func checkAddress(field, s string) error {
 	return nil
 }
 
-// injectID returns the JSON object b with a new "id" field.
-func injectID(b []byte) ([]byte, error) {
+// injectID returns the JSON object b with "id" set to id.
+func injectID(b []byte, id string) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
 	}
-	id, _ := json.Marshal(NewID())
-	m["id"] = id
+	v, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	m["id"] = v
 	return json.Marshal(m)
 }
 
