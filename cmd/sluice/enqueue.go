@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"slices"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/plans"
@@ -98,12 +100,13 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 
 // prod is what enqueueing needs from the environment.
 type prod struct {
-	deps   *services.Set
-	client *asynq.Client
-	rdb    redis.UniversalClient
-	layout tasks.Layout
-	policy plans.Policy   // SLUICE_RULES with the tenant plans in Redis: routes each notification
-	keys   *tasks.Keyring // nil: plain payloads (SLUICE_PAYLOAD_PLAINTEXT=accept)
+	deps     *services.Set
+	client   *asynq.Client
+	rdb      redis.UniversalClient
+	layout   tasks.Layout
+	policy   plans.Policy   // SLUICE_RULES with the tenant plans in Redis: routes each notification
+	keys     *tasks.Keyring // nil: plain payloads (SLUICE_PAYLOAD_PLAINTEXT=accept)
+	producer *tasks.Producer
 }
 
 // producer returns an Asynq client, the queue layout, the rules in force
@@ -128,7 +131,8 @@ func producer(ctx context.Context) (*prod, error) {
 			policy = d.Plans.Defaults()
 		}
 	}
-	return &prod{deps: d, client: asynq.NewClientFromRedisClient(d.Redis), rdb: d.Redis, layout: cfg.Layout(), policy: policy, keys: keys}, nil
+	return &prod{deps: d, client: asynq.NewClientFromRedisClient(d.Redis), rdb: d.Redis, layout: cfg.Layout(), policy: policy, keys: keys,
+		producer: tasks.NewProducer(d.Redis, keys)}, nil
 }
 
 // queue is where n goes: its lane's shard under the rules in force.
@@ -220,9 +224,12 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	}
 	progress := newProgress(errOut, len(good))
 	accepted := 0
-	for len(good) > 0 {
-		chunk := good[:min(len(good), tasks.MaxRoomBatch)]
-		good = good[len(chunk):]
+	for rc := range p.reserveAhead(cmd.Context(), good) {
+		chunk := rc.chunk
+		if rc.err != nil {
+			fmt.Fprintf(out, "accepted %d, stopped in lines %d-%d: %v\n", accepted, chunk[0].Line, chunk[len(chunk)-1].Line, rc.err)
+			return fmt.Errorf("enqueue stopped in lines %d-%d after %d enqueued (re-running is safe for lines with ids): %w", chunk[0].Line, chunk[len(chunk)-1].Line, accepted, rc.err)
+		}
 		n, dups, err := p.enqueueChunk(cmd.Context(), chunk)
 		accepted += n
 		for _, d := range dups {
@@ -249,67 +256,223 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 
 // checkLines moves to bad the lines of good that cannot go: bulk mail
 // without a List-Unsubscribe, and ids already enqueued — in any queue the
-// tenant's notifications may be in, read in one pipeline per 500 lines.
+// tenant's notifications may be in, read in one pipeline per 500 lines,
+// four of them at a time. Good lines keep their order; bad ones come in
+// no particular order.
 func (p *prod) checkLines(ctx context.Context, good []tasks.BatchLine, bad []tasks.LineError) ([]tasks.BatchLine, []tasks.LineError, error) {
-	kept := good[:0]
-	for len(good) > 0 {
-		chunk := good[:min(len(good), tasks.MaxRoomBatch)]
-		good = good[len(chunk):]
-		exists := make([][]*redis.IntCmd, len(chunk))
-		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, g := range chunk {
-				for _, q := range p.layout.Candidates(g.Notification.Tenant, p.policy.Pins()) {
-					exists[i] = append(exists[i], pipe.Exists(ctx, tasks.RoomOf(q).Task(g.Notification.ID)))
-				}
-			}
-			return nil
+	chunks := slices.Collect(slices.Chunk(good, tasks.MaxRoomBatch))
+	kept := make([][]tasks.BatchLine, len(chunks))
+	rejected := make([][]tasks.LineError, len(chunks))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i, chunk := range chunks {
+		g.Go(func() error {
+			var err error
+			kept[i], rejected[i], err = p.checkChunk(gctx, chunk)
+			return err
 		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("check lines %d-%d: %w (nothing enqueued)", chunk[0].Line, chunk[len(chunk)-1].Line, err)
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return slices.Concat(kept...), append(bad, slices.Concat(rejected...)...), nil
+}
+
+// checkChunk is checkLines of up to tasks.MaxRoomBatch lines.
+func (p *prod) checkChunk(ctx context.Context, chunk []tasks.BatchLine) ([]tasks.BatchLine, []tasks.LineError, error) {
+	enqueued, err := p.enqueuedLines(ctx, chunk)
+	if err != nil {
+		return nil, nil, fmt.Errorf("check lines %d-%d: %w (nothing enqueued)", chunk[0].Line, chunk[len(chunk)-1].Line, err)
+	}
+	matches := map[routeKey]plans.Match{}
+	kept := make([]tasks.BatchLine, 0, len(chunk))
+	var bad []tasks.LineError
+	for i, g := range chunk {
+		n := g.Notification
+		k := routeOf(n)
+		m, ok := matches[k]
+		if !ok {
+			m = p.policy.Match(n.Tenant, n.Channel, n.Category)
+			matches[k] = m
 		}
-		for i, g := range chunk {
-			n := g.Notification
-			if err := p.policy.Match(n.Tenant, n.Channel, n.Category).CheckNotification(n); err != nil {
-				bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
-				continue
-			}
-			if slices.ContainsFunc(exists[i], func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
-				bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, n.ID)})
-				continue
-			}
-			kept = append(kept, g)
+		if err := m.CheckNotification(n); err != nil {
+			bad = append(bad, tasks.LineError{Line: g.Line, Err: err})
+			continue
 		}
+		if enqueued[i] {
+			bad = append(bad, tasks.LineError{Line: g.Line, Err: fmt.Errorf("%w: %s is already enqueued", tasks.ErrDuplicate, n.ID)})
+			continue
+		}
+		kept = append(kept, g)
 	}
 	return kept, bad, nil
 }
 
-// enqueueChunk enqueues up to tasks.MaxRoomBatch lines into their
-// tenants' rooms: each tenant's queued-work caps checked and entered for
-// its lines of the chunk at once (past a cap none of them is enqueued),
-// then every line in one round trip (tasks.Producer). It returns how many
-// went, and the lines found enqueued meanwhile (a race with another
-// producer), taken out of the caps again.
-func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, []tasks.LineError, error) {
-	var order []string
-	byTenant := map[string][]tasks.Notification{}
-	items := make([]tasks.Item, len(chunk))
+// enqueuedLines says which of chunk's ids are enqueued already, in any
+// queue the tenant's notifications may be in. It asks one EXISTS per
+// queue, naming all the chunk's task keys there (one slot: a queue's keys
+// share its hash tag); only a queue that holds some of them is asked
+// again, key by key.
+func (p *prod) enqueuedLines(ctx context.Context, chunk []tasks.BatchLine) (map[int]bool, error) {
+	var queues []string
+	lines := map[string][]int{} // by queue: the chunk's lines that may be in it
+	cands := map[string][]string{}
 	for i, g := range chunk {
+		t := g.Notification.Tenant
+		qs, ok := cands[t]
+		if !ok {
+			qs = p.layout.Candidates(t, p.policy.Pins())
+			cands[t] = qs
+		}
+		for _, q := range qs {
+			if _, ok := lines[q]; !ok {
+				queues = append(queues, q)
+			}
+			lines[q] = append(lines[q], i)
+		}
+	}
+	taskKeys := func(q string) []string {
+		r, keys := tasks.RoomOf(q), make([]string, len(lines[q]))
+		for j, i := range lines[q] {
+			keys[j] = r.Task(chunk[i].Notification.ID)
+		}
+		return keys
+	}
+	counts := make([]*redis.IntCmd, len(queues))
+	if _, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for k, q := range queues {
+			counts[k] = pipe.Exists(ctx, taskKeys(q)...)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var one []*redis.IntCmd
+	var oneLine []int
+	if _, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for k, q := range queues {
+			if counts[k].Val() > 0 {
+				for j, key := range taskKeys(q) {
+					one, oneLine = append(one, pipe.Exists(ctx, key)), append(oneLine, lines[q][j])
+				}
+			}
+		}
+		return nil
+	}); err != nil && len(one) > 0 {
+		return nil, err
+	}
+	enqueued := map[int]bool{}
+	for j, c := range one {
+		if c.Val() > 0 {
+			enqueued[oneLine[j]] = true
+		}
+	}
+	return enqueued, nil
+}
+
+// reservedChunk is up to tasks.MaxRoomBatch lines whose tenants' queued
+// work caps are entered (err nil), or could not be (err: nothing of it
+// is entered, and no chunk after it comes).
+type reservedChunk struct {
+	chunk []tasks.BatchLine
+	err   error
+}
+
+// reserveAhead yields good's chunks in order, each with its tenants' caps
+// entered, one chunk ahead of the caller: the caps of the next chunk are
+// entered in Redis while the caller enqueues this one, so the client's
+// work and Redis's overlap. When the caller stops early (or a chunk's caps
+// are full), the chunks reserved ahead are taken out of the caps again.
+func (p *prod) reserveAhead(ctx context.Context, good []tasks.BatchLine) iter.Seq[reservedChunk] {
+	return func(yield func(reservedChunk) bool) {
+		ahead := make(chan reservedChunk) // unbuffered: one chunk reserved ahead at most
+		done := make(chan struct{})
+		go func() {
+			defer close(ahead)
+			for chunk := range slices.Chunk(good, tasks.MaxRoomBatch) {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				rc := reservedChunk{chunk: chunk, err: p.deps.Queued.ReserveTenants(ctx, byTenant(chunk)...)}
+				select {
+				case ahead <- rc:
+				case <-done:
+					if rc.err == nil {
+						p.releaseChunk(ctx, chunk)
+					}
+					return
+				}
+				if rc.err != nil {
+					return
+				}
+			}
+		}()
+		defer func() {
+			close(done)
+			for rc := range ahead { // until the reserver ends: nothing more is entered
+				if rc.err == nil {
+					p.releaseChunk(ctx, rc.chunk)
+				}
+			}
+		}()
+		for rc := range ahead {
+			if !yield(rc) || rc.err != nil {
+				return
+			}
+		}
+	}
+}
+
+// byTenant groups chunk's notifications by tenant, in order of first line.
+func byTenant(chunk []tasks.BatchLine) [][]tasks.Notification {
+	var order []string
+	by := map[string][]tasks.Notification{}
+	for _, g := range chunk {
 		n := g.Notification
-		if _, ok := byTenant[n.Tenant]; !ok {
+		if _, ok := by[n.Tenant]; !ok {
 			order = append(order, n.Tenant)
 		}
-		byTenant[n.Tenant] = append(byTenant[n.Tenant], n)
-		items[i] = tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(p.queue(n.Normalized()))}}
+		by[n.Tenant] = append(by[n.Tenant], n)
 	}
 	groups := make([][]tasks.Notification, len(order))
 	for i, t := range order {
-		groups[i] = byTenant[t]
+		groups[i] = by[t]
 	}
-	// Every tenant's caps in one round trip; past one, none is entered.
-	if err := p.deps.Queued.ReserveTenants(ctx, groups...); err != nil {
-		return 0, nil, err
+	return groups
+}
+
+// releaseChunk takes a reserved chunk that was not enqueued out of its
+// tenants' caps (else its entries lapse after the caps' TTL).
+func (p *prod) releaseChunk(ctx context.Context, chunk []tasks.BatchLine) {
+	for _, ns := range byTenant(chunk) {
+		ids := make([]string, len(ns))
+		for i, n := range ns {
+			ids[i] = n.ID
+		}
+		_, _ = p.deps.Queued.Release(context.WithoutCancel(ctx), ns[0].Tenant, ids...)
 	}
-	res, err := tasks.NewProducer(p.rdb, p.keys).EnqueueMany(ctx, items)
+}
+
+// enqueueChunk enqueues a reserved chunk into its tenants' rooms, every
+// line in one round trip (tasks.Producer). It returns how many went, and
+// the lines found enqueued meanwhile (a race with another producer),
+// taken out of the caps again.
+func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, []tasks.LineError, error) {
+	queues := map[routeKey]string{}
+	items := make([]tasks.Item, len(chunk))
+	for i, g := range chunk {
+		n := g.Notification
+		k := routeOf(n)
+		q, ok := queues[k]
+		if !ok {
+			q = p.queue(n.Normalized())
+			queues[k] = q
+		}
+		items[i] = tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(q)}}
+	}
+	res, err := p.producer.EnqueueMany(ctx, items)
 	var dups []tasks.LineError
 	accepted := 0
 	for i, r := range res {
@@ -356,4 +519,16 @@ func (p *progress) done() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
 	}
+}
+
+// routeKey is what the rules' match of a notification, and so its queue,
+// depend on: a chunk asks the policy once per key, not once per line
+// (Match reads every rule).
+type routeKey struct {
+	tenant, category string
+	channel          tasks.Channel
+}
+
+func routeOf(n tasks.Notification) routeKey {
+	return routeKey{tenant: n.Tenant, category: n.Category, channel: n.Channel}
 }

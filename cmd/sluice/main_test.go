@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -562,5 +564,96 @@ func TestSuppressionCommands(t *testing.T) {
 		if strings.Contains(k, "5550100") || strings.Contains(strings.ToLower(k), "example.com") {
 			t.Fatalf("key %s names a recipient", k)
 		}
+	}
+}
+
+// A file's chunks have their caps entered one chunk ahead of the enqueue
+// (reserveAhead): when the enqueue stops, the chunk reserved ahead is
+// taken out of the caps again, and only the chunks handed over count.
+func TestReserveAheadLetsGoWhenStopped(t *testing.T) {
+	env(t)
+	ctx := context.Background()
+	p, err := producer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.deps.Close()
+	for trial := range 10 {
+		tenant := fmt.Sprintf("tenant-%d", trial)
+		var good []tasks.BatchLine
+		for i := range 3 * tasks.MaxRoomBatch {
+			n := tasks.NewSMS(tenant, "+14155550100", "x")
+			n.ID = tasks.NewID()
+			good = append(good, tasks.BatchLine{Line: i + 1, Notification: n.Normalized()})
+		}
+		handed := 0
+		for rc := range p.reserveAhead(ctx, good) {
+			if rc.err != nil {
+				t.Fatal(rc.err)
+			}
+			handed += len(rc.chunk)
+			if handed == 2*tasks.MaxRoomBatch && trial%2 == 0 {
+				break // even trials stop after two chunks, odd ones take all three
+			}
+		}
+		u, err := p.deps.Queued.Usage(ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Notifications != int64(handed) {
+			t.Fatalf("trial %d: %d handed over, %d counted in the caps", trial, handed, u.Notifications)
+		}
+	}
+}
+
+// On a 3-master Cluster a file's lines are checked against what is
+// enqueued with one EXISTS per queue (its keys share the queue's slot):
+// a re-run finds every line already enqueued, and only the new lines go
+// with --continue-on-error.
+func TestEnqueueFileOnCluster(t *testing.T) {
+	cl, client := redistest.NewCluster(t, 3, 0)
+	t.Setenv("SLUICE_REDIS_URL", "redis://127.0.0.1:1")
+	t.Setenv("SLUICE_REDIS_CLUSTER_ADDRS", strings.Join(cl.Addrs, ","))
+	t.Setenv("SLUICE_SUBJECT_SECRET", testSecret)
+	t.Setenv("SLUICE_PAYLOAD_KEYS", testKeys)
+	line := func(i int) string {
+		return fmt.Sprintf(`{"id":"c-%d","tenant":"tenant-%02d","channel":"sms","to":"+1415555%04d","body":"hi"}`, i, i%16, i)
+	}
+	var first []string
+	for i := range 1200 {
+		first = append(first, line(i))
+	}
+	r := sluice(t, strings.Join(first, "\n"), "enqueue", "--file", "-")
+	if r.code != 0 || !strings.Contains(r.stdout, "accepted 1200, rejected 0") {
+		t.Fatalf("first run: %+v", r)
+	}
+	again := append(slices.Clone(first), line(5000), line(5001), line(5002))
+	r = sluice(t, strings.Join(again, "\n"), "enqueue", "--file", "-")
+	if r.code != 1 || strings.Count(r.stderr, "already enqueued") != 1200 || !strings.Contains(r.stdout, "nothing enqueued") {
+		t.Fatalf("re-run: code %d, %d lines found enqueued, stdout %.300q", r.code, strings.Count(r.stderr, "already enqueued"), r.stdout)
+	}
+	r = sluice(t, strings.Join(again, "\n"), "enqueue", "--file", "-", "--continue-on-error")
+	if r.code != 3 || !strings.Contains(r.stdout, "accepted 3, rejected 1200") {
+		t.Fatalf("re-run, continuing: %+v", r.stdout)
+	}
+	var mu sync.Mutex
+	n := 0
+	err := client.ForEachMaster(context.Background(), func(ctx context.Context, node *redis.Client) error {
+		for _, q := range tasks.DefaultLayout.Queues() {
+			keys, err := node.Keys(ctx, tasks.RoomOf(q).TaskPrefix+"*").Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			n += len(keys)
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1203 {
+		t.Fatalf("%d tasks in the Cluster, want 1203", n)
 	}
 }
