@@ -125,14 +125,35 @@ func (p *Producer) EnqueueHeld(ctx context.Context, items []Item, until time.Tim
 }
 
 func (p *Producer) enqueueMany(ctx context.Context, items []Item, held string) ([]Result, error) {
-	res := make([]Result, len(items))
-	type entry struct {
-		i      int
-		tenant string
-		m      asynqMessage
-	}
-	byQueue := map[string][]entry{}
-	var order []string
+	return p.Send(ctx, p.prepareItems(ctx, items, held))
+}
+
+// Prepared is items made ready for one EnqueueMany round trip: validated,
+// sealed and encoded into their queues' scripts (Prepare). A producer that
+// enqueues batch after batch prepares the next while Redis runs the last.
+type Prepared struct {
+	res   []Result
+	held  string
+	order []string // queues, in order of first item
+	calls []*roomCall
+	parts [][]preparedEntry // each call's items
+}
+
+type preparedEntry struct {
+	i      int
+	tenant string
+	m      asynqMessage
+}
+
+// Prepare does EnqueueMany's work on items that needs no Redis. Send
+// enqueues them: Send(ctx, Prepare(ctx, items)) is EnqueueMany(ctx, items).
+func (p *Producer) Prepare(ctx context.Context, items []Item) *Prepared {
+	return p.prepareItems(ctx, items, "")
+}
+
+func (p *Producer) prepareItems(ctx context.Context, items []Item, held string) *Prepared {
+	b := &Prepared{res: make([]Result, len(items)), held: held}
+	byQueue := map[string][]preparedEntry{}
 	for i, it := range items {
 		pr, err := prepare(ctx, it.N, p.keys, it.Opts)
 		var m asynqMessage
@@ -140,21 +161,16 @@ func (p *Producer) enqueueMany(ctx context.Context, items []Item, held string) (
 			m, err = messageOf(pr)
 		}
 		if err != nil {
-			res[i].Err = err
+			b.res[i].Err = err
 			continue
 		}
 		m.group = pr.n.Tenant
 		if _, ok := byQueue[m.queue]; !ok {
-			order = append(order, m.queue)
+			b.order = append(b.order, m.queue)
 		}
-		byQueue[m.queue] = append(byQueue[m.queue], entry{i, pr.n.Tenant, m})
+		byQueue[m.queue] = append(byQueue[m.queue], preparedEntry{i, pr.n.Tenant, m})
 	}
-	if err := p.publish(ctx, order); err != nil {
-		return nil, err
-	}
-	var calls []*roomCall
-	var parts [][]entry
-	for _, q := range order {
+	for _, q := range b.order {
 		for all := byQueue[q]; len(all) > 0; {
 			part := all[:min(len(all), MaxRoomBatch)]
 			all = all[len(part):]
@@ -162,14 +178,24 @@ func (p *Producer) enqueueMany(ctx context.Context, items []Item, held string) (
 			for _, e := range part {
 				c.add(e.m.id, e.tenant, string(e.m.encode()))
 			}
-			calls, parts = append(calls, c), append(parts, part)
+			b.calls, b.parts = append(b.calls, c), append(b.parts, part)
 		}
 	}
-	runRoomCalls(ctx, p.rdb, calls)
+	return b
+}
+
+// Send enqueues prepared items in one round trip and says what became of
+// each, as EnqueueMany does. A Prepared is sent once.
+func (p *Producer) Send(ctx context.Context, b *Prepared) ([]Result, error) {
+	if err := p.publish(ctx, b.order); err != nil {
+		return nil, err
+	}
+	runRoomCalls(ctx, p.rdb, b.calls)
+	res := b.res
 	var redisErr error
-	for k, c := range calls {
+	for k, c := range b.calls {
 		added, err := c.cmd.Int64Slice()
-		for j, e := range parts[k] {
+		for j, e := range b.parts[k] {
 			switch {
 			case err != nil:
 				res[e.i].Err = fmt.Errorf("tasks: enqueue %s: %w", e.m.id, err)
@@ -178,7 +204,7 @@ func (p *Producer) enqueueMany(ctx context.Context, items []Item, held string) (
 				res[e.i].Err = fmt.Errorf("%w: %s", ErrDuplicate, e.m.id)
 			default:
 				res[e.i].Info = e.m.info(e.tenant)
-				if held != "" {
+				if b.held != "" {
 					res[e.i].Info.State, res[e.i].Info.Group = asynq.TaskStateScheduled, ""
 				}
 			}

@@ -230,7 +230,7 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 			fmt.Fprintf(out, "accepted %d, stopped in lines %d-%d: %v\n", accepted, chunk[0].Line, chunk[len(chunk)-1].Line, rc.err)
 			return fmt.Errorf("enqueue stopped in lines %d-%d after %d enqueued (re-running is safe for lines with ids): %w", chunk[0].Line, chunk[len(chunk)-1].Line, accepted, rc.err)
 		}
-		n, dups, err := p.enqueueChunk(cmd.Context(), chunk)
+		n, dups, err := p.enqueueChunk(cmd.Context(), rc)
 		accepted += n
 		for _, d := range dups {
 			if !f.continueOnError {
@@ -375,13 +375,15 @@ func (p *prod) enqueuedLines(ctx context.Context, chunk []tasks.BatchLine) (map[
 // is entered, and no chunk after it comes).
 type reservedChunk struct {
 	chunk []tasks.BatchLine
+	batch *tasks.Prepared // its items, ready to send
 	err   error
 }
 
 // reserveAhead yields good's chunks in order, each with its tenants' caps
-// entered, one chunk ahead of the caller: the caps of the next chunk are
-// entered in Redis while the caller enqueues this one, so the client's
-// work and Redis's overlap. When the caller stops early (or a chunk's caps
+// entered and its items prepared (sealed and encoded), one chunk ahead of
+// the caller: the next chunk's caps are entered and its items prepared
+// while the caller sends this one, so the client's work and Redis's
+// overlap. When the caller stops early (or a chunk's caps
 // are full), the chunks reserved ahead are taken out of the caps again.
 func (p *prod) reserveAhead(ctx context.Context, good []tasks.BatchLine) iter.Seq[reservedChunk] {
 	return func(yield func(reservedChunk) bool) {
@@ -396,6 +398,9 @@ func (p *prod) reserveAhead(ctx context.Context, good []tasks.BatchLine) iter.Se
 				default:
 				}
 				rc := reservedChunk{chunk: chunk, err: p.deps.Queued.ReserveTenants(ctx, byTenant(chunk)...)}
+				if rc.err == nil {
+					rc.batch = p.prepareChunk(ctx, chunk)
+				}
 				select {
 				case ahead <- rc:
 				case <-done:
@@ -455,11 +460,9 @@ func (p *prod) releaseChunk(ctx context.Context, chunk []tasks.BatchLine) {
 	}
 }
 
-// enqueueChunk enqueues a reserved chunk into its tenants' rooms, every
-// line in one round trip (tasks.Producer). It returns how many went, and
-// the lines found enqueued meanwhile (a race with another producer),
-// taken out of the caps again.
-func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, []tasks.LineError, error) {
+// prepareChunk routes a chunk's notifications to their queues and
+// prepares them (tasks.Producer.Prepare).
+func (p *prod) prepareChunk(ctx context.Context, chunk []tasks.BatchLine) *tasks.Prepared {
 	queues := map[routeKey]string{}
 	items := make([]tasks.Item, len(chunk))
 	for i, g := range chunk {
@@ -472,7 +475,20 @@ func (p *prod) enqueueChunk(ctx context.Context, chunk []tasks.BatchLine) (int, 
 		}
 		items[i] = tasks.Item{N: n, Opts: []asynq.Option{asynq.Queue(q)}}
 	}
-	res, err := p.producer.EnqueueMany(ctx, items)
+	return p.producer.Prepare(ctx, items)
+}
+
+// enqueueChunk sends a reserved chunk into its tenants' rooms, every line
+// in one round trip (tasks.Producer.Send). It returns how many went, and
+// the lines found enqueued meanwhile (a race with another producer),
+// taken out of the caps again, as is every line that did not go.
+func (p *prod) enqueueChunk(ctx context.Context, rc reservedChunk) (int, []tasks.LineError, error) {
+	chunk := rc.chunk
+	res, err := p.producer.Send(ctx, rc.batch)
+	if res == nil && err != nil {
+		p.releaseChunk(ctx, chunk)
+		return 0, nil, err
+	}
 	var dups []tasks.LineError
 	accepted := 0
 	for i, r := range res {
