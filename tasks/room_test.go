@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/fairq"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -182,5 +183,42 @@ func TestRoomCallOfSeveralTenants(t *testing.T) {
 		if !slices.Equal(ids, want[tenant]) {
 			t.Fatalf("%s's group %v, want %v", tenant, ids, want[tenant])
 		}
+	}
+}
+
+// The script takes any number of notifications in one call (the producers
+// send at most MaxRoomBatch): 1,200 of one tenant enter its group in order,
+// its ZADD sent in parts.
+func TestFairEnqueueScriptOverABatch(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	room := tasks.RoomOf(holdQueue)
+	keys := []string{room.Groups, room.Fair, room.Clock, room.Scheduled}
+	args := []any{1200, ""}
+	var want []string
+	for i := range 1200 {
+		id := fmt.Sprintf("big-%c-%04d", 'z'-i%26, i) // ids in no order
+		keys = append(keys, room.Task(id), room.Group("acme"))
+		args = append(args, id, "acme", "msg")
+		want = append(want, id)
+	}
+	added, err := scripts.FairEnqueue.Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil || len(added) != 1200 || slices.Contains(added, 0) {
+		t.Fatalf("added %d (%v), a refusal: %v", len(added), err, slices.Contains(added, 0))
+	}
+	zs, err := rdb.ZRangeWithScores(ctx, room.Group("acme"), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i, z := range zs {
+		ids = append(ids, z.Member.(string))
+		if i > 0 && z.Score <= zs[i-1].Score {
+			t.Fatalf("score %f after %f", z.Score, zs[i-1].Score)
+		}
+	}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("the group holds %d ids, not the 1,200 in order", len(ids))
 	}
 }
