@@ -34,7 +34,8 @@ func backupVars(backup *fakes.SMSAPI) map[string]string {
 // windows within the rule, each recipient's too; the OTPs of the outage
 // reach the backup within 1 s of their enqueue (the slowest of 40: p99 and
 // above); standard traffic moves to the backup after the grace, and back
-// to the primary within 10 s of its return.
+// to the primary within 6 s of its return (cooldown 3 s; 1.3-2.5 s measured,
+// 2.5-8.7 s before a booked probe was given back).
 func TestFailoverToABackupSMSProvider(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:provider=20/1s,sms:recipient=30/1m,sms.otp:exempt,sms.otp:recipient=10/1h")
@@ -134,7 +135,7 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 		t.Errorf("OTP delays during the outage: p50 %v, slowest %v; want ≤ 1 s", otpDelay[len(otpDelay)/2], otpDelay[len(otpDelay)-1])
 	}
 	// Standard traffic: on the backup during the outage (after the grace),
-	// back on the primary within 10 s of its return.
+	// back on the primary within 6 s of its return.
 	var firstBackupStd, firstPrimaryAfter time.Time
 	for _, d := range standard(backup.Deliveries()) {
 		if firstBackupStd.IsZero() || d.At.Before(firstBackupStd) {
@@ -149,8 +150,8 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 	if firstBackupStd.IsZero() {
 		t.Errorf("no standard send went to the backup during a 5 s outage (grace 2 s)")
 	}
-	if firstPrimaryAfter.IsZero() || firstPrimaryAfter.Sub(up) > 10*time.Second {
-		t.Errorf("the primary returned at +%v; its first send after: %v (want within 10 s)", up.Sub(down).Round(time.Millisecond), firstPrimaryAfter)
+	if firstPrimaryAfter.IsZero() || firstPrimaryAfter.Sub(up) > 6*time.Second {
+		t.Errorf("the primary returned at +%v; its first send after: %v (want within 6 s)", up.Sub(down).Round(time.Millisecond), firstPrimaryAfter)
 	}
 	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Errorf("archived: %+v %v", qi, err)

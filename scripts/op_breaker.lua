@@ -10,7 +10,8 @@
 -- KEYS[2]     -> index: the set of breaker keys that have opened and not closed (readers list them;
 --                it expires with the last of them)
 --
--- ARGV[1]     -> mode: 1 failed (a transient failure), 2 probe (claim the one probe), 3 recovered
+-- ARGV[1]     -> mode: 1 failed (a transient failure), 2 probe (claim the one probe), 3 recovered,
+--                4 give the probe back (its send was booked for later: another may probe now)
 -- ARGV[2]     -> failures: failures within window_ms that open it (mode 1)
 -- ARGV[3]     -> window_ms: the window failures are counted in (mode 1)
 -- ARGV[4]     -> cooldown_ms: how long it stays open (mode 1); a probe's lease (mode 2)
@@ -39,6 +40,11 @@ local function breaker()
     else
       return {u > now and 1 or 0, since, u, fails, 0}
     end
+  elseif mode == 4 then
+    if since == 0 or probe <= now then -- closed meanwhile, or no probe live: nothing to give back
+      return {u > now and 1 or 0, since, u, fails, 0}
+    end
+    probe = 0
   else
     if ws == 0 or now >= ws + win then ws, fails = now, 0 end
     fails = fails + 1

@@ -101,7 +101,7 @@ type HoldSpan struct {
 type breakerOp struct {
 	breaker string
 	index   string // breakerIndex
-	mode    int    // 1 failed, 2 probe, 3 recovered
+	mode    int    // 1 failed, 2 probe, 3 recovered, 4 probe given back
 	policy  BreakerPolicy
 	lease   time.Duration // the probe's (mode 2)
 	linger  time.Duration
@@ -111,6 +111,7 @@ const (
 	breakerFailed    = 1
 	breakerProbe     = 2
 	breakerRecovered = 3
+	breakerGiveBack  = 4
 )
 
 func (o *breakerOp) code() string { return opBreaker }
@@ -186,6 +187,16 @@ func (l *Limiter) TryProbe(ctx context.Context, key string, ttl time.Duration) (
 		return false, err
 	}
 	return r[4] == 1, nil
+}
+
+// GiveBackProbe ends the probe TryProbe won on key before its lease does:
+// the send that won it will not go soon (the limiter booked it for later),
+// so another send may probe now. A probe no longer live, or a breaker
+// closed meanwhile, is left as it is. (A probe given back after its lease
+// lapsed and another caller won it ends that one: two probes then go.)
+func (l *Limiter) GiveBackProbe(ctx context.Context, key string) error {
+	_, err := l.breaker(ctx, breakerOp{breaker: key, mode: breakerGiveBack, policy: BreakerPolicy{Failures: 1, Window: time.Millisecond, Cooldown: time.Millisecond}})
+	return err
 }
 
 // ProviderRecovered closes the breaker of key: a send through the provider

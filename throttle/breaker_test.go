@@ -84,6 +84,21 @@ func testBreakers(t *testing.T, c redis.UniversalClient) {
 		}
 		clock.Add(time.Second) // the probe's lease lapses: the next may go
 	}
+	// A probe given back (its send was booked for later): the next caller
+	// wins at once, and only that one.
+	if won, err := lim.TryProbe(ctx, key, time.Second); err != nil || !won {
+		t.Fatalf("a probe after the lease: %v, %v", won, err)
+	}
+	if err := lim.GiveBackProbe(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if won, err := lim.TryProbe(ctx, key, time.Second); err != nil || !won {
+		t.Fatalf("a probe after one was given back: %v, %v", won, err)
+	}
+	if won, _ := lim.TryProbe(ctx, key, time.Second); won {
+		t.Fatal("two probes live after one was given back")
+	}
+	clock.Add(time.Second)
 	// A failed probe opens it again, since kept.
 	b = fail("the probe's failure", true)
 	if !b.Since.Equal(opened) || !b.Until.Equal(clock.Now().Add(p.Cooldown)) {
@@ -111,6 +126,12 @@ func testBreakers(t *testing.T, c redis.UniversalClient) {
 	}
 	if won, _ := lim.TryProbe(ctx, key, time.Second); won {
 		t.Fatal("a probe of a closed breaker")
+	}
+	if err := lim.GiveBackProbe(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if bs, _, err := lim.ProviderStates(ctx, []string{key}, nil); err != nil || bs[0] != (throttle.Breaker{}) {
+		t.Fatalf("a closed breaker after a probe given back: %+v, %v", bs, err)
 	}
 	// Bad input.
 	for _, bad := range []throttle.BreakerPolicy{{}, {Failures: 1, Window: time.Second}, {Failures: 1, Cooldown: time.Second}, {Failures: 1, Window: -time.Second, Cooldown: time.Second}} {

@@ -357,3 +357,18 @@ type errFailover struct {
 
 func (e *errFailover) Error() string { return "failing over from " + e.from + ": " + e.err.Error() }
 func (e *errFailover) Unwrap() error { return e.err }
+
+// giveBackProbe ends the probe pk won when the limiter did not admit its
+// send for now (booked behind the provider's earlier bookings, say):
+// another send, one whose slot comes first, may probe at once instead of
+// every send passing the provider over until the probe's lease lapses.
+func (w *Worker) giveBackProbe(ctx context.Context, pk pick, d throttle.Decision, log *slog.Logger) {
+	if !pk.probe {
+		return
+	}
+	if err := w.limiter.GiveBackProbe(ctx, pk.p.breaker); err != nil {
+		log.Warn("could not give back a provider's probe; another send probes once its lease lapses", "provider", pk.p.name, "err", err)
+		return
+	}
+	log.Info("gave back a provider's probe: this send waits for its slot", "provider", pk.p.name, "status", d.Status.String())
+}

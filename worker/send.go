@@ -317,6 +317,7 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 			}
 			return &admission{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 		default: // errOpened: its digest's carrier now, asked again with a booking
+			w.giveBackProbe(ctx, pk, d, log)
 			if err := w.notNow(ctx, t, *n, &c, d, log); !errors.Is(err, errOpened) {
 				return nil, err
 			}
