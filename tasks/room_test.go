@@ -169,18 +169,7 @@ func TestRoomCallOfSeveralTenants(t *testing.T) {
 		t.Fatalf("%d tenants in the fair set (%v), want 3", got, err)
 	}
 	for _, tenant := range tenants {
-		zs, err := rdb.ZRangeWithScores(ctx, room.Group(tenant), 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for i, z := range zs {
-			ids = append(ids, z.Member.(string))
-			if i > 0 && z.Score <= zs[i-1].Score {
-				t.Fatalf("%s: score %f after %f", tenant, z.Score, zs[i-1].Score)
-			}
-		}
-		if !slices.Equal(ids, want[tenant]) {
+		if ids := groupIDs(t, rdb, room.Group(tenant)); !slices.Equal(ids, want[tenant]) {
 			t.Fatalf("%s's group %v, want %v", tenant, ids, want[tenant])
 		}
 	}
@@ -207,7 +196,16 @@ func TestFairEnqueueScriptOverABatch(t *testing.T) {
 	if err != nil || len(added) != 1200 || slices.Contains(added, 0) {
 		t.Fatalf("added %d (%v), a refusal: %v", len(added), err, slices.Contains(added, 0))
 	}
-	zs, err := rdb.ZRangeWithScores(ctx, room.Group("acme"), 0, -1).Result()
+	if ids := groupIDs(t, rdb, room.Group("acme")); !slices.Equal(ids, want) {
+		t.Fatalf("the group holds %d ids, not the 1,200 in order", len(ids))
+	}
+}
+
+// groupIDs is a tenant's group's ids in order, failing the test where a
+// score does not rise.
+func groupIDs(t *testing.T, rdb *redis.Client, group string) []string {
+	t.Helper()
+	zs, err := rdb.ZRangeWithScores(context.Background(), group, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +213,8 @@ func TestFairEnqueueScriptOverABatch(t *testing.T) {
 	for i, z := range zs {
 		ids = append(ids, z.Member.(string))
 		if i > 0 && z.Score <= zs[i-1].Score {
-			t.Fatalf("score %f after %f", z.Score, zs[i-1].Score)
+			t.Fatalf("%s: score %f after %f", group, z.Score, zs[i-1].Score)
 		}
 	}
-	if !slices.Equal(ids, want) {
-		t.Fatalf("the group holds %d ids, not the 1,200 in order", len(ids))
-	}
+	return ids
 }

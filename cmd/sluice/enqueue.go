@@ -225,13 +225,13 @@ func enqueueFile(cmd *cobra.Command, f enqueueFlags) error {
 	progress := newProgress(errOut, len(good))
 	accepted := 0
 	for rc := range p.reserveAhead(cmd.Context(), good) {
-		chunk := rc.chunk
-		if rc.err != nil {
-			fmt.Fprintf(out, "accepted %d, stopped in lines %d-%d: %v\n", accepted, chunk[0].Line, chunk[len(chunk)-1].Line, rc.err)
-			return fmt.Errorf("enqueue stopped in lines %d-%d after %d enqueued (re-running is safe for lines with ids): %w", chunk[0].Line, chunk[len(chunk)-1].Line, accepted, rc.err)
+		chunk, err := rc.chunk, rc.err
+		var dups []tasks.LineError
+		if err == nil { // else its caps did not take it: nothing of it went
+			var n int
+			n, dups, err = p.enqueueChunk(cmd.Context(), rc)
+			accepted += n
 		}
-		n, dups, err := p.enqueueChunk(cmd.Context(), rc)
-		accepted += n
 		for _, d := range dups {
 			if !f.continueOnError {
 				err = errors.Join(err, d.Err)
@@ -383,8 +383,8 @@ type reservedChunk struct {
 // entered and its items prepared (sealed and encoded), one chunk ahead of
 // the caller: the next chunk's caps are entered and its items prepared
 // while the caller sends this one, so the client's work and Redis's
-// overlap. When the caller stops early (or a chunk's caps
-// are full), the chunks reserved ahead are taken out of the caps again.
+// overlap. When the caller stops early (or a chunk's caps are full), the
+// chunks reserved ahead are taken out of the caps again.
 func (p *prod) reserveAhead(ctx context.Context, good []tasks.BatchLine) iter.Seq[reservedChunk] {
 	return func(yield func(reservedChunk) bool) {
 		ahead := make(chan reservedChunk) // unbuffered: one chunk reserved ahead at most
