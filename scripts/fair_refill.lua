@@ -69,10 +69,11 @@ if pending < low then
       redis.call('ZREM', group, unpack(ids))
       local go = {}
       for _, id in ipairs(ids) do
+        -- A task in a group has its group field (fair_enqueue.lua, Asynq's AddToGroup) until
+        -- it leaves the group; dropping the field is the test that its hash is still there.
         local task = tprefix .. id
-        if redis.call('HGET', task, 'state') == 'aggregating' then
+        if redis.call('HDEL', task, 'group') == 1 then
           redis.call('HSET', task, 'state', 'pending', 'pending_since', now)
-          redis.call('HDEL', task, 'group')
           go[#go + 1] = id
         end
       end

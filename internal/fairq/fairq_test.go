@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,6 +321,38 @@ func TestTasksOutsideTheRoomsAreServed(t *testing.T) {
 			t.Fatalf("%s ran unexpectedly (or twice)", s)
 		}
 		delete(want, s)
+	}
+}
+
+// A notification whose task hash is gone (deleted by hand) while its id is
+// still in its tenant's group is dropped by the refill, not pushed to the
+// pending list as an id without a task; the ones around it are served.
+func TestARoomEntryWithoutItsTaskIsDropped(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	ctx := context.Background()
+	ids := fill(t, tasks.NewProducer(rdb, nil), "acme", tasks.LaneStandard, 3)
+	room := tasks.RoomOf(layout.Route("acme", tasks.LaneStandard, nil))
+	if err := rdb.Del(ctx, room.Task(ids[1])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, rdb, fairq.Options{})
+	seq := r.wait(t, 2)
+	if want := []string{"acme/" + ids[0], "acme/" + ids[2]}; !slices.Equal(seq, want) {
+		t.Fatalf("ran %v, want %v", seq, want)
+	}
+	r.stop()
+	active := strings.Replace(room.Pending, ":pending", ":active", 1)
+	for _, list := range []string{room.Pending, active} {
+		if got := rdb.LRange(ctx, list, 0, -1).Val(); slices.Contains(got, ids[1]) {
+			t.Fatalf("%s holds the id whose task was deleted: %v", list, got)
+		}
+	}
+	if n := rdb.Exists(ctx, room.Task(ids[1])).Val(); n != 0 {
+		t.Fatalf("the deleted task's hash was written again (%d)", n)
+	}
+	if n := rdb.ZCard(ctx, room.Group("acme")).Val(); n != 0 {
+		t.Fatalf("%d ids left in acme's group", n)
 	}
 }
 
