@@ -22,6 +22,7 @@ type Config struct {
 	Concurrency           int           `env:"CONCURRENCY" envDefault:"10" desc:"Standard and bulk tasks taken at once per worker (besides those waiting in process for their slot: MAX_WAITERS), and the most standard and bulk requests the worker has at its providers at once, the sends that waited for their slot included (they queue for a request slot in slot order; sluice_provider_inflight)."`
 	PriorityConcurrency   int           `env:"PRIORITY_CONCURRENCY" envDefault:"4" desc:"Priority-lane tasks (exempt categories: OTPs, fraud alerts) processed at once per worker, on their own dequeuer and slots, so nothing in the standard or bulk lanes is ever ahead of them; also the most priority-lane requests the worker has at its providers at once (on top of CONCURRENCY)."`
 	BulkWeight            int           `env:"BULK_WEIGHT" envDefault:"1" desc:"Weight (1-16) of each bulk shard in the dequeuer it shares with the standard lane, against 4 for each standard shard: with work waiting in both, bulk gets about WEIGHT/(4+WEIGHT) of the picks (1: a fifth), so it never starves standard nor is starved."`
+	Dequeuers             int           `env:"DEQUEUERS" envDefault:"2" desc:"Asynq servers (1-8) a worker runs for the standard and bulk lanes, sharing CONCURRENCY + MAX_WAITERS between them. An Asynq server takes its tasks from Redis one round trip after the other, so one caps a busy worker at one task per round trip; two drained a booked flood 16 % faster. Each costs about 2.4 Redis commands/s while idle (heartbeats)."`
 	QueueRecheck          time.Duration `env:"QUEUE_RECHECK" envDefault:"10s" desc:"An idle worker does not poll queues Redis reported unchanged (client-side-caching invalidations, CLIENT TRACKING); it polls each anyway after this long. 0 turns that off: every queue is polled every POLL_INTERVAL and DELAYED_CHECK_INTERVAL, as plain Asynq does."`
 	HTTPAddr              string        `env:"HTTP_ADDR" envDefault:":9090" desc:"Listen address of /metrics, /healthz and /readyz; off disables it."`
 	ShutdownTimeout       time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM, how long in-flight sends may finish before their tasks are handed back to the queue."`
@@ -102,6 +103,9 @@ func (c Config) validateServers(p *config.Problems) {
 	}
 	if c.BulkWeight < 1 || c.BulkWeight > 16 {
 		p.Add("BULK_WEIGHT", "must be between 1 and 16, got %d", c.BulkWeight)
+	}
+	if c.Dequeuers < 1 || c.Dequeuers > 8 {
+		p.Add("DEQUEUERS", "must be between 1 and 8, got %d", c.Dequeuers)
 	}
 	if c.QueueRecheck != 0 && (c.QueueRecheck < time.Second || c.QueueRecheck > 10*time.Minute) {
 		p.Add("QUEUE_RECHECK", "must be 0 (off) or between 1s and 10m, got %v", c.QueueRecheck)

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -285,8 +286,11 @@ func dispatch(t *testing.T, rdb redis.UniversalClient, queue string) {
 // machine stretches past a second.
 func (b *bundle) serving(t *testing.T) {
 	t.Helper()
-	sluicetest.Eventually(t, 30*time.Second, "the worker's two Asynq servers to start", func() bool {
+	// The priority lane's, and the standard and bulk lanes' dequeuers (no
+	// more than they have task slots).
+	want := 1 + min(b.cfg.Dequeuers, b.cfg.Concurrency+b.cfg.MaxWaiters)
+	sluicetest.Eventually(t, 30*time.Second, fmt.Sprintf("the worker's %d Asynq servers to start", want), func() bool {
 		ss, err := b.insp.Servers()
-		return err == nil && len(ss) == 2
+		return err == nil && len(ss) == want
 	})
 }

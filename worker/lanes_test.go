@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,6 +39,50 @@ func TestMisroutedTasksAreMoved(t *testing.T) {
 	}
 	if n := len(b.sms.Deliveries()); n != 2 || ds[0].ID == ds[1].ID {
 		t.Fatalf("%d deliveries %v, want each notification once", n, ds)
+	}
+}
+
+// DEQUEUERS Asynq servers take the standard and bulk lanes' tasks side by
+// side: with 3 of them, CONCURRENCY 5 and MAX_WAITERS 7, the worker lists
+// four servers (the priority lane's 4 + 7 slots, and 12 slots shared 4, 4,
+// 4), and 60 SMS to 60 recipients reach the provider once each.
+func TestDequeuersShareTheSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sms:recipient=5/1m")
+	b.cfg.Concurrency, b.cfg.MaxWaiters, b.cfg.Dequeuers = 5, 7, 3
+	var ids []string
+	for i := range 60 {
+		n := tasks.NewSMS("acme", fmt.Sprintf("+14155550%03d", 500+i), "hello")
+		ids = append(ids, n.ID)
+		b.enqueue(t, n)
+	}
+	b.start(t, b.cfg)
+	b.serving(t)
+	ss, err := b.insp.Servers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []int
+	for _, s := range ss {
+		slots = append(slots, s.Concurrency)
+	}
+	slices.Sort(slots)
+	if want := []int{4, 4, 4, b.cfg.PriorityConcurrency + 7}; !slices.Equal(slots, want) {
+		t.Fatalf("servers' slots %v, want %v", slots, want)
+	}
+	b.sms.WaitCount(t, len(ids), 30*time.Second)
+	b.waitIdle(t, 10*time.Second)
+	seen := map[string]int{}
+	for _, d := range b.sms.Deliveries() {
+		seen[d.ID]++
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("%s reached the provider %d times, want once (%d deliveries)", id, seen[id], len(b.sms.Deliveries()))
+		}
+	}
+	if len(seen) != len(ids) {
+		t.Fatalf("%d notifications delivered, want %d", len(seen), len(ids))
 	}
 }
 

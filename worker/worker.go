@@ -184,10 +184,14 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 
 // newServers builds the Asynq servers: one for the priority lane, with its
 // own dequeuer and slots, so no standard or bulk task is ever ahead of a
-// priority one; one for the standard and bulk lanes and the legacy queue,
-// picking among the shards that hold work at random by weight (standard 4,
-// bulk BULK_WEIGHT), so one tenant's shard never starves another's and bulk
-// never starves standard.
+// priority one; DEQUEUERS for the standard and bulk lanes and the legacy
+// queue, each picking among the shards that hold work at random by weight
+// (standard 4, bulk BULK_WEIGHT), so one tenant's shard never starves
+// another's and bulk never starves standard. An Asynq server dequeues one
+// task at a time (a round trip each): several take tasks side by side. They
+// share the CONCURRENCY + MAX_WAITERS task slots; the providers' slots
+// (CONCURRENCY each, failover.go) are the worker's, whichever server took
+// the task.
 func (w *Worker) newServers() []*asynq.Server {
 	cfg := w.cfg
 	base := asynq.Config{
@@ -206,7 +210,6 @@ func (w *Worker) newServers() []*asynq.Server {
 	for _, q := range w.layout.LaneQueues(tasks.LanePriority) {
 		prio.Queues[q] = 1
 	}
-	std.Concurrency = cfg.Concurrency + cfg.MaxWaiters
 	std.Queues = map[string]int{w.layout.Legacy(): standardWeight}
 	for _, q := range w.layout.LaneQueues(tasks.LaneStandard) {
 		std.Queues[q] = standardWeight
@@ -214,7 +217,26 @@ func (w *Worker) newServers() []*asynq.Server {
 	for _, q := range w.layout.LaneQueues(tasks.LaneBulk) {
 		std.Queues[q] = cfg.BulkWeight
 	}
-	return []*asynq.Server{asynq.NewServerFromRedisClient(w.asynqRDB, prio), asynq.NewServerFromRedisClient(w.asynqRDB, std)}
+	servers := []*asynq.Server{asynq.NewServerFromRedisClient(w.asynqRDB, prio)}
+	for _, n := range shareSlots(cfg.Concurrency+cfg.MaxWaiters, cfg.Dequeuers) {
+		std.Concurrency = n
+		servers = append(servers, asynq.NewServerFromRedisClient(w.asynqRDB, std))
+	}
+	return servers
+}
+
+// shareSlots splits total task slots between k dequeuers (at most total of
+// them, at least one), as evenly as whole slots go: they add up to total.
+func shareSlots(total, k int) []int {
+	k = max(min(k, total), 1)
+	out := make([]int, k)
+	for i := range out {
+		out[i] = total / k
+		if i < total%k {
+			out[i]++
+		}
+	}
+	return out
 }
 
 // standardWeight is each standard shard's weight in its dequeuer (bulk's is BULK_WEIGHT).
