@@ -176,14 +176,20 @@ func fairBulk(ctx context.Context, bin, dir string, big, small int, rooms bool) 
 	env["SLUICE_SMS_SENDER"] = "log"
 	w := startBin(bin, env)
 	defer w.stop()
-	start, left := time.Now(), small
+	start, left, all := time.Now(), small, 0
+	var first time.Time
 	timeout := time.After(10 * time.Minute)
 	for left > 0 {
 		select {
 		case s := <-w.sends:
+			if all++; all == 1 {
+				first = s.at
+			}
 			if isSmall[s.n.ID] {
 				left--
 				if left == 0 {
+					fmt.Printf("    bulk (%d + %d, rooms %v): first send %v after the start, the small campaign's last %v, %d sends in all\n",
+						big, small, rooms, first.Sub(start).Round(time.Millisecond), s.at.Sub(start).Round(time.Millisecond), all)
 					return s.at.Sub(start)
 				}
 			}

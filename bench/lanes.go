@@ -144,12 +144,19 @@ func buildBaseline(dir, ref string) string {
 }
 
 func baseEnv(addr, rules string) map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		"SLUICE_REDIS_URL":      "redis://" + addr,
 		"SLUICE_RULES":          rules,
 		"SLUICE_SUBJECT_SECRET": secret,
 		"SLUICE_PAYLOAD_KEYS":   keySpec,
 	}
+	if *workerEnv != "" { // -worker-env: the binaries' settings too, for trying them
+		for _, kv := range strings.Split(*workerEnv, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // enqueueParallel enqueues ns with 16 producers; queue "" routes by tasks'

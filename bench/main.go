@@ -31,7 +31,7 @@ var (
 	dur       = flag.Duration("dur", 2*time.Second, "length of one micro run")
 	docs      = flag.String("docs", "../docs", "where figures are written")
 	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment (to try settings)")
+	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment and to the binaries' (to try settings; a baseline binary refuses one it does not know: skip it with -fair-baseline= or -baseline=)")
 	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
 	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
 	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,booked,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
