@@ -221,7 +221,7 @@ type overheadBench struct {
 	client *asynq.Client
 	rl     *redis_rate.Limiter
 	lim    *throttle.Limiter // checkFloor's
-	n      int // tasks per run
+	n      int               // tasks per run
 }
 
 // checkFloor is the worker rows' bound: a bare Asynq server whose handler
