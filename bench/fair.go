@@ -151,8 +151,10 @@ func fairFlood(ctx context.Context, bin, dir string, flood int, d time.Duration,
 
 // fairBulk: two tenants' campaigns in the bulk lane, big and small SMS,
 // no binding rule, queued at once (big first) on one shard; how long the
-// small one's last message takes from the worker's start. small alone
-// when big is 0.
+// small one's last message takes from the lane's first send. small alone
+// when big is 0. (Not from the worker's "tenant plans in force" line: its
+// sends can start up to 0.7 s before it, which made the alone runs read
+// 0.28-1.1 s for the same 1,000 sends.)
 func fairBulk(ctx context.Context, bin, dir string, big, small int, rooms bool) time.Duration {
 	srv, rdb := freshRedis(dir)
 	defer srv.Stop()
@@ -188,9 +190,9 @@ func fairBulk(ctx context.Context, bin, dir string, big, small int, rooms bool) 
 			if isSmall[s.n.ID] {
 				left--
 				if left == 0 {
-					fmt.Printf("    bulk (%d + %d, rooms %v): first send %v after the start, the small campaign's last %v, %d sends in all\n",
-						big, small, rooms, first.Sub(start).Round(time.Millisecond), s.at.Sub(start).Round(time.Millisecond), all)
-					return s.at.Sub(start)
+					fmt.Printf("    bulk (%d + %d, rooms %v): first send %v after the worker said it serves, the small campaign's last %v after the first send, %d sends in all\n",
+						big, small, rooms, first.Sub(start).Round(time.Millisecond), s.at.Sub(first).Round(time.Millisecond), all)
+					return s.at.Sub(first)
 				}
 			}
 		case <-timeout:
