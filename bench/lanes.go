@@ -150,12 +150,7 @@ func baseEnv(addr, rules string) map[string]string {
 		"SLUICE_SUBJECT_SECRET": secret,
 		"SLUICE_PAYLOAD_KEYS":   keySpec,
 	}
-	if *workerEnv != "" { // -worker-env: the binaries' settings too, for trying them
-		for _, kv := range strings.Split(*workerEnv, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
-	}
+	applyWorkerEnv(env) // -worker-env: the binaries' settings too, for trying them
 	return env
 }
 

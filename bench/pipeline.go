@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,17 +90,24 @@ func workerConfig(addr, queue, rules string, extra map[string]string) worker.Con
 	for k, v := range extra {
 		env[k] = v
 	}
-	if *workerEnv != "" { // -worker-env overrides, for trying settings
-		for _, kv := range strings.Split(*workerEnv, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
-	}
+	applyWorkerEnv(env)
 	cfg, err := worker.ParseConfig(env)
 	if err != nil {
 		log.Fatal(err)
 	}
 	return cfg
+}
+
+// applyWorkerEnv sets -worker-env's KEY=VALUE settings in env (overriding
+// the bench's own), for trying settings.
+func applyWorkerEnv(env map[string]string) {
+	if *workerEnv == "" {
+		return
+	}
+	for _, kv := range strings.Split(*workerEnv, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
 }
 
 // startWorker runs a Sluice worker in-process until stop is called.
@@ -198,9 +206,9 @@ func workerOverhead(ctx context.Context, addr string) {
 		runs := overheadRuns{rates: map[string][]float64{}, cpus: map[string][]float64{}, cmds: map[string][]float64{},
 			calls: map[string][]float64{}, ratios: map[string][]float64{}}
 		for r := 0; r < *rounds; r++ {
-			order := peers
+			order := slices.Clone(peers)
 			if r%2 == 1 {
-				order = []string{peers[3], peers[2], peers[1], peers[0]}
+				slices.Reverse(order)
 			}
 			got := map[string]float64{}
 			for _, p := range order {

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,7 +341,7 @@ func TestARoomEntryWithoutItsTaskIsDropped(t *testing.T) {
 		t.Fatalf("ran %v, want %v", seq, want)
 	}
 	r.stop()
-	active := strings.Replace(room.Pending, ":pending", ":active", 1)
+	active := "asynq:{" + room.Queue + "}:active"
 	for _, list := range []string{room.Pending, active} {
 		if got := rdb.LRange(ctx, list, 0, -1).Val(); slices.Contains(got, ids[1]) {
 			t.Fatalf("%s holds the id whose task was deleted: %v", list, got)
