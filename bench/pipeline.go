@@ -203,7 +203,7 @@ func workerOverhead(ctx context.Context, addr string) {
 	o := overheadBench{addr: addr, rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), rl: redis_rate.NewLimiter(rdb), lim: lim, n: n}
 	peers := []string{"sluice", "asynq", "asynq+redis_rate", checkFloor}
 	for _, conc := range []int{10, 50} {
-		runs := overheadRuns{rates: map[string][]float64{}, cpus: map[string][]float64{}, cmds: map[string][]float64{},
+		runs := overheadRuns{rates: map[string][]float64{}, cpus: map[string][]float64{}, owns: map[string][]float64{}, cmds: map[string][]float64{},
 			calls: map[string][]float64{}, ratios: map[string][]float64{}}
 		for r := 0; r < *rounds; r++ {
 			order := slices.Clone(peers)
@@ -243,12 +243,13 @@ const checkFloor = "asynq+sluice check"
 // overheadSample is one run's measurements, per task where not a rate.
 type overheadSample struct {
 	rate, cpu, cmds, calls float64 // tasks/s; Redis CPU seconds, commands, script calls per task
+	own                    float64 // this process's CPU seconds per task (the worker or the Asynq peer, and the recorder)
 }
 
 // overheadRuns are one concurrency's samples by peer, and Sluice's ratio
 // to each peer per round.
 type overheadRuns struct {
-	rates, cpus, cmds, calls, ratios map[string][]float64
+	rates, cpus, owns, cmds, calls, ratios map[string][]float64
 }
 
 // add records peer p's sample and returns its rate.
@@ -257,6 +258,7 @@ func (o overheadRuns) add(p string, s overheadSample) float64 {
 	o.calls[p] = append(o.calls[p], s.calls)
 	o.rates[p] = append(o.rates[p], s.rate)
 	o.cpus[p] = append(o.cpus[p], s.cpu)
+	o.owns[p] = append(o.owns[p], s.own)
 	return s.rate
 }
 
@@ -277,7 +279,7 @@ func (o overheadBench) run(ctx context.Context, p string, conc, r int) overheadS
 	if err := o.rdb.ConfigResetStat(ctx).Err(); err != nil {
 		log.Fatal(err)
 	}
-	cpu0 := redisCPU(ctx, o.rdb)
+	cpu0, own0 := redisCPU(ctx, o.rdb), ownCPU()
 	var mon *monitor
 	if *monitorOn {
 		mon = startMonitor(o.addr)
@@ -291,6 +293,7 @@ func (o overheadBench) run(ctx context.Context, p string, conc, r int) overheadS
 	}
 	var s overheadSample
 	s.rate = rec.rate()
+	s.own = (ownCPU() - own0).Seconds() / float64(o.n)
 	if *cmdStats {
 		printCommandStats(ctx, o.rdb, fmt.Sprintf("%s, concurrency %d", p, conc), o.n)
 	}
@@ -380,6 +383,7 @@ func reportOverhead(conc int, peers []string, runs overheadRuns) {
 		workerCPU["asynq/"+strconv.Itoa(conc)].Round(time.Microsecond), workerCPU["asynq+redis_rate/"+strconv.Itoa(conc)].Round(time.Microsecond))
 	fmt.Printf("  concurrency %d: Redis commands per task (those in scripts included) %.1f, %.1f, %.1f; script calls per task %.2f, %.2f, %.2f\n", conc,
 		median(cmds["sluice"]), median(cmds["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["sluice"]), median(calls["asynq"]), median(calls["asynq+redis_rate"]))
+	reportOwnCPU(conc, peers, runs)
 	add(row{"worker", fmt.Sprintf("Redis commands / script calls per task, concurrency %d: sluice, asynq, asynq+redis_rate", conc),
 		fmt.Sprintf("%.1f / %.2f, %.1f / %.2f, %.1f / %.2f", median(cmds["sluice"]), median(calls["sluice"]), median(cmds["asynq"]), median(calls["asynq"]), median(cmds["asynq+redis_rate"]), median(calls["asynq+redis_rate"])),
 		"", "(report)", ""})
@@ -622,4 +626,18 @@ func coincide(ctx context.Context, addr string) {
 		add(row{"coincide", r.name + ", two workers", describe(r), f2(ratio), "≤ 1.10× ideal, 0 violations", verdict(ratio <= 1.10 && r.violations == 0)})
 		add(row{"coincide", "… slack's share of the ideal", fmt.Sprintf("%.1f s vs %.1f s", r.idealS.Seconds(), r.ideal.Seconds()), f2(float64(r.idealS) / float64(r.ideal)), "(exact scheduler with slack / without)", ""})
 	}
+}
+
+// reportOwnCPU prints and records each peer's CPU per task in this process
+// (the worker or the Asynq server, its handler and the recorder) and in
+// Redis: on two cores shared by both, their sum is what a task costs.
+func reportOwnCPU(conc int, peers []string, runs overheadRuns) {
+	var parts []string
+	for _, p := range peers {
+		own, rd := median(runs.owns[p])*1e6, median(runs.cpus[p])*1e6
+		parts = append(parts, fmt.Sprintf("%s %.0f + %.0f = %.0f µs", p, own, rd, own+rd))
+	}
+	fmt.Printf("  concurrency %d: CPU per task, process + Redis: %s\n", conc, strings.Join(parts, "; "))
+	add(row{"worker", fmt.Sprintf("CPU per task, process + Redis, concurrency %d: %s", conc, strings.Join(peers, ", ")),
+		strings.Join(parts, "; "), "", "(report)", ""})
 }
