@@ -244,10 +244,10 @@ type overheadBench struct {
 	client   *asynq.Client
 	rl       *redis_rate.Limiter
 	lim      *throttle.Limiter // checkFloor's
-	rlim     *throttle.Limiter // recordFloor's and fullFloor's (DONE_LINGER as the worker's)
-	consent  *consent.Store    // fullFloor's keys
-	delivery *delivery.Store
-	n        int // tasks per run
+	rlim     *throttle.Limiter // the other floors' (DONE_LINGER as the worker's)
+	consent  *consent.Store    // fullFloor's and gatedFloor's keys
+	delivery *delivery.Store   // the same
+	n        int               // tasks per run
 }
 
 // checkFloor is the worker rows' bound: a bare Asynq server whose handler
@@ -421,12 +421,19 @@ func (o overheadBench) allowRedisRate(ctx context.Context, nt tasks.Notification
 	return nil
 }
 
+// overheadLimits are overheadRules' two limits on nt, as Sluice's limiter
+// takes them.
+func overheadLimits(nt tasks.Notification) []throttle.Limit {
+	return []throttle.Limit{
+		{Scope: "sms:recipient", Subject: nt.To, Rule: throttle.Rule{Limit: 100, Window: time.Minute}},
+		{Scope: "sms:tenant", Rule: throttle.Rule{Limit: 1_000_000, Window: time.Hour}},
+	}
+}
+
 // allowSluice asks Sluice's limiter for overheadRules' two limits on nt,
 // in one check: an error if it denies.
 func (o overheadBench) allowSluice(ctx context.Context, nt tasks.Notification) error {
-	d, err := o.lim.Allow(ctx, nt.Tenant, nt.ID,
-		throttle.Limit{Scope: "sms:recipient", Subject: nt.To, Rule: throttle.Rule{Limit: 100, Window: time.Minute}},
-		throttle.Limit{Scope: "sms:tenant", Rule: throttle.Rule{Limit: 1_000_000, Window: time.Hour}})
+	d, err := o.lim.Allow(ctx, nt.Tenant, nt.ID, overheadLimits(nt)...)
 	if err != nil {
 		return err
 	}
@@ -465,9 +472,7 @@ func (o overheadBench) reserveSluice(ctx context.Context, nt tasks.Notification,
 		opts.Holds = []string{o.rlim.HoldKey("sms:provider", "")}
 		opts.Note = o.delivery.RecipientNote(nt.Tenant, nt.ID, nt.To, 24*time.Hour)
 	}
-	d, err := o.rlim.Reserve(ctx, nt.Tenant, nt.ID, opts,
-		throttle.Limit{Scope: "sms:recipient", Subject: nt.To, Rule: throttle.Rule{Limit: 100, Window: time.Minute}},
-		throttle.Limit{Scope: "sms:tenant", Rule: throttle.Rule{Limit: 1_000_000, Window: time.Hour}})
+	d, err := o.rlim.Reserve(ctx, nt.Tenant, nt.ID, opts, overheadLimits(nt)...)
 	if err != nil {
 		return err
 	}
