@@ -85,10 +85,24 @@ fi
 # Tests start their own redis-server processes on free ports; the system one is not used.
 # Most tests wait on windows, timers and processes, not on the CPU: -parallel lets more
 # of a package's tests wait at once than the two cores' default of 2.
-phase() { local t0=$SECONDS; "$@"; echo "test.sh: $((SECONDS - t0)) s: ${*:1:6} …"; }
+phase() { local t0=$SECONDS rc=0; "$@" || rc=$?; echo "test.sh: $((SECONDS - t0)) s: ${*:1:6} …"; return "$rc"; }
+# tested runs a phase of tests with its output also kept: when one fails,
+# the run ends with each failing test and its own messages (not the logs
+# it printed), so a CI view that keeps only a run's head and tail still
+# says which assertion failed.
+test_log=$(mktemp)
+tested() {
+  local rc=0
+  phase "$@" 2>&1 | tee -a "$test_log" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "test.sh: what failed, in short (the whole output is above):"
+    awk '/--- FAIL|^panic:|^FAIL\t|^ +[A-Za-z0-9_]+\.go:[0-9]+: / && !/logbuffer\.go/ { print "  " substr($0, 1, 300) }' "$test_log" | head -80
+  fi
+  return "$rc"
+}
 # -p 4: most packages' tests wait on Redis, windows and timers (worker: 24 s of CPU
 # in 140 s), so four test binaries run while others compile and link.
-phase go test -race -count=1 -timeout 20m -p 4 -parallel 6 "$@" $packages
+tested go test -race -count=1 -timeout 20m -p 4 -parallel 6 "$@" $packages
 if [ -n "$prebuild_e2e" ]; then phase wait "$prebuild_e2e" || true; fi
 # The end-to-end package runs after the others, alone: its audits time every
 # receipt at the fake providers with no tolerance beyond the workers' send
@@ -117,7 +131,7 @@ e2e() {
   wait "$soak" || soaked=$?
   [ "$rest" -eq 0 ] && [ "$soaked" -eq 0 ]
 }
-phase e2e "$@"
+tested e2e "$@"
 # deploy/ is its own module (Helm, k8s.io/api, Prometheus, the Grafana SDK):
 # the chart, alert rules and dashboard, checked offline (docs/kubernetes.md).
 # Without -race: its code renders files and shares nothing between goroutines,
@@ -125,7 +139,7 @@ phase e2e "$@"
 # of what this phase compiles on a fresh machine.
 if [ "$#" -eq 0 ]; then
   phase wait "$prebuild_deploy" || true
-  (cd deploy && phase go test -count=1 -timeout 5m ./...)
+  (cd deploy && tested go test -count=1 -timeout 5m ./...)
   if ! wait "$prebuild_bench"; then
     echo "test.sh: bench/ does not build (./scripts/bench.sh would fail):" >&2
     cat "$bench_log" >&2
