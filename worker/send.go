@@ -275,10 +275,12 @@ func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notificati
 		switch d.Status {
 		case throttle.StatusAdmitted:
 			// The send may begin no later than half the send slack after its
-			// slot. A slot already past by then — the reply was slow (a
-			// starved process), or lost with Redis and the retry got this
-			// run's admission back — would crowd the next window: give it
-			// back and ask again.
+			// slot. A slot already past by then — the process was starved
+			// after the reply came, or the reply was lost with Redis and the
+			// retry got this run's admission back — would crowd the next
+			// window: give it back and ask again. (A reply slow to arrive is
+			// not seen here: slotBy places the slot at the reply, so that
+			// time is covered only by the slack.)
 			slot := slotBy(replied, d)
 			sendBy := slot.Add(w.cfg.SendSlack / 2)
 			if late := time.Since(sendBy); w.cfg.SendSlack > 0 && late > 0 {
