@@ -76,8 +76,10 @@ func TestRerunSettledByTheProvidersReport(t *testing.T) {
 
 	crashed(silent)
 	run(silent)
-	if v := metric(t, r.reg, "sluice_late_wakes_total", map[string]string{"channel": "sms"}); v != 1 {
-		t.Errorf("sluice_late_wakes_total = %v, want 1 (the starved first admission given back)", v)
+	// At least the starved admission: a loaded machine may starve another
+	// (a cold CI build beside this saw 2), and each is given back alike.
+	if v := metric(t, r.reg, "sluice_late_wakes_total", map[string]string{"channel": "sms"}); v < 1 {
+		t.Errorf("sluice_late_wakes_total = %v, want at least 1 (the starved first admission given back)", v)
 	}
 	if got := b.sms.Deliveries(); len(got) != 1 || got[0].ID != silent.ID {
 		t.Fatalf("without a report the re-run must send (at-least-once): %+v", got)
