@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,7 +276,9 @@ func TestDashboardInBrowser(t *testing.T) {
 			must(t, admin, "acme's page", chromedp.Navigate(base+"/ui/tenants/acme"),
 				chromedp.SendKeys(chromedp.ID("recipient"), "+1 415 555 0100"))
 			resp := follow(t, admin, "look up", chromedp.Click(chromedp.CSS(`form[action$="/recipient"] button`)))
-			if resp.Status != 200 || strings.Contains(resp.URL, "555") {
+			// The number must not be in the address (a GET would log it);
+			// the host's port is left out: it may hold 555 by chance.
+			if u, err := url.Parse(resp.URL); err != nil || resp.Status != 200 || strings.Contains(u.RequestURI(), "555") {
 				t.Fatalf("lookup: %d at %s", resp.Status, resp.URL)
 			}
 			if h1 := get(t, admin, "heading", chromedp.Text(chromedp.CSS("h1"))); !strings.HasPrefix(h1, "Recipient +1415***0100") {

@@ -26,7 +26,7 @@ func ExampleNewTask() {
 		return
 	}
 	fmt.Println(task.Type())
-	fmt.Println(strings.HasPrefix(string(task.Payload()), "sealed.v1.k1."), strings.Contains(string(task.Payload()), "555"))
+	fmt.Println(strings.HasPrefix(string(task.Payload()), "sealed.v1.k1."), strings.Contains(string(task.Payload()), "4155550100"))
 	back, err := tasks.Open(keys, n.ID, task.Type(), task.Payload(), false)
 	fmt.Println(back.To, back.Body, err)
 	_, err = tasks.Open(keys, "another-task", task.Type(), task.Payload(), false)
