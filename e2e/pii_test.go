@@ -83,9 +83,9 @@ func TestNoPIIAtRest(t *testing.T) {
 				}
 			}
 			// Every number here begins +1 415 555 7: its digits from the
-			// area code on, in any format that keeps them together. (Only
-			// "5557" matched a notification id, 01a240c2…c55573a…, in a
-			// full run: ids are hex.)
+			// area code on, in any format that keeps them together. (The
+			// four digits 5557 alone matched a hex notification id,
+			// 01a240c2…c55573a…, in a full run.)
 			if strings.Contains(b, "secret-body") || strings.Contains(b, "4155557") {
 				t.Errorf("key %q holds personal data in clear: %.120q", k, b)
 			}

@@ -91,6 +91,7 @@ phase() { local t0=$SECONDS rc=0; "$@" || rc=$?; echo "test.sh: $((SECONDS - t0)
 # it printed), so a CI view that keeps only a run's head and tail still
 # says which assertion failed.
 test_log=$(mktemp)
+trap 'rm -f "$test_log" ${bench_log:+"$bench_log"}' EXIT
 tested() {
   local rc=0
   phase "$@" 2>&1 | tee -a "$test_log" || rc=$?
