@@ -157,13 +157,17 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	// The Asynq servers' client: the fair dispatch first (each lane's
 	// waiting rooms served fairly between tenants), then the queue gate
 	// (idle queues answered without a round trip).
-	w.fair = fairq.New(w.rdb, fairq.Options{Queues: w.layout.Queues(), Layout: w.layout,
-		Weights:  func() map[string]int { return w.plans.Policy().Weights() },
-		Notified: func() bool { return w.gate != nil && w.gate.Active() },
-		Recheck:  cfg.PollInterval, Logger: w.log.With("component", "fair")})
+	fo := fairq.Options{Queues: w.layout.Queues(), Layout: w.layout,
+		Weights: func() map[string]int { return w.plans.Policy().Weights() },
+		Recheck: cfg.PollInterval, Logger: w.log.With("component", "fair")}
 	if cfg.QueueRecheck > 0 {
-		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck, Prefixes: []string{w.layout.KeyPrefix()},
-			Logger: w.log.With("component", "queue-gate"), OnWrite: w.fair.OnWrite, OnForget: w.fair.Forget})
+		w.gate = pollgate.New(w.rdb, w.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck,
+			Logger:  w.log.With("component", "queue-gate"),
+			OnWrite: func(keys []string) { w.fair.OnWrite(keys) }, OnForget: func() { w.fair.Forget() }})
+		fo.Notified, fo.Confirm = w.gate.Active, w.gate.Confirm
+	}
+	w.fair = fairq.New(w.rdb, fo)
+	if w.gate != nil {
 		if w.asynqRDB, err = w.gate.Client(w.fair.Hook()); err != nil {
 			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", config.ErrConfig, config.EnvPrefix, err)
 		}

@@ -25,9 +25,14 @@
 // asked, topped up from rooms all the same.
 //
 // A shard that held nothing waiting is not asked again until a write to
-// one of its keys is reported (OnWrite, from internal/pollgate's
-// subscription), or, while no such reports come (Notified false), until
-// Recheck passes: an idle worker costs Redis nothing more.
+// one of its keys is reported (OnWrite, from internal/pollgate), or, while
+// no such reports come (Notified false), until Recheck passes: an idle
+// worker costs Redis nothing more. Redis reports a write only of a key read
+// on the gate's tracking connection since its last write, so the dispatcher
+// records a shard empty only after such a read (Confirm) of the keys a
+// producer writes (the pending list, the set of tenants waiting) found
+// them empty: a shard that keeps yielding tasks is never read there, and
+// its tasks' writes cost nothing.
 package fairq
 
 import (
@@ -69,6 +74,13 @@ type Options struct {
 	// Recheck bounds how long "nothing waits in this shard" is trusted
 	// without reports. Default 1s.
 	Recheck time.Duration
+	// Confirm, if set, reads keys (of one hash slot) on the connection
+	// whose reads Redis reports the next write of (internal/pollgate's
+	// Gate.Confirm) and returns how many exist. A shard a refill or a
+	// dequeue found empty is recorded empty only once Confirm found its
+	// pending list and set of waiting tenants empty. Nil: it is recorded at
+	// once (reports of every write, or Recheck alone).
+	Confirm func(ctx context.Context, keys ...string) (int64, error)
 	Logger  *slog.Logger
 	Now     func() time.Time
 }
@@ -340,7 +352,7 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 	if !refill {
 		if err := next(ctx, deq); err != nil {
 			if errors.Is(err, redis.Nil) {
-				d.learn(s, epoch, nil, true)
+				d.learnEmpty(ctx, s, epoch, nil)
 			}
 			return nil, err
 		}
@@ -352,11 +364,34 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 		return nil, err
 	}
 	if err := deq.Err(); err != nil {
-		d.learn(s, epoch, r, errors.Is(err, redis.Nil))
+		if errors.Is(err, redis.Nil) {
+			d.learnEmpty(ctx, s, epoch, r)
+		} else {
+			d.learn(s, epoch, r, false)
+		}
 		return nil, err
 	}
 	d.learn(s, epoch, r, false)
 	return deq.Val(), nil
+}
+
+// learnEmpty records a dequeue of s that found nothing (after the refill
+// r, if any). With Confirm, s is recorded empty only if its pending list
+// and waiting tenants, read where Redis reports their next write, are
+// empty; otherwise it is left unknown (asked again).
+func (d *Dispatcher) learnEmpty(ctx context.Context, s *shard, epoch uint64, r *refillReply) {
+	if d.o.Confirm == nil || r != nil && r.weight > 0 {
+		d.learn(s, epoch, r, true)
+		return
+	}
+	epoch = d.epochOf(s)
+	if n, err := d.o.Confirm(ctx, s.room.Pending, s.room.Groups); err != nil || n > 0 {
+		d.mu.Lock()
+		s.known = false
+		d.mu.Unlock()
+		return
+	}
+	d.learn(s, epoch, r, true)
 }
 
 // epochOf reads s's epoch before a call whose reply learn will record.

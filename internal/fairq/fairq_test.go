@@ -551,3 +551,46 @@ func firstDiff(a, b []string) int {
 	}
 	return -1
 }
+
+// With a real queue gate — reports only of keys read on its tracking
+// connection, and shards recorded empty only after such a read (Confirm) —
+// an idle worker refills nothing, a room that gets work wakes its shard at
+// once (Recheck is an hour: only the report can), and draining a backlog is
+// reported a few times, not once per task.
+func TestWithTheGateIdleIsQuietAndWorkWakes(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	var d atomic.Pointer[fairq.Dispatcher]
+	g := pollgate.New(rdb, layout.Queues(), pollgate.Options{Recheck: time.Hour,
+		OnWrite: func(keys []string) { d.Load().OnWrite(keys) }, OnForget: func() { d.Load().Forget() }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := serve(t, rdb, fairq.Options{Notified: g.Active, Confirm: g.Confirm, Recheck: time.Hour, Weights: func() map[string]int { return nil }})
+	d.Store(r.d)
+	queues := len(layout.Queues())
+	sluicetest.Eventually(t, 10*time.Second, "the gate up and every queue known empty", func() bool { return g.Active() && r.d.Stats().Known == queues })
+	before := r.d.Stats().Refills
+	time.Sleep(200 * time.Millisecond) // idle: the server polls every 5 ms meanwhile, and nothing may be refilled
+	if after := r.d.Stats().Refills; after != before {
+		t.Fatalf("%d refills while idle after learning every queue empty", after-before)
+	}
+	p := tasks.NewProducer(rdb, nil)
+	reports := g.Stats().Invalidations
+	ids := fill(t, p, "late", tasks.LaneBulk, 300)
+	seq := r.wait(t, len(ids))
+	for i, id := range ids {
+		if seq[i] != "late/"+id {
+			t.Fatalf("task %d ran as %s, want late/%s", i, seq[i], id)
+		}
+	}
+	if n := g.Stats().Invalidations - reports; n > 30 {
+		t.Fatalf("a backlog of %d in one room was reported written %d times: a busy shard must not be", len(ids), n)
+	}
+	sluicetest.Eventually(t, 10*time.Second, "every queue known empty again", func() bool { return r.d.Stats().Known == queues })
+	id := fill(t, p, "later", tasks.LaneStandard, 1)
+	if seq := r.wait(t, len(ids)+1); seq[len(ids)] != "later/"+id[0] {
+		t.Fatalf("ran %v last, want later/%s", seq[len(ids)], id[0])
+	}
+}

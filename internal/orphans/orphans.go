@@ -211,6 +211,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 		clear(s.seen)
 		return nil, err
 	}
+	s.confirmEmpty(cctx, reads)
 	stale, scores := s.observe(reads, now)
 	if len(stale) == 0 {
 		return nil, nil
@@ -230,10 +231,8 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 
 // leaseRead is one queue's lease set as a sweep reads it.
 type leaseRead struct {
-	queue   string
-	epoch   uint64 // the gate's epoch of the key when read
-	tracked bool   // the gate tracks the key: tell it what was read
-	cmd     *redis.ZSliceCmd
+	queue string
+	cmd   *redis.ZSliceCmd
 }
 
 // readLeases reads the lease set of every queue the gate does not know to
@@ -243,14 +242,10 @@ func (s *Sweeper) readLeases(ctx context.Context) ([]leaseRead, error) {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range s.queues {
 			key := keyPrefix(q) + "lease"
-			r := leaseRead{queue: q}
-			if s.gate != nil {
-				if s.gate.KnownEmpty(key) {
-					continue
-				}
-				r.epoch, r.tracked = s.gate.Epoch(key)
+			if s.gate != nil && s.gate.KnownEmpty(key) {
+				continue
 			}
-			r.cmd = p.ZRangeWithScores(ctx, key, 0, -1)
+			r := leaseRead{queue: q, cmd: p.ZRangeWithScores(ctx, key, 0, -1)}
 			reads = append(reads, r)
 		}
 		return nil
@@ -258,8 +253,22 @@ func (s *Sweeper) readLeases(ctx context.Context) ([]leaseRead, error) {
 	return reads, err
 }
 
-// observe records the leases read at now, telling the gate what it
-// tracks, and returns the tasks whose lease score has not moved for After,
+// confirmEmpty has the gate confirm, on its tracking connection, the lease
+// sets the sweep found empty: it then skips them until their next write.
+func (s *Sweeper) confirmEmpty(ctx context.Context, reads []leaseRead) {
+	if s.gate == nil {
+		return
+	}
+	var empty []string
+	for _, r := range reads {
+		if len(r.cmd.Val()) == 0 && r.cmd.Err() == nil {
+			empty = append(empty, keyPrefix(r.queue)+"lease")
+		}
+	}
+	s.gate.ConfirmEmpty(ctx, empty...)
+}
+
+// observe records the leases read at now and returns the tasks whose lease score has not moved for After,
 // with every task's score. A task whose score moved starts its clock again;
 // one no longer read is forgotten.
 func (s *Sweeper) observe(reads []leaseRead, now time.Time) (stale []taskRef, scores map[taskRef]float64) {
@@ -267,13 +276,6 @@ func (s *Sweeper) observe(reads []leaseRead, now time.Time) (stale []taskRef, sc
 	scores = map[taskRef]float64{}
 	for _, r := range reads {
 		zs := r.cmd.Val()
-		if r.tracked {
-			lowest := int64(0)
-			if len(zs) > 0 {
-				lowest = int64(zs[0].Score)
-			}
-			s.gate.Observe(keyPrefix(r.queue)+"lease", r.epoch, len(zs) == 0, lowest)
-		}
 		for _, z := range zs {
 			id, _ := z.Member.(string)
 			ref := taskRef{r.queue, id}

@@ -9,21 +9,27 @@
 // answers those scripts itself — "empty", "nothing due" — for keys it
 // knows the state of, and lets every other command through untouched.
 //
-// It knows a key's state from having read it (the script's own reply, or a
-// probe of a sorted set's lowest score), and it forgets it the moment any
-// client writes the key: the gate subscribes to Redis's client-side-caching
-// invalidations in broadcast mode (CLIENT TRACKING … BCAST PREFIX, one
-// subscription per master, Redis 6+), which every write of a tracked key
-// triggers, whoever makes it — Sluice's producers, a plain Asynq client, a
-// forwarder of another worker, an operator's redis-cli. No producer has to
-// ring a bell and no server setting is needed.
+// It knows a key's state only from having read it itself, on a connection
+// of its own whose reads Redis tracks (client-side caching, CLIENT TRACKING
+// in its default mode, redirected to a subscription; one per master, Redis
+// 6+): a dequeue that found a queue empty is followed by the gate's own read
+// of the pending list, a sorted set's lowest score is read by a probe. Redis
+// then reports the key's next write, whoever makes it — Sluice's producers,
+// a plain Asynq client, a forwarder of another worker, an operator's
+// redis-cli — once, and the gate forgets the key. A key the gate has not
+// read since its last write is not reported again: a queue that keeps
+// yielding tasks, whose keys its tasks write all the time, costs the gate
+// and Redis nothing. No producer has to ring a bell and no server setting is
+// needed.
 //
 // Safety: every piece of knowledge also expires after Recheck (then the
 // script runs for real once); an observation is recorded only if no
-// invalidation of the key arrived since the call was sent (epochs); while a
-// subscription is down (reconnecting, a failover, CLIENT TRACKING refused
-// by an ACL or an old server) the gate passes everything through, which is
-// plain Asynq's behaviour.
+// invalidation of the key arrived since the read was sent (epochs); while a
+// subscription or its reading connection is down (reconnecting, a failover,
+// CLIENT TRACKING refused by an ACL or an old server) the gate passes
+// everything through, which is plain Asynq's behaviour, and a reading
+// connection that reconnects makes the gate forget everything (Redis
+// forgets what it tracked for the old one).
 //
 // The scripts are recognised by the keys they name, which are Asynq's
 // private layout (asynq v0.26: "asynq:{<queue>}:pending" and friends); a
@@ -58,16 +64,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Asynq scores are Unix seconds.
 	Now func() time.Time
-	// Prefixes are the key prefixes Redis is asked to report writes of;
-	// together they must cover every tracked key ("asynq:{<queue>}:…"),
-	// and none may be a prefix of another. Default: one per queue. Keep
-	// them few: Redis compares every key any client writes with every
-	// prefix (25 queues' worth doubled a saturated worker's Redis CPU), so
-	// a layout passes the one or two that cover all its queues.
-	Prefixes []string
-	// OnWrite, if set, hears of every key under Prefixes that Redis
-	// reported written, tracked or not (the fair dispatch learns of work
-	// arriving in a waiting room this way). It must not block.
+	// OnWrite, if set, hears of every key Redis reported written: a key
+	// the gate read (its own states, or a caller's Confirm) written since.
+	// The fair dispatch learns of work arriving in a waiting room this way.
+	// It must not block.
 	OnWrite func(keys []string)
 	// OnForget, if set, hears that the gate forgot what it knew (a
 	// subscription came up again, a message was lost): writes may have
@@ -81,9 +81,10 @@ type Stats struct {
 	Passed uint64
 	// Skipped: polls the gate answered without a round trip.
 	Skipped uint64
-	// Probes: lowest-score reads the gate made to learn a sorted set's next due time.
+	// Probes: reads the gate made on its tracking connections (a sorted
+	// set's lowest score, a confirmation that a key is empty).
 	Probes uint64
-	// Invalidations: keys Redis reported written.
+	// Invalidations: keys Redis reported written (each once per read).
 	Invalidations uint64
 }
 
@@ -115,14 +116,15 @@ type Gate struct {
 	house     time.Duration
 	log       *slog.Logger
 	now       func() time.Time
-	prefixes  []string
 	onWrite   func([]string)
 	onForget  func()
 	mu        sync.Mutex
 	keys      map[string]*state
-	actMu     sync.Mutex    // orders turning active on (Run) and off (a subscription's error)
-	kick      chan struct{} // a subscription came up: Run re-evaluates at once
-	active    atomic.Bool   // every subscription is up: knowledge may be used
+	bellMu    sync.Mutex
+	bells     map[string]*bell // by master address: Run's subscriptions and their readers
+	actMu     sync.Mutex       // orders turning active on (Run) and off (a subscription's error)
+	kick      chan struct{}    // a subscription came up: Run re-evaluates at once
+	active    atomic.Bool      // every subscription is up: knowledge may be used
 	passed    atomic.Uint64
 	skipped   atomic.Uint64
 	probes    atomic.Uint64
@@ -133,7 +135,7 @@ type Gate struct {
 // probes and subscriptions; it must not carry the gate's own hook.
 func New(rdb redis.UniversalClient, queues []string, opts Options) *Gate {
 	g := &Gate{rdb: rdb, recheck: opts.Recheck, house: opts.Housekeeping, log: opts.Logger, now: opts.Now, keys: map[string]*state{}, kick: make(chan struct{}, 1),
-		onWrite: opts.OnWrite, onForget: opts.OnForget}
+		onWrite: opts.OnWrite, onForget: opts.OnForget, bells: map[string]*bell{}}
 	if g.recheck <= 0 {
 		g.recheck = 10 * time.Second
 	}
@@ -156,14 +158,6 @@ func New(rdb redis.UniversalClient, queues []string, opts Options) *Gate {
 		g.keys[p+"completed"] = &state{kind: kHouse}
 		g.keys[p+"lease"] = &state{kind: kHouse}
 		g.keys[p+"aggregation_sets"] = &state{kind: kHouse}
-	}
-	g.prefixes = opts.Prefixes
-	if len(g.prefixes) == 0 {
-		for _, q := range queues {
-			// "…}:" ends every queue's name, so no prefix is another's
-			// (Redis refuses overlaps).
-			g.prefixes = append(g.prefixes, "asynq:{"+q+"}:")
-		}
 	}
 	return g
 }
@@ -233,21 +227,6 @@ func (g *Gate) observe(s *state, epoch uint64, empty bool, due int64) {
 	g.mu.Unlock()
 }
 
-// Epoch returns the current epoch of a tracked key, for Observe; ok is
-// false for a key the gate does not track or while it is inactive.
-func (g *Gate) Epoch(key string) (epoch uint64, ok bool) {
-	if !g.active.Load() {
-		return 0, false
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s := g.keys[key]
-	if s == nil || s.kind == kPaused {
-		return 0, false
-	}
-	return s.epoch, true
-}
-
 // KnownEmpty reports whether a tracked sorted set or list is known, freshly,
 // to hold nothing: a reader that would only find nothing can skip it.
 func (g *Gate) KnownEmpty(key string) bool {
@@ -266,20 +245,84 @@ func (g *Gate) KnownEmpty(key string) bool {
 	return s.due == math.MaxInt64
 }
 
-// Observe records what the caller's own read of key (begun at epoch) found:
-// whether it was empty and, for a sorted set, its lowest score in Unix
-// seconds (ignored when empty).
-func (g *Gate) Observe(key string, epoch uint64, empty bool, lowest int64) {
-	g.mu.Lock()
-	s := g.keys[key]
-	g.mu.Unlock()
-	if s == nil || s.kind == kPaused {
+// ConfirmEmpty is for a caller whose own read found keys the gate tracks
+// empty (the orphan sweep's read of the lease sets): the gate reads them
+// again on its tracking connections, one pipeline per master, and knows
+// those still empty empty until their next write.
+func (g *Gate) ConfirmEmpty(ctx context.Context, keys ...string) {
+	if !g.active.Load() {
 		return
 	}
-	if empty {
-		lowest = math.MaxInt64
+	type read struct {
+		s     *state
+		epoch uint64
+		cmd   *redis.IntCmd
 	}
-	g.observe(s, epoch, empty, lowest)
+	byReader := map[*redis.Client][]string{}
+	for _, k := range keys {
+		if r, err := g.readerFor(ctx, k); err == nil {
+			byReader[r] = append(byReader[r], k)
+		}
+	}
+	for r, ks := range byReader {
+		var reads []read
+		_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			for _, k := range ks {
+				if s := g.keys[k]; s != nil && s.kind != kPaused {
+					reads = append(reads, read{s, s.epoch, p.Exists(ctx, k)})
+				}
+			}
+			return nil
+		})
+		g.probes.Add(uint64(len(reads)))
+		g.mu.Lock()
+		for _, rd := range reads {
+			if n, err := rd.cmd.Result(); err == nil && n == 0 && rd.s.epoch == rd.epoch {
+				rd.s.known, rd.s.at, rd.s.empty, rd.s.due = true, g.now(), true, math.MaxInt64
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+// confirmEmpty reads key on its master's tracking connection and records it
+// empty if it is and nothing was reported written since the read was sent.
+func (g *Gate) confirmEmpty(ctx context.Context, s *state, key string) bool {
+	g.mu.Lock()
+	epoch := s.epoch
+	g.mu.Unlock()
+	n, err := g.Confirm(ctx, key)
+	if err != nil || n != 0 {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s.epoch != epoch {
+		return false
+	}
+	s.known, s.at, s.empty, s.due = true, g.now(), true, math.MaxInt64
+	return true
+}
+
+// Confirm reads keys — of one master: one Redis Cluster hash slot, or a
+// single node — on the gate's tracking connection (EXISTS) and returns how
+// many exist. From then on Redis reports the next write of each of them to
+// the gate, and through it to OnWrite. A caller that learns "empty" this
+// way and heard of no write of the keys since it called (OnWrite) knows
+// them empty until it does. An error: nothing is tracked (the gate is down,
+// or its connection to that master).
+func (g *Gate) Confirm(ctx context.Context, keys ...string) (int64, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	r, err := g.readerFor(ctx, keys[0])
+	if err != nil {
+		return 0, err
+	}
+	g.probes.Add(1)
+	return r.Exists(ctx, keys...).Result()
 }
 
 // poll is a recognised Asynq script call.
@@ -486,7 +529,9 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		switch {
 		case s.kind == kPending && err == redis.Nil:
-			g.observe(s, epoch, true, 0)
+			// Empty: read on the tracking connection, so that Redis reports
+			// the next write (a busy queue is never read there).
+			g.confirmEmpty(ctx, s, p.key)
 		case s.kind == kPending:
 			// A task, or an error: nothing learnt (it may hold more).
 		case err == nil:
@@ -497,10 +542,15 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// probe reads the lowest score of a sorted set: math.MaxInt64 when empty.
+// probe reads the lowest score of a sorted set, on the tracking connection
+// of its master (Redis reports its next write): math.MaxInt64 when empty.
 func (g *Gate) probe(ctx context.Context, key string) (int64, error) {
+	r, err := g.readerFor(ctx, key)
+	if err != nil {
+		return 0, err
+	}
 	g.probes.Add(1)
-	zs, err := g.rdb.ZRangeWithScores(ctx, key, 0, 0).Result()
+	zs, err := r.ZRangeWithScores(ctx, key, 0, 0).Result()
 	if err != nil {
 		return 0, err
 	}

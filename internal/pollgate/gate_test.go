@@ -434,3 +434,117 @@ func TestSubscriptionLossAndRestart(t *testing.T) {
 	b.waitActive(t, true)
 	take("after the gate came back")
 }
+
+// A queue that keeps yielding tasks is not reported to the gate: Redis
+// reports a key's write only when the gate read it since the last one, and
+// the gate reads a queue only when a dequeue found it empty. Draining 600
+// tasks costs a handful of reports, not one for every key each task writes
+// (the pending and active lists, the lease, the task hash: about nine a
+// task when every write under the queues' prefix was reported).
+func TestABusyQueueIsNotReported(t *testing.T) {
+	qs := queues(3)
+	b := setup(t, qs, pollgate.Options{Recheck: time.Minute})
+	b.waitActive(t, true)
+	ctx := context.Background()
+	client := asynq.NewClientFromRedisClient(b.rdb)
+	defer client.Close()
+	const n = 600
+	ids := map[string]bool{}
+	for i := 0; i < n; i++ {
+		info, err := client.Enqueue(asynq.NewTask("t", nil), asynq.Queue(qs[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[info.ID] = true
+	}
+	before := b.gate.Stats()
+	got := make(chan string, n)
+	server(t, b.gated, qs, got, asynq.Config{})
+	for range n {
+		select {
+		case id := <-got:
+			if !ids[id] {
+				t.Fatalf("unexpected task %s", id)
+			}
+			delete(ids, id)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d tasks not taken in 30 s", len(ids))
+		}
+	}
+	// Enqueue to the drained queue: the gate knows it empty now (a state
+	// polled: it signals nothing), and the write is reported and wakes it.
+	sluicetest.Eventually(t, 10*time.Second, "the drained queue known empty", func() bool { return b.gate.KnownEmpty("asynq:{" + qs[1] + "}:pending") })
+	after := b.gate.Stats()
+	reports := after.Invalidations - before.Invalidations
+	t.Logf("draining %d tasks: %d keys reported written, %d probes; stats %+v", n, reports, after.Probes-before.Probes, after)
+	if reports > n/20 {
+		t.Fatalf("draining %d tasks reported %d writes: a busy queue's writes must not be reported", n, reports)
+	}
+	info, err := client.Enqueue(asynq.NewTask("t", nil), asynq.Queue(qs[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-got:
+		if id != info.ID {
+			t.Fatalf("got %s, want %s", id, info.ID)
+		}
+	case <-time.After(5 * time.Second): // Recheck is a minute: only the report can wake it
+		t.Fatal("a task enqueued into the drained queue was not taken within 5 s")
+	}
+	_ = ctx
+}
+
+// The gate's reading connection is the one Redis tracks keys for: killed,
+// Redis forgets what it tracked, so a write would go unreported. The gate
+// notices within its reader check (2 s), forgets what it knew, and the task
+// enqueued meanwhile is taken — though Recheck alone would wait an hour.
+func TestAKilledReaderLosesNoWakeUp(t *testing.T) {
+	qs := queues(2)
+	b := setup(t, qs, pollgate.Options{Recheck: time.Hour})
+	got := make(chan string, 4)
+	server(t, b.gated, qs, got, asynq.Config{})
+	b.waitActive(t, true)
+	ctx := context.Background()
+	pending := "asynq:{" + qs[0] + "}:pending"
+	sluicetest.Eventually(t, 10*time.Second, "the idle queue known empty", func() bool { return b.gate.KnownEmpty(pending) })
+	list, err := b.rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		var id, flags string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "flags="); ok {
+				flags = v
+			}
+		}
+		if strings.Contains(flags, "t") && !strings.Contains(flags, "P") { // tracking, not the subscription
+			if err := b.rdb.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d tracking connections, want the gate's reader alone; CLIENT LIST:\n%s", killed, list)
+	}
+	client := asynq.NewClientFromRedisClient(b.rdb)
+	defer client.Close()
+	info, err := client.Enqueue(asynq.NewTask("t", nil), asynq.Queue(qs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-got:
+		if id != info.ID {
+			t.Fatalf("got %s, want %s", id, info.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task enqueued after the reader was killed was not taken within 10 s")
+	}
+}
