@@ -26,3 +26,17 @@ var fairWaitingSrc string
 // FairWaiting reads how many notifications wait in one queue's rooms and
 // since when the oldest waits (fair_waiting.lua). It writes nothing.
 var FairWaiting = redis.NewScript(fairWaitingSrc)
+
+//go:embed fair_take.lua
+var fairTakeSrc string
+
+// FairTake is Asynq's dequeue of up to n tasks of one queue in one call
+// (fair_take.lua).
+var FairTake = redis.NewScript(fairTakeSrc)
+
+//go:embed fair_untake.lua
+var fairUntakeSrc string
+
+// FairUntake puts tasks FairTake took, and no processor started, back at
+// the head of their queue (fair_untake.lua).
+var FairUntake = redis.NewScript(fairUntakeSrc)

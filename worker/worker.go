@@ -104,6 +104,7 @@ type Worker struct {
 	waiters       chan struct{}       // tokens of tasks waiting in process for their slot
 	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
+	running       [2]atomic.Int64                  // tasks in the handler: the priority lane's, the others
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 	fromDomains   config.FromDomains               // SLUICE_EMAIL_FROM_DOMAINS
 }
@@ -157,7 +158,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	// The Asynq servers' client: the fair dispatch first (each lane's
 	// waiting rooms served fairly between tenants), then the queue gate
 	// (idle queues answered without a round trip).
-	fo := fairq.Options{Queues: w.layout.Queues(), Layout: w.layout,
+	fo := fairq.Options{Queues: w.layout.Queues(), Layout: w.layout, Batch: w.idle, Target: max(16, cfg.DequeueBatch),
 		Weights: func() map[string]int { return w.plans.Policy().Weights() },
 		Recheck: cfg.PollInterval, Logger: w.log.With("component", "fair")}
 	if cfg.QueueRecheck > 0 {
@@ -180,7 +181,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	w.registry.MustRegister(w.queues)
 	w.servers = w.newServers()
 	w.mux = asynq.NewServeMux()
-	w.mux.Use(w.traceMiddleware, w.throttleMiddleware)
+	w.mux.Use(w.countMiddleware, w.traceMiddleware, w.throttleMiddleware)
 	w.mux.Handle(tasks.TypeEmail, w.sendHandler(tasks.Email))
 	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
 	return w, nil
@@ -227,6 +228,33 @@ func (w *Worker) newServers() []*asynq.Server {
 		servers = append(servers, asynq.NewServerFromRedisClient(w.asynqRDB, std))
 	}
 	return servers
+}
+
+// countMiddleware counts the tasks in the handler, by lane class: what
+// idle subtracts from the processors.
+func (w *Worker) countMiddleware(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		q, _ := asynq.GetQueueName(ctx)
+		c := &w.running[1]
+		if lane, _, ok := w.layout.Parse(q); ok && lane == tasks.LanePriority {
+			c = &w.running[0]
+		}
+		c.Add(1)
+		defer c.Add(-1)
+		return next.ProcessTask(ctx, t)
+	})
+}
+
+// idle is how many tasks of lane the worker's processors could start now:
+// the slots of the servers that serve it less the tasks they run and those
+// taken ahead for them, at most DEQUEUE_BATCH (the fair dispatch's Batch).
+func (w *Worker) idle(lane tasks.Lane) int {
+	if lane == tasks.LanePriority {
+		n := w.cfg.PriorityConcurrency + w.cfg.MaxWaiters - int(w.running[0].Load()) - w.fair.Ahead(lane)
+		return min(w.cfg.DequeueBatch, n)
+	}
+	n := w.cfg.Concurrency + w.cfg.MaxWaiters - int(w.running[1].Load()) - w.fair.Ahead(tasks.LaneStandard) - w.fair.Ahead(tasks.LaneBulk)
+	return min(w.cfg.DequeueBatch, n)
 }
 
 // shareSlots splits total task slots between k dequeuers (at most total of
@@ -405,6 +433,13 @@ func (w *Worker) stopServers(context.Context) error {
 		wg.Go(srv.Shutdown)
 	}
 	wg.Wait()
+	gctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if n, err := w.fair.GiveBack(gctx); err != nil {
+		w.log.Warn("tasks taken ahead not put back; they run elsewhere once their lease expires", "err", err)
+	} else if n > 0 {
+		w.log.Info("put back tasks taken ahead and not started", "tasks", n)
+	}
 	return nil
 }
 

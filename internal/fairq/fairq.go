@@ -18,6 +18,15 @@
 //     same round trip (a pipeline: the refill, then Asynq's own dequeue
 //     script, unchanged, on that shard's keys).
 //
+// With Options.Batch, a dequeue of a lane's shard takes up to as many tasks
+// of the shard picked as the lane's processors can start now, in one call
+// (scripts/fair_take.lua: what Asynq's dequeue writes, for each): Asynq's
+// processor gets the first, and the next dequeues of the lane are answered
+// with the others, in order, without a round trip. Each is leased from the
+// moment it is taken, so one taken ahead when its worker dies is recovered
+// like any leased task; a worker that stops gives back what it took ahead
+// (GiveBack).
+//
 // Asynq then runs the task as any other: its message names its queue,
 // which every later step (lease, done, retry) uses. A task rescheduled or
 // retried comes back straight into its queue's pending list: it had its
@@ -38,6 +47,7 @@ package fairq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -74,6 +84,12 @@ type Options struct {
 	// Recheck bounds how long "nothing waits in this shard" is trusted
 	// without reports. Default 1s.
 	Recheck time.Duration
+	// Batch, if set, returns how many processors serving lane could start
+	// a task now (the one asking included): a dequeue then takes up to that
+	// many tasks of the shard it picks, at most Target, in one call, and
+	// answers the lane's next dequeues with the rest. Nil, or below 2: one
+	// task a call, as Asynq's own dequeue.
+	Batch func(lane tasks.Lane) int
 	// Confirm, if set, reads keys (of one hash slot) on the connection
 	// whose reads Redis reports the next write of (internal/pollgate's
 	// Gate.Confirm) and returns how many exist. A shard a refill or a
@@ -90,6 +106,8 @@ type Stats struct {
 	Refills   uint64 // refills sent (each with a dequeue)
 	Moved     uint64 // tasks moved from rooms into pending lists
 	Redirects uint64 // dequeues answered from another shard of the lane than Asynq asked
+	Taken     uint64 // tasks taken by dequeues that took several (Batch)
+	Ahead     uint64 // dequeues answered with a task taken ahead, without a round trip
 	Known     int    // queues whose rooms and pending list a refill or dequeue has read
 }
 
@@ -101,9 +119,18 @@ type Dispatcher struct {
 	shards   map[string]*shard
 	lanes    map[tasks.Lane][]*shard
 	rand     *rand.Rand
+	ahead    map[tasks.Lane][]takenTask // tasks taken ahead, oldest first; guarded by mu
 	refills  atomic.Uint64
 	moved    atomic.Uint64
 	redirect atomic.Uint64
+	taken    atomic.Uint64
+	answered atomic.Uint64
+}
+
+// takenTask is a task a batched dequeue took ahead of the dequeue that
+// will run it.
+type takenTask struct {
+	queue, id, msg string
 }
 
 // shard is what the dispatcher knows of one queue. Guarded by mu.
@@ -139,7 +166,7 @@ func New(rdb redis.UniversalClient, o Options) *Dispatcher {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	d := &Dispatcher{rdb: rdb, o: o, shards: map[string]*shard{}, lanes: map[tasks.Lane][]*shard{},
+	d := &Dispatcher{rdb: rdb, o: o, shards: map[string]*shard{}, lanes: map[tasks.Lane][]*shard{}, ahead: map[tasks.Lane][]takenTask{},
 		rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	for _, q := range o.Queues {
 		s := &shard{queue: q, room: tasks.RoomOf(q)}
@@ -154,7 +181,7 @@ func New(rdb redis.UniversalClient, o Options) *Dispatcher {
 
 // Stats returns the counts so far.
 func (d *Dispatcher) Stats() Stats {
-	st := Stats{Refills: d.refills.Load(), Moved: d.moved.Load(), Redirects: d.redirect.Load()}
+	st := Stats{Refills: d.refills.Load(), Moved: d.moved.Load(), Redirects: d.redirect.Load(), Taken: d.taken.Load(), Ahead: d.answered.Load()}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range d.shards {
@@ -271,6 +298,11 @@ func (d *Dispatcher) dequeueOf(c *redis.Cmd) *shard {
 // asked's lane the lottery picks, trying the lane's shards known to hold
 // work until one gives a task; with none, it lets c through as Asynq made it.
 func (d *Dispatcher) dequeue(ctx context.Context, c *redis.Cmd, asked *shard, next redis.ProcessHook) error {
+	if t, ok := d.popAhead(asked.lane); ok {
+		d.answered.Add(1)
+		c.SetVal(t.msg)
+		return nil
+	}
 	tried := map[*shard]bool{}
 	for range 2 * (len(d.lanes[asked.lane]) + 1) {
 		s, refill := d.pick(asked, tried)
@@ -347,6 +379,9 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 	args := append([]any(nil), c.Args()...)
 	p := "asynq:{" + s.queue + "}:"
 	args[3], args[4], args[5], args[6], args[8] = p+"pending", p+"paused", p+"active", p+"lease", p+"t:"
+	if k := d.batchOf(s); k > 1 {
+		return d.takeMany(ctx, s, refill, args, k)
+	}
 	deq := redis.NewCmd(ctx, args...)
 	epoch := d.epochOf(s)
 	if !refill {
@@ -356,7 +391,7 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 			}
 			return nil, err
 		}
-		d.learn(s, epoch, nil, false)
+		d.learn(s, epoch, nil, false, 1)
 		return deq.Val(), nil
 	}
 	r, err := d.refill(ctx, s, deq)
@@ -367,11 +402,11 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 		if errors.Is(err, redis.Nil) {
 			d.learnEmpty(ctx, s, epoch, r)
 		} else {
-			d.learn(s, epoch, r, false)
+			d.learn(s, epoch, r, false, 0)
 		}
 		return nil, err
 	}
-	d.learn(s, epoch, r, false)
+	d.learn(s, epoch, r, false, 1)
 	return deq.Val(), nil
 }
 
@@ -381,7 +416,7 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 // empty; otherwise it is left unknown (asked again).
 func (d *Dispatcher) learnEmpty(ctx context.Context, s *shard, epoch uint64, r *refillReply) {
 	if d.o.Confirm == nil || r != nil && r.weight > 0 {
-		d.learn(s, epoch, r, true)
+		d.learn(s, epoch, r, true, 0)
 		return
 	}
 	epoch = d.epochOf(s)
@@ -391,7 +426,7 @@ func (d *Dispatcher) learnEmpty(ctx context.Context, s *shard, epoch uint64, r *
 		d.mu.Unlock()
 		return
 	}
-	d.learn(s, epoch, r, true)
+	d.learn(s, epoch, r, true, 0)
 }
 
 // epochOf reads s's epoch before a call whose reply learn will record.
@@ -410,7 +445,7 @@ type refillReply struct {
 // refill sends the refill of s and deq in one pipeline, loading the refill
 // script where Redis does not have it. deq's own error (Asynq's script not
 // loaded: Asynq sends it again in full) is left in deq.
-func (d *Dispatcher) refill(ctx context.Context, s *shard, deq *redis.Cmd) (*refillReply, error) {
+func (d *Dispatcher) refill(ctx context.Context, s *shard, deq redis.Cmder) (*refillReply, error) {
 	keys := []string{s.room.Pending, s.room.Groups, s.room.Fair, s.room.Clock}
 	args := []any{d.o.Low, d.o.Target, s.room.TaskPrefix, s.room.GroupPrefix, strconv.FormatInt(d.o.Now().UnixNano(), 10)}
 	if d.o.Weights != nil {
@@ -430,7 +465,7 @@ func (d *Dispatcher) refill(ctx context.Context, s *shard, deq *redis.Cmd) (*ref
 			d.refills.Add(1)
 		}
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			if err := scripts.FairRefill.Load(ctx, d.rdb).Err(); err != nil {
+			if err := loadScripts(ctx, d.rdb, s.queue, scripts.FairRefill, scripts.FairTake); err != nil {
 				return nil, err
 			}
 			continue
@@ -463,18 +498,166 @@ func parseRefill(vals []any) (*refillReply, error) {
 	return &r, nil
 }
 
+// batchOf is how many tasks a dequeue of s may take at once: 1 for a
+// queue outside the lanes, or without Options.Batch.
+func (d *Dispatcher) batchOf(s *shard) int {
+	if d.o.Batch == nil || s.lane == "" {
+		return 1
+	}
+	return min(d.o.Batch(s.lane), d.o.Target)
+}
+
+// takeMany takes up to k tasks of s in one call (after a refill of s when
+// refill; one round trip for both), returns the first message and keeps the
+// others for the lane's next dequeues; redis.Nil when s has none. args are
+// Asynq's dequeue's, on s's keys: its lease expiry and task key prefix.
+func (d *Dispatcher) takeMany(ctx context.Context, s *shard, refill bool, args []any, k int) (any, error) {
+	keys := []any{args[3], args[4], args[5], args[6]}
+	take := redis.NewCmd(ctx, append(append([]any{"evalsha", scripts.FairTake.Hash(), 4}, keys...), args[7], args[8], k)...)
+	epoch := d.epochOf(s)
+	var r *refillReply
+	var err error
+	if refill {
+		r, err = d.refill(ctx, s, take)
+		if err == nil && redis.HasErrorPrefix(take.Err(), "NOSCRIPT") {
+			take.SetErr(nil)
+			err = d.runLoading(ctx, s, take) // the refill was loaded, the take not
+		}
+	} else {
+		err = d.runLoading(ctx, s, take)
+	}
+	if err != nil {
+		return nil, err
+	}
+	vals, err := take.Slice()
+	if err != nil {
+		return nil, err
+	}
+	got := make([]takenTask, 0, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		id, ok1 := vals[i].(string)
+		msg, ok2 := vals[i+1].(string)
+		if !ok1 || !ok2 {
+			return nil, errors.New("fairq: take: unexpected reply")
+		}
+		got = append(got, takenTask{queue: s.queue, id: id, msg: msg})
+	}
+	if len(got) == 0 {
+		d.learnEmpty(ctx, s, epoch, r)
+		return nil, redis.Nil
+	}
+	d.taken.Add(uint64(len(got)))
+	d.learn(s, epoch, r, false, len(got))
+	if len(got) > 1 {
+		d.mu.Lock()
+		d.ahead[s.lane] = append(d.ahead[s.lane], got[1:]...)
+		d.mu.Unlock()
+	}
+	return got[0].msg, nil
+}
+
+// runLoading runs cmd (an EVALSHA of one of the dispatcher's scripts) on
+// the unhooked client, loading the scripts where Redis does not have them.
+func (d *Dispatcher) runLoading(ctx context.Context, s *shard, cmd *redis.Cmd) error {
+	for attempt := 0; ; attempt++ {
+		err := d.rdb.Process(ctx, cmd)
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := loadScripts(ctx, d.rdb, s.queue, scripts.FairRefill, scripts.FairTake); err != nil {
+				return err
+			}
+			cmd.SetErr(nil)
+			continue
+		}
+		return err
+	}
+}
+
+// loadScripts loads scripts on the node that holds queue's keys.
+func loadScripts(ctx context.Context, rdb redis.UniversalClient, queue string, ss ...*redis.Script) error {
+	for _, sc := range ss {
+		if c, ok := rdb.(*redis.ClusterClient); ok {
+			node, err := c.MasterForKey(ctx, "asynq:{"+queue+"}:pending")
+			if err != nil {
+				return err
+			}
+			if err := sc.Load(ctx, node).Err(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// popAhead returns the oldest task taken ahead for lane, if any.
+func (d *Dispatcher) popAhead(lane tasks.Lane) (takenTask, bool) {
+	if lane == "" {
+		return takenTask{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := d.ahead[lane]
+	if len(q) == 0 {
+		return takenTask{}, false
+	}
+	t := q[0]
+	q[0] = takenTask{}
+	d.ahead[lane] = q[1:]
+	return t, true
+}
+
+// Ahead returns how many tasks wait, taken ahead, for lane's processors.
+func (d *Dispatcher) Ahead(lane tasks.Lane) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.ahead[lane])
+}
+
+// GiveBack puts every task taken ahead and not yet handed to a processor
+// back at the head of its queue (scripts/fair_untake.lua), for a worker
+// that stops taking tasks: they run elsewhere at once instead of waiting
+// for their lease to expire. It returns how many it put back.
+func (d *Dispatcher) GiveBack(ctx context.Context) (int, error) {
+	d.mu.Lock()
+	byQueue := map[string][]any{}
+	for lane, q := range d.ahead {
+		for _, t := range q {
+			byQueue[t.queue] = append(byQueue[t.queue], t.id)
+		}
+		delete(d.ahead, lane)
+	}
+	d.mu.Unlock()
+	n, errs := 0, []error(nil)
+	for q, ids := range byQueue {
+		r := tasks.RoomOf(q)
+		got, err := scripts.FairUntake.Run(ctx, d.rdb, []string{r.Pending, "asynq:{" + q + "}:active", "asynq:{" + q + "}:lease"},
+			append([]any{r.TaskPrefix}, ids...)...).Int()
+		n += got
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fairq: give back %d tasks of %s: %w", len(ids), q, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
 // learn records what a refill (r, if any) and a dequeue (empty: it found
-// nothing) of s, sent at epoch, said. "Nothing waits" is not recorded when
-// a write of s was reported since the call was sent: the reply may predate
-// the write, whose report would then have been spent on a shard not yet
-// known empty — a wake-up lost until Recheck, or for good while reports
-// are trusted. (Other knowledge is kept: a shard with work is asked again
-// anyway, and its own dequeues' writes move the epoch all the time.)
-func (d *Dispatcher) learn(s *shard, epoch uint64, r *refillReply, empty bool) {
+// nothing) of s, sent at epoch, said; taken is how many tasks the dequeue
+// took. "Nothing waits" is not recorded when a write of s was reported
+// since the call was sent: the reply may predate the write, whose report
+// would then have been spent on a shard not yet known empty — a wake-up
+// lost until Recheck, or for good while reports are trusted. (Other
+// knowledge is kept: a shard with work is asked again anyway, and its own
+// dequeues' writes move the epoch all the time.) With Confirm, "nothing
+// waits" is recorded only from a confirmed empty dequeue (empty): a shard
+// that its own dequeues emptied is asked again, and found empty then.
+func (d *Dispatcher) learn(s *shard, epoch uint64, r *refillReply, empty bool, taken int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer func() {
-		if s.epoch != epoch && s.weight == 0 && s.pending == 0 {
+		if s.weight == 0 && s.pending == 0 && (s.epoch != epoch || d.o.Confirm != nil && !empty) {
 			s.known = false
 		}
 	}()
@@ -487,7 +670,7 @@ func (d *Dispatcher) learn(s *shard, epoch uint64, r *refillReply, empty bool) {
 		if r == nil && s.weight == 0 {
 			s.known, s.at = true, d.o.Now()
 		}
-	case s.pending > 0:
-		s.pending--
+	default:
+		s.pending = max(0, s.pending-taken)
 	}
 }

@@ -588,9 +588,124 @@ func TestWithTheGateIdleIsQuietAndWorkWakes(t *testing.T) {
 	if n := g.Stats().Invalidations - reports; n > 30 {
 		t.Fatalf("a backlog of %d in one room was reported written %d times: a busy shard must not be", len(ids), n)
 	}
-	sluicetest.Eventually(t, 10*time.Second, "every queue known empty again", func() bool { return r.d.Stats().Known == queues })
-	id := fill(t, p, "later", tasks.LaneStandard, 1)
-	if seq := r.wait(t, len(ids)+1); seq[len(ids)] != "later/"+id[0] {
-		t.Fatalf("ran %v last, want later/%s", seq[len(ids)], id[0])
+	// One more into the shard its own dequeues just emptied, and one into
+	// another lane's: each wakes its shard.
+	for i, tenant := range []string{"late", "later"} {
+		lane := []tasks.Lane{tasks.LaneBulk, tasks.LaneStandard}[i]
+		sluicetest.Eventually(t, 10*time.Second, "every queue known empty again", func() bool { return r.d.Stats().Known == queues })
+		id := fill(t, p, tenant, lane, 1)
+		if seq := r.wait(t, len(ids)+i+1); seq[len(ids)+i] != tenant+"/"+id[0] {
+			t.Fatalf("ran %v last, want %s/%s", seq[len(ids)+i], tenant, id[0])
+		}
 	}
+}
+
+// With Batch, a dequeue takes several tasks of the shard it picks in one
+// call and answers the next dequeues with the others without a round trip:
+// every task runs once, each tenant's in enqueue order, and the small
+// tenant is still served in turn with the big one.
+func TestBatchedDequeuesKeepOrderAndShares(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.New(t)
+	p := tasks.NewProducer(rdb, nil)
+	two := tenantsOn(0, 2, "b")
+	big := fill(t, p, two[0], tasks.LaneStandard, 400)
+	small := fill(t, p, two[1], tasks.LaneStandard, 5)
+	r := serve(t, rdb, fairq.Options{Batch: func(tasks.Lane) int { return 8 }})
+	seq := r.wait(t, 405)
+	checkOrderAndOnce(t, seq, map[string][]string{two[0]: big, two[1]: small})
+	last := 0
+	for i, s := range seq {
+		if tenantOf(s) == two[1] {
+			last = i
+		}
+	}
+	if last > 2*len(small)+16 {
+		t.Fatalf("the small tenant's last notification ran %d-th, want within the first %d (served in turn, a batch at most behind)", last+1, 2*len(small)+16)
+	}
+	st := r.d.Stats()
+	t.Logf("stats %+v", st)
+	if st.Ahead < 300 || st.Taken < 400 {
+		t.Fatalf("stats %+v: want most dequeues answered from tasks taken ahead", st)
+	}
+}
+
+// Tasks taken ahead are leased as Asynq's dequeue leases a task (active,
+// in the lease set, state active, no pending_since); GiveBack puts those
+// no processor started back at the head of their queue in order (pending,
+// out of active and lease), and they run next, once each.
+func TestGiveBackPutsTasksTakenAheadBack(t *testing.T) {
+	t.Parallel()
+	srv, rdb := redistest.New(t)
+	p := tasks.NewProducer(srv.Client(t), nil)
+	ctx := context.Background()
+	const tenant = "g"
+	q := layout.Route(tenant, tasks.LaneStandard, nil)
+	ids := fill(t, p, tenant, tasks.LaneStandard, 5)
+	d := fairq.New(rdb, fairq.Options{Queues: layout.Queues(), Layout: layout, Batch: func(tasks.Lane) int { return 5 }})
+	c, err := pollgate.Clone(rdb, d.Hook())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	release := make(chan struct{})
+	started := make(chan string, 8)
+	srvA := asynq.NewServerFromRedisClient(c, asynq.Config{Concurrency: 1, Queues: map[string]int{q: 1}, LogLevel: asynq.FatalLevel,
+		TaskCheckInterval: 5 * time.Millisecond, ShutdownTimeout: 10 * time.Second})
+	if err := srvA.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		<-release
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	first := <-started
+	if first != ids[0] {
+		t.Fatalf("ran %s first, want %s", first, ids[0])
+	}
+	if n := d.Ahead(tasks.LaneStandard); n != 4 {
+		t.Fatalf("%d tasks taken ahead, want 4", n)
+	}
+	room := tasks.RoomOf(q)
+	active, lease := "asynq:{"+q+"}:active", "asynq:{"+q+"}:lease"
+	for _, id := range ids {
+		h := rdb.HGetAll(ctx, room.Task(id)).Val()
+		if h["state"] != "active" || h["pending_since"] != "" {
+			t.Fatalf("task %s taken: state %q, pending_since %q; want active and none, as Asynq's dequeue leaves it", id, h["state"], h["pending_since"])
+		}
+		if _, err := rdb.ZScore(ctx, lease, id).Result(); err != nil {
+			t.Fatalf("task %s taken has no lease: %v", id, err)
+		}
+	}
+	n, err := d.GiveBack(ctx)
+	if err != nil || n != 4 {
+		t.Fatalf("gave back %d, %v; want 4", n, err)
+	}
+	if got := rdb.LRange(ctx, room.Pending, 0, -1).Val(); !slices.Equal(got, []string{ids[4], ids[3], ids[2], ids[1]}) {
+		t.Fatalf("pending after the give-back %v, want %v (the next to run at the right)", got, []string{ids[4], ids[3], ids[2], ids[1]})
+	}
+	if got := rdb.LRange(ctx, active, 0, -1).Val(); !slices.Equal(got, []string{first}) {
+		t.Fatalf("active after the give-back %v, want only the running %s", got, first)
+	}
+	for _, id := range ids[1:] {
+		if st := rdb.HGet(ctx, room.Task(id), "state").Val(); st != "pending" {
+			t.Fatalf("task %s given back has state %q, want pending", id, st)
+		}
+		if err := rdb.ZScore(ctx, lease, id).Err(); err == nil {
+			t.Fatalf("task %s given back kept its lease", id)
+		}
+	}
+	close(release)
+	for i := 1; i < 5; i++ {
+		select {
+		case id := <-started:
+			if id != ids[i] {
+				t.Fatalf("ran %s %d-th, want %s", id, i+1, ids[i])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the tasks given back did not run")
+		}
+	}
+	srvA.Shutdown()
 }
