@@ -40,3 +40,10 @@ var fairUntakeSrc string
 // FairUntake puts tasks FairTake took, and no processor started, back at
 // the head of their queue (fair_untake.lua).
 var FairUntake = redis.NewScript(fairUntakeSrc)
+
+//go:embed fair_done.lua
+var fairDoneSrc string
+
+// FairDone is Asynq's completion of several tasks of one queue in one
+// call (fair_done.lua).
+var FairDone = redis.NewScript(fairDoneSrc)
