@@ -172,6 +172,9 @@ type ReserveOptions struct {
 	// after a lost reply — returns that admission instead of treating it as
 	// an unknown outcome. Empty: every call is a new one.
 	Nonce string
+	// Seat, when set, is the check's place in a Cohort: it goes to Redis
+	// with the other members' checks, in one call.
+	Seat Seat
 }
 
 // ConsentCheck is what a check reads of the recipient's consent.

@@ -269,7 +269,7 @@ func (l *Limiter) reserve(ctx context.Context, group, id string, policy RerunPol
 	if err != nil {
 		return Decision{}, err
 	}
-	now, reply, err := l.batch.do(ctx, l.nowArg(), group, o.build())
+	now, reply, err := l.batch.doSeated(ctx, opts.Seat, l.nowArg(), group, o.build())
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || reply == nil) {
 		return Decision{}, fmt.Errorf("throttle: check: %w", err)
 	}

@@ -30,6 +30,7 @@ type Config struct {
 	MaxInlineWait         time.Duration `env:"MAX_INLINE_WAIT" envDefault:"2s" desc:"A slot at most this far ahead is waited for inside the worker (to the millisecond) instead of through Asynq's whole-second scheduler; booked tasks are woken early by up to a second plus DELAYED_CHECK_INTERVAL + POLL_INTERVAL + 100ms and wait the rest here, so keep it above that."`
 	MaxWaiters            int           `env:"MAX_WAITERS" envDefault:"256" desc:"Tasks that may wait in process for their slot at once, on top of CONCURRENCY and PRIORITY_CONCURRENCY (each lane's Asynq server runs its concurrency + MAX_WAITERS tasks, so waiting never blocks sending). Size it to the booked tasks whose slots fall within MAX_INLINE_WAIT of each other: a task that finds none free goes back through Asynq's whole-second scheduler, arrives late and loses a window (the default was 32 until a backlog of 30 recipients, whose 60 slots coincide, drained at 1.5× the exact scheduler's time)."`
 	DequeueBatch          int           `env:"DEQUEUE_BATCH" envDefault:"16" desc:"Most tasks of one shard a dequeue takes in one round trip, when that many of the lane's processors are idle: the first runs at once, the others are handed to the next idle processors without a round trip. Each is leased from the moment it is taken (recovered like any leased task if the worker dies); a worker that stops puts back those not started. 1: one task a round trip, as Asynq's own dequeue."`
+	CohortWait            time.Duration `env:"COHORT_WAIT" envDefault:"2ms" desc:"How long the checks of tasks one dequeue took together (DEQUEUE_BATCH) wait for each other, to go to Redis as one call: the first to ask waits at most this for the rest. A task taken alone never waits."`
 	DoneLinger            time.Duration `env:"DONE_LINGER" envDefault:"1ms" desc:"How long a sent task's done record may wait for the next quota check to carry it (one round trip for both) before it goes alone; the task completes only once the record is written. 0: at once."`
 	Rerun                 string        `env:"RERUN" envDefault:"at-least-once" desc:"A task that runs again after an attempt whose outcome is unknown (admitted, neither recorded as sent nor released: a crash mid-send): at-least-once sends again and counts the re-send as a fresh message in every window; at-most-once archives it (reason outcome_unknown)."`
 	DelayedCheckInterval  time.Duration `env:"DELAYED_CHECK_INTERVAL" envDefault:"250ms" desc:"How often due rescheduled tasks are moved to the queue (Asynq's DelayedTaskCheckInterval); bounds how late a throttled task wakes."`
@@ -324,6 +325,9 @@ func (c Config) validateTimings(p *config.Problems) {
 	}
 	if c.Reschedule != "booked" && c.Reschedule != "naive" {
 		p.Add("RESCHEDULE", "must be booked or naive, got %q", c.Reschedule)
+	}
+	if c.CohortWait < 0 || c.CohortWait > 100*time.Millisecond {
+		p.Add("COHORT_WAIT", "must be between 0 and 100ms, got %v", c.CohortWait)
 	}
 	if c.DoneLinger < 0 || c.DoneLinger > 100*time.Millisecond {
 		p.Add("DONE_LINGER", "must be between 0 and 100ms, got %v", c.DoneLinger)

@@ -403,6 +403,7 @@ func (w *Worker) check(ctx context.Context, n tasks.Notification, c check, log *
 	if !waiter {
 		opts.Horizon = 0
 	}
+	opts.Seat = takeSeat(ctx)
 	checkCtx, span := w.startCheck(ctx, c.Limits)
 	err = w.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 		var err error

@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/digest"
+	"github.com/sluicehq/sluice/internal/completer"
 	"github.com/sluicehq/sluice/internal/fairq"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/orphans"
@@ -85,6 +86,7 @@ type Worker struct {
 	asynqRDB      redis.UniversalClient // the servers' client, through the gate
 	gate          *pollgate.Gate        // nil: QUEUE_RECHECK=0, every queue polled
 	fair          *fairq.Dispatcher     // each lane's waiting rooms, dispatched fairly
+	completer     *completer.Completer  // the servers' completions, in batches
 	queues        *queueCollector       // the queues' depths, for /metrics and /queue-depth
 	mux           *asynq.ServeMux
 	metrics       *Metrics
@@ -105,6 +107,8 @@ type Worker struct {
 	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
 	running       [2]atomic.Int64                  // tasks in the handler: the priority lane's, the others
+	inWait        [2]atomic.Int64                  // of which waiting in process for their slot
+	seats         sync.Map                         // task id → throttle.Seat: the cohort of a batched dequeue
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 	fromDomains   config.FromDomains               // SLUICE_EMAIL_FROM_DOMAINS
 }
@@ -158,7 +162,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	// The Asynq servers' client: the fair dispatch first (each lane's
 	// waiting rooms served fairly between tenants), then the queue gate
 	// (idle queues answered without a round trip).
-	fo := fairq.Options{Queues: w.layout.Queues(), Layout: w.layout, Batch: w.idle, Target: max(16, cfg.DequeueBatch),
+	fo := fairq.Options{Queues: w.layout.Queues(), Layout: w.layout, Batch: w.idle, OnTake: w.seatCohort, Target: max(16, cfg.DequeueBatch),
 		Weights: func() map[string]int { return w.plans.Policy().Weights() },
 		Recheck: cfg.PollInterval, Logger: w.log.With("component", "fair")}
 	if cfg.QueueRecheck > 0 {
@@ -168,12 +172,13 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 		fo.Notified, fo.Confirm = w.gate.Active, w.gate.Confirm
 	}
 	w.fair = fairq.New(w.rdb, fo)
+	w.completer = completer.New(w.rdb, cfg.ShutdownTimeout)
 	if w.gate != nil {
-		if w.asynqRDB, err = w.gate.Client(w.fair.Hook()); err != nil {
+		if w.asynqRDB, err = w.gate.Client(w.fair.Hook(), w.completer.Hook()); err != nil {
 			return nil, fmt.Errorf("%w: %sQUEUE_RECHECK: %w (set it to 0)", config.ErrConfig, config.EnvPrefix, err)
 		}
 		registerGateMetrics(w.registry, w.gate)
-	} else if w.asynqRDB, err = pollgate.Clone(w.rdb, w.fair.Hook()); err != nil {
+	} else if w.asynqRDB, err = pollgate.Clone(w.rdb, w.fair.Hook(), w.completer.Hook()); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	registerFairMetrics(w.registry, w.fair)
@@ -235,26 +240,69 @@ func (w *Worker) newServers() []*asynq.Server {
 func (w *Worker) countMiddleware(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		q, _ := asynq.GetQueueName(ctx)
-		c := &w.running[1]
-		if lane, _, ok := w.layout.Parse(q); ok && lane == tasks.LanePriority {
-			c = &w.running[0]
-		}
+		c := &w.running[w.laneClass(q)]
 		c.Add(1)
 		defer c.Add(-1)
+		id, _ := asynq.GetTaskID(ctx)
+		if s, ok := w.seats.LoadAndDelete(id); ok {
+			h := &seatHolder{seat: s.(throttle.Seat)}
+			ctx = context.WithValue(ctx, seatKey{}, h)
+			defer h.seat.Leave() // a task that ends before its check frees the others
+		}
 		return next.ProcessTask(ctx, t)
 	})
 }
 
-// idle is how many tasks of lane the worker's processors could start now:
-// the slots of the servers that serve it less the tasks they run and those
-// taken ahead for them, at most DEQUEUE_BATCH (the fair dispatch's Batch).
+// idle is how many tasks of lane the worker could take now (the fair
+// dispatch's Batch): its send slots (CONCURRENCY, PRIORITY_CONCURRENCY)
+// less the tasks being checked or sent — those waiting in process for a
+// slot hold no send slot — and those already taken ahead, between 1 and
+// DEQUEUE_BATCH. Taking more than can be sent soon would only age their
+// admissions: a send that begins later than half the send slack after its
+// slot gives it back and asks again.
 func (w *Worker) idle(lane tasks.Lane) int {
+	var n int
 	if lane == tasks.LanePriority {
-		n := w.cfg.PriorityConcurrency + w.cfg.MaxWaiters - int(w.running[0].Load()) - w.fair.Ahead(lane)
-		return min(w.cfg.DequeueBatch, n)
+		n = w.cfg.PriorityConcurrency - int(w.running[0].Load()-w.inWait[0].Load()) - w.fair.Ahead(lane)
+	} else {
+		n = w.cfg.Concurrency - int(w.running[1].Load()-w.inWait[1].Load()) - w.fair.Ahead(tasks.LaneStandard) - w.fair.Ahead(tasks.LaneBulk)
 	}
-	n := w.cfg.Concurrency + w.cfg.MaxWaiters - int(w.running[1].Load()) - w.fair.Ahead(tasks.LaneStandard) - w.fair.Ahead(tasks.LaneBulk)
-	return min(w.cfg.DequeueBatch, n)
+	return max(1, min(w.cfg.DequeueBatch, n))
+}
+
+// seatCohort seats the tasks one dequeue took together in a limiter
+// cohort: their checks go to Redis as one call (fairq's OnTake).
+func (w *Worker) seatCohort(_ tasks.Lane, ids []string) {
+	c := w.limiter.NewCohort(len(ids), w.cfg.CohortWait)
+	for i, id := range ids {
+		w.seats.Store(id, c.Seat(i))
+	}
+}
+
+// seatHolder is a task's cohort seat, used by its first check only.
+type seatHolder struct {
+	seat throttle.Seat
+	used bool
+}
+
+type seatKey struct{}
+
+// takeSeat returns the task's cohort seat the first time it is asked.
+func takeSeat(ctx context.Context) throttle.Seat {
+	h, ok := ctx.Value(seatKey{}).(*seatHolder)
+	if !ok || h.used {
+		return throttle.Seat{}
+	}
+	h.used = true
+	return h.seat
+}
+
+// laneClass is the index of running and inWait for a task of queue q.
+func (w *Worker) laneClass(q string) int {
+	if lane, _, ok := w.layout.Parse(q); ok && lane == tasks.LanePriority {
+		return 0
+	}
+	return 1
 }
 
 // shareSlots splits total task slots between k dequeuers (at most total of

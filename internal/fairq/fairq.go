@@ -90,6 +90,10 @@ type Options struct {
 	// answers the lane's next dequeues with the rest. Nil, or below 2: one
 	// task a call, as Asynq's own dequeue.
 	Batch func(lane tasks.Lane) int
+	// OnTake, if set, hears the ids of the tasks one dequeue took together
+	// (two or more), in the order they will run: the worker checks them in
+	// one call (a throttle.Cohort). It must not block.
+	OnTake func(lane tasks.Lane, ids []string)
 	// Confirm, if set, reads keys (of one hash slot) on the connection
 	// whose reads Redis reports the next write of (internal/pollgate's
 	// Gate.Confirm) and returns how many exist. A shard a refill or a
@@ -547,6 +551,13 @@ func (d *Dispatcher) takeMany(ctx context.Context, s *shard, refill bool, args [
 		return nil, redis.Nil
 	}
 	d.taken.Add(uint64(len(got)))
+	if d.o.OnTake != nil && len(got) > 1 {
+		ids := make([]string, len(got))
+		for i, t := range got {
+			ids[i] = t.id
+		}
+		d.o.OnTake(s.lane, ids)
+	}
 	d.learn(s, epoch, r, false, len(got))
 	if len(got) > 1 {
 		d.mu.Lock()
