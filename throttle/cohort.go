@@ -39,10 +39,12 @@ func (l *Limiter) NewCohort(n int, wait time.Duration) *Cohort {
 		wait = 2 * time.Millisecond
 	}
 	c := &Cohort{b: l.batch, calls: make([]*call, n), left: make([]bool, n), open: n}
+	c.mu.Lock() // the timer may fire before it is stored
 	c.timer = time.AfterFunc(wait, func() {
 		c.mu.Lock()
 		c.sendLocked()
 	})
+	c.mu.Unlock()
 	return c
 }
 
