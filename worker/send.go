@@ -102,6 +102,7 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 		var tried []string // providers that did not take it in this run
 		for {
+			w.onTheWay(ctx, true) // again, after a failover
 			a, err := w.reserve(ctx, t, &n, tried, log)
 			if a == nil {
 				w.leftQueue(ctx, t, n, err, log)
@@ -511,10 +512,10 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 		w.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 		return err
 	}
-	defer slots.Release(1)
 	start := time.Now()
 	if late := start.Sub(a.sendBy); w.cfg.SendSlack > 0 && late > 0 {
 		if err := w.recheck(ctx, t, n, a, late, log); err != nil {
+			slots.Release(1)
 			return err
 		}
 	}
@@ -522,6 +523,8 @@ func (w *Worker) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notificati
 	inflight.Inc()
 	err := redact(next.ProcessTask(context.WithValue(context.WithValue(ctx, ctxKey{}, n), providerKey{}, p), t), n)
 	inflight.Dec()
+	slots.Release(1) // the request is over: what follows (the done record, a hold) holds no request slot
+	w.sent(ctx)
 	w.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
 	if err == nil {
 		w.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()

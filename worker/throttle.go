@@ -43,10 +43,7 @@ const holdPeek = 10 * time.Millisecond
 func (w *Worker) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, slot, sendBy time.Time, log *slog.Logger) error {
 	limits := c.Limits
 	w.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
-	q, _ := asynq.GetQueueName(ctx)
-	waiting := &w.inWait[w.laneClass(q)]
-	waiting.Add(1)
-	defer waiting.Add(-1)
+	defer w.waiting(ctx)()
 	peek := len(c.opts.Holds) > 0 || c.opts.Consent != nil
 	wake := slot
 	if peek {

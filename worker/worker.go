@@ -106,8 +106,7 @@ type Worker struct {
 	waiters       chan struct{}       // tokens of tasks waiting in process for their slot
 	stopping      chan struct{}       // closed when shutdown starts
 	noRedisChecks bool
-	running       [2]atomic.Int64                  // tasks in the handler: the priority lane's, the others
-	inWait        [2]atomic.Int64                  // of which waiting in process for their slot
+	busy          [2]atomic.Int64                  // tasks on their way to a send (idle): the priority lane's, the others
 	seats         sync.Map                         // task id → throttle.Seat: the cohort of a batched dequeue
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 	fromDomains   config.FromDomains               // SLUICE_EMAIL_FROM_DOMAINS
@@ -240,9 +239,10 @@ func (w *Worker) newServers() []*asynq.Server {
 func (w *Worker) countMiddleware(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		q, _ := asynq.GetQueueName(ctx)
-		c := &w.running[w.laneClass(q)]
-		c.Add(1)
-		defer c.Add(-1)
+		m := &busyMark{n: &w.busy[w.laneClass(q)]}
+		m.set(true)
+		defer m.set(false)
+		ctx = context.WithValue(ctx, busyKey{}, m)
 		id, _ := asynq.GetTaskID(ctx)
 		if s, ok := w.seats.LoadAndDelete(id); ok {
 			h := &seatHolder{seat: s.(throttle.Seat)}
@@ -255,19 +255,60 @@ func (w *Worker) countMiddleware(next asynq.Handler) asynq.Handler {
 
 // idle is how many tasks of lane the worker could take now (the fair
 // dispatch's Batch): its send slots (CONCURRENCY, PRIORITY_CONCURRENCY)
-// less the tasks being checked or sent — those waiting in process for a
-// slot hold no send slot — and those already taken ahead, between 1 and
-// DEQUEUE_BATCH. Taking more than can be sent soon would only age their
-// admissions: a send that begins later than half the send slack after its
-// slot gives it back and asks again.
+// less the tasks on their way to a send — being checked, or holding or
+// waiting for a request slot; not those waiting in process for their slot,
+// nor those whose request is over — and those already taken ahead, between
+// 1 and DEQUEUE_BATCH. Taking more than can be sent soon would only age
+// their admissions: a send that begins later than half the send slack after
+// its slot gives it back and asks again.
 func (w *Worker) idle(lane tasks.Lane) int {
 	var n int
 	if lane == tasks.LanePriority {
-		n = w.cfg.PriorityConcurrency - int(w.running[0].Load()-w.inWait[0].Load()) - w.fair.Ahead(lane)
+		n = w.cfg.PriorityConcurrency - int(w.busy[0].Load()) - w.fair.Ahead(lane)
 	} else {
-		n = w.cfg.Concurrency - int(w.running[1].Load()-w.inWait[1].Load()) - w.fair.Ahead(tasks.LaneStandard) - w.fair.Ahead(tasks.LaneBulk)
+		n = w.cfg.Concurrency - int(w.busy[1].Load()) - w.fair.Ahead(tasks.LaneStandard) - w.fair.Ahead(tasks.LaneBulk)
 	}
 	return max(1, min(w.cfg.DequeueBatch, n))
+}
+
+// busyMark is whether a task counts as on its way to a send (idle).
+type busyMark struct {
+	n    *atomic.Int64
+	held bool // only the task's own goroutine touches it
+}
+
+type busyKey struct{}
+
+func (m *busyMark) set(busy bool) {
+	if m.held != busy {
+		m.held = busy
+		if busy {
+			m.n.Add(1)
+		} else {
+			m.n.Add(-1)
+		}
+	}
+}
+
+// waiting marks the task off the way to a send while it waits in process
+// for its slot; the returned func marks it on again.
+func (w *Worker) waiting(ctx context.Context) func() {
+	m, ok := ctx.Value(busyKey{}).(*busyMark)
+	if !ok {
+		return func() {}
+	}
+	m.set(false)
+	return func() { m.set(true) }
+}
+
+// sent marks the task off the way to a send: its request is over.
+func (w *Worker) sent(ctx context.Context) { w.onTheWay(ctx, false) }
+
+// onTheWay marks the task on (or off) its way to a send.
+func (w *Worker) onTheWay(ctx context.Context, busy bool) {
+	if m, ok := ctx.Value(busyKey{}).(*busyMark); ok {
+		m.set(busy)
+	}
 }
 
 // seatCohort seats the tasks one dequeue took together in a limiter
@@ -297,7 +338,7 @@ func takeSeat(ctx context.Context) throttle.Seat {
 	return h.seat
 }
 
-// laneClass is the index of running and inWait for a task of queue q.
+// laneClass is the index of busy for a task of queue q.
 func (w *Worker) laneClass(q string) int {
 	if lane, _, ok := w.layout.Parse(q); ok && lane == tasks.LanePriority {
 		return 0
