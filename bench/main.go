@@ -26,15 +26,16 @@ import (
 )
 
 var (
-	quick     = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
-	rounds    = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
-	dur       = flag.Duration("dur", 2*time.Second, "length of one micro run")
-	docs      = flag.String("docs", "../docs", "where figures are written")
-	cpuProf   = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	workerEnv = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment and to the binaries' (to try settings; a baseline binary refuses one it does not know: skip it with -fair-baseline= or -baseline=)")
-	cmdStats  = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
-	monitorOn = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
-	only      = flag.String("only", "", "comma-separated sections to run: check,throttled,booked,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
+	quick      = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds     = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur        = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	docs       = flag.String("docs", "../docs", "where figures are written")
+	cpuProf    = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
+	workerEnv  = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment and to the binaries' (to try settings; a baseline binary refuses one it does not know: skip it with -fair-baseline= or -baseline=)")
+	withFloors = flag.Bool("floors", false, "worker section: also run issue 38's floors (Asynq with Sluice's check alone, with its record, the full check, the poll gate)")
+	cmdStats   = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
+	monitorOn  = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
+	only       = flag.String("only", "", "comma-separated sections to run: check,throttled,booked,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
 )
 
 type row struct {
@@ -191,6 +192,18 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 	u, _ := strconv.ParseFloat(field(info, "used_cpu_user"), 64)
 	s, _ := strconv.ParseFloat(field(info, "used_cpu_sys"), 64)
 	return time.Duration((u + s) * 1e9)
+}
+
+// redisReads is Redis's count of read events handled (INFO stats
+// total_reads_processed): about one per client round trip, a pipeline
+// being one.
+func redisReads(ctx context.Context, rdb redis.UniversalClient) int64 {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(field(info, "total_reads_processed"), 10, 64)
+	return n
 }
 
 // cmdStat is one command's line of INFO commandstats.
