@@ -135,7 +135,15 @@ type Dispatcher struct {
 // will run it.
 type takenTask struct {
 	queue, id, msg string
+	at             time.Time // when it was taken
 }
+
+// MaxAhead is the longest a task taken ahead waits for a processor: one
+// older is put back at the head of its queue instead of run. Its lease does
+// not move while it waits (no server runs it yet), so the orphan sweep of
+// any worker (internal/orphans, at least 11 s) could otherwise put it back
+// while it is still here to be run.
+const MaxAhead = 5 * time.Second
 
 // shard is what the dispatcher knows of one queue. Guarded by mu.
 type shard struct {
@@ -302,7 +310,7 @@ func (d *Dispatcher) dequeueOf(c *redis.Cmd) *shard {
 // asked's lane the lottery picks, trying the lane's shards known to hold
 // work until one gives a task; with none, it lets c through as Asynq made it.
 func (d *Dispatcher) dequeue(ctx context.Context, c *redis.Cmd, asked *shard, next redis.ProcessHook) error {
-	if t, ok := d.popAhead(asked.lane); ok {
+	if t, ok := d.popAhead(ctx, asked.lane); ok {
 		d.answered.Add(1)
 		c.SetVal(t.msg)
 		return nil
@@ -544,7 +552,7 @@ func (d *Dispatcher) takeMany(ctx context.Context, s *shard, refill bool, args [
 		if !ok1 || !ok2 {
 			return nil, errors.New("fairq: take: unexpected reply")
 		}
-		got = append(got, takenTask{queue: s.queue, id: id, msg: msg})
+		got = append(got, takenTask{queue: s.queue, id: id, msg: msg, at: d.o.Now()})
 	}
 	if len(got) == 0 {
 		d.learnEmpty(ctx, s, epoch, r)
@@ -603,21 +611,34 @@ func loadScripts(ctx context.Context, rdb redis.UniversalClient, queue string, s
 	return nil
 }
 
-// popAhead returns the oldest task taken ahead for lane, if any.
-func (d *Dispatcher) popAhead(lane tasks.Lane) (takenTask, bool) {
+// popAhead returns the oldest task taken ahead for lane, if any. Those
+// that waited longer than MaxAhead are put back in their queue instead.
+func (d *Dispatcher) popAhead(ctx context.Context, lane tasks.Lane) (takenTask, bool) {
 	if lane == "" {
 		return takenTask{}, false
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	q := d.ahead[lane]
-	if len(q) == 0 {
-		return takenTask{}, false
+	var stale []takenTask
+	for len(q) > 0 && d.o.Now().Sub(q[0].at) > MaxAhead {
+		stale = append(stale, q[0])
+		q = q[1:]
 	}
-	t := q[0]
-	q[0] = takenTask{}
-	d.ahead[lane] = q[1:]
-	return t, true
+	var t takenTask
+	ok := len(q) > 0
+	if ok {
+		t = q[0]
+		q[0] = takenTask{}
+		q = q[1:]
+	}
+	d.ahead[lane] = q
+	d.mu.Unlock()
+	if len(stale) > 0 {
+		if _, err := d.untake(ctx, stale); err != nil {
+			d.o.Logger.Warn("tasks taken ahead and not started in time not put back; they run elsewhere once their lease expires", "tasks", len(stale), "err", err)
+		}
+	}
+	return t, ok
 }
 
 // Ahead returns how many tasks wait, taken ahead, for lane's processors.
@@ -633,16 +654,28 @@ func (d *Dispatcher) Ahead(lane tasks.Lane) int {
 // for their lease to expire. It returns how many it put back.
 func (d *Dispatcher) GiveBack(ctx context.Context) (int, error) {
 	d.mu.Lock()
-	byQueue := map[string][]any{}
+	var all []takenTask
 	for lane, q := range d.ahead {
-		for _, t := range q {
-			byQueue[t.queue] = append(byQueue[t.queue], t.id)
-		}
+		all = append(all, q...)
 		delete(d.ahead, lane)
 	}
 	d.mu.Unlock()
+	return d.untake(ctx, all)
+}
+
+// untake puts ts back at the head of their queues, in the order taken.
+func (d *Dispatcher) untake(ctx context.Context, ts []takenTask) (int, error) {
+	byQueue := map[string][]any{}
+	var order []string
+	for _, t := range ts {
+		if _, ok := byQueue[t.queue]; !ok {
+			order = append(order, t.queue)
+		}
+		byQueue[t.queue] = append(byQueue[t.queue], t.id)
+	}
 	n, errs := 0, []error(nil)
-	for q, ids := range byQueue {
+	for _, q := range order {
+		ids := byQueue[q]
 		r := tasks.RoomOf(q)
 		got, err := scripts.FairUntake.Run(ctx, d.rdb, []string{r.Pending, "asynq:{" + q + "}:active", "asynq:{" + q + "}:lease"},
 			append([]any{r.TaskPrefix}, ids...)...).Int()

@@ -709,3 +709,63 @@ func TestGiveBackPutsTasksTakenAheadBack(t *testing.T) {
 	}
 	srvA.Shutdown()
 }
+
+// A task taken ahead that waited longer than MaxAhead for a processor is
+// put back in its queue, not run from the dispatcher: its lease stood still
+// meanwhile, and an orphan sweep could have put it back already. The tasks
+// then run once each, in order.
+func TestTasksTakenAheadTooLongArePutBack(t *testing.T) {
+	t.Parallel()
+	srv, rdb := redistest.New(t)
+	p := tasks.NewProducer(srv.Client(t), nil)
+	const tenant = "s"
+	q := layout.Route(tenant, tasks.LaneStandard, nil)
+	ids := fill(t, p, tenant, tasks.LaneStandard, 5)
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	d := fairq.New(rdb, fairq.Options{Queues: layout.Queues(), Layout: layout, Now: now, Batch: func(tasks.Lane) int { return 5 }})
+	c, err := pollgate.Clone(rdb, d.Hook())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	release := make(chan struct{})
+	started := make(chan string, 16)
+	srvA := asynq.NewServerFromRedisClient(c, asynq.Config{Concurrency: 1, Queues: map[string]int{q: 1}, LogLevel: asynq.FatalLevel,
+		TaskCheckInterval: 5 * time.Millisecond})
+	if err := srvA.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		<-release
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srvA.Shutdown)
+	if first := <-started; first != ids[0] {
+		t.Fatalf("ran %s first, want %s", first, ids[0])
+	}
+	if n := d.Ahead(tasks.LaneStandard); n != 4 {
+		t.Fatalf("%d taken ahead, want 4", n)
+	}
+	skew.Store(int64(fairq.MaxAhead + time.Second))
+	close(release)
+	for i := 1; i < 5; i++ {
+		select {
+		case id := <-started:
+			if id != ids[i] {
+				t.Fatalf("ran %s %d-th, want %s", id, i+1, ids[i])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the tasks put back did not run")
+		}
+	}
+	if st := d.Stats(); st.Taken < 9 {
+		t.Fatalf("stats %+v: the four stale tasks were run from the dispatcher, not put back and taken again", st)
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("%s ran twice", id)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
