@@ -42,26 +42,20 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 	var orphans []orphan
 	for k := 0; k < 4; k++ {
 		e.sms.WaitCount(t, 60*(k+1), time.Minute)
-		// Kill while tasks are in flight on every worker: sends take 300 ms
-		// at the provider, so a burst keeps each worker's slots busy (Asynq
-		// offers no signal for it: poll).
+		// Kill a worker while it holds tasks in flight: sends take 300 ms at
+		// the provider, so a burst keeps its slots busy. Asynq offers no
+		// signal for it, and its servers list their running tasks only in
+		// heartbeats (every 5 s), while a worker takes its tasks a batch at
+		// a time: poll for a worker whose last heartbeat lists tasks that
+		// are still active now, and kill the one that lists the most.
 		var active []string
-		if err := sluicetest.Wait(30*time.Second, "9 tasks in flight", func() bool { active = e.activeTasks(); return len(active) >= 9 }); err != nil {
-			t.Fatalf("kill %d: fewer than 9 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
-		}
-		// Tasks cluster on one worker (the one whose forwarder moved them
-		// to the queue tends to dequeue them): kill the one Asynq's latest
-		// heartbeats list with the most tasks, else the next in turn.
-		i := k % len(workers)
-		if servers, err := e.insp.Servers(); err == nil {
-			most := 0
-			for j, w := range workers {
-				for _, srv := range servers {
-					if srv.PID == w.cmd.Process.Pid && len(srv.ActiveWorkers) > most {
-						i, most = j, len(srv.ActiveWorkers)
-					}
-				}
-			}
+		i := -1
+		if err := sluicetest.Wait(30*time.Second, "a worker holding active tasks", func() bool {
+			active = e.activeTasks()
+			i = holder(e, workers, active)
+			return len(active) >= 9 && i >= 0
+		}); err != nil {
+			t.Fatalf("kill %d: no worker held 9 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
 		}
 		workers[i].kill()
 		killed := time.Now()
@@ -159,6 +153,37 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 			t.Fatalf("%s logged a recipient in clear at info level", w.name)
 		}
 	}
+}
+
+// holder is the index of the worker whose servers' last heartbeats list
+// the most of the active tasks (-1: none lists any).
+func holder(e *env, workers []*proc, active []string) int {
+	servers, err := e.insp.Servers()
+	if err != nil {
+		return -1
+	}
+	now := map[string]bool{}
+	for _, id := range active {
+		now[id] = true
+	}
+	best, most := -1, 0
+	for j, w := range workers {
+		n := 0
+		for _, srv := range servers {
+			if srv.PID != w.cmd.Process.Pid {
+				continue
+			}
+			for _, a := range srv.ActiveWorkers {
+				if now[a.TaskID] {
+					n++
+				}
+			}
+		}
+		if n > most {
+			best, most = j, n
+		}
+	}
+	return best
 }
 
 // pct is the p-th percentile of sorted durations (0 when empty).
