@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// Three worker processes drain 500 SMS under tight quotas while one of them
+// Three worker processes drain 700 SMS under tight quotas while one of them
 // is killed with SIGKILL four times mid-send and restarted. Nothing is lost,
 // and no recipient's window holds more receipts than the limit — every
 // receipt counted, repeats included: a send whose outcome the killed worker
@@ -28,13 +28,13 @@ import (
 // measured.
 func TestWorkerKilledMidFlight(t *testing.T) {
 	t.Parallel()
-	// 20 per recipient at 2 per 4 s: about 40 s of backlog, room for four
+	// 28 per recipient at 2 per 4 s: about 56 s of backlog, room for four
 	// kills 5 s apart while work remains.
 	e := newEnv(t, "sms:recipient=2/4s,sms:tenant=100000/1h")
 	e.sms.SetLatency(300 * time.Millisecond) // sends are in flight when the kill lands
 	workers := []*proc{e.worker("w0", nil), e.worker("w1", nil), e.worker("w2", nil)}
 	all := slices.Clone(workers)
-	ids := e.enqueueSMS(500, recipients(25), []string{"acme"})
+	ids := e.enqueueSMS(700, recipients(25), []string{"acme"})
 	type orphan struct {
 		id     string
 		killed time.Time
