@@ -52,10 +52,10 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 		i := -1
 		if err := sluicetest.Wait(30*time.Second, "a worker holding active tasks", func() bool {
 			active = e.activeTasks()
-			i = holder(e, workers, active)
-			return len(active) >= 9 && i >= 0
+			i = holder(e, workers, active, 3)
+			return i >= 0
 		}); err != nil {
-			t.Fatalf("kill %d: no worker held 9 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
+			t.Fatalf("kill %d: no worker held 3 tasks in flight for 30 s (%d delivered of %d): the backlog ran out before the kills", k+1, len(e.sms.Deliveries()), len(ids))
 		}
 		workers[i].kill()
 		killed := time.Now()
@@ -85,8 +85,9 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 			first[d.ID] = d.At
 		}
 	}
-	// When each was put back in the queue: the sweepers log it.
-	requeued := map[string]time.Time{}
+	// When each was put back in the queue: the sweepers log it (a task a
+	// later kill orphaned again is put back again).
+	requeued := map[string][]time.Time{}
 	for _, w := range all {
 		for _, line := range strings.Split(w.logText(), "\n") {
 			if !strings.Contains(line, `msg="requeued an orphaned task`) {
@@ -102,7 +103,7 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 					id = v
 				}
 			}
-			requeued[id] = at
+			requeued[id] = append(requeued[id], at)
 		}
 	}
 	var delays, requeues []time.Duration
@@ -110,8 +111,11 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 		if at, ok := first[o.id]; ok && at.After(o.killed) {
 			delays = append(delays, at.Sub(o.killed))
 		}
-		if at, ok := requeued[o.id]; ok {
-			requeues = append(requeues, at.Sub(o.killed))
+		for _, at := range requeued[o.id] { // the first after its kill
+			if at.After(o.killed) {
+				requeues = append(requeues, at.Sub(o.killed))
+				break
+			}
 		}
 	}
 	slices.Sort(delays)
@@ -156,8 +160,8 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 }
 
 // holder is the index of the worker whose servers' last heartbeats list
-// the most of the active tasks (-1: none lists any).
-func holder(e *env, workers []*proc, active []string) int {
+// the most of the active tasks, at least least (-1: none lists that many).
+func holder(e *env, workers []*proc, active []string, least int) int {
 	servers, err := e.insp.Servers()
 	if err != nil {
 		return -1
@@ -166,7 +170,7 @@ func holder(e *env, workers []*proc, active []string) int {
 	for _, id := range active {
 		now[id] = true
 	}
-	best, most := -1, 0
+	best, most := -1, least-1
 	for j, w := range workers {
 		n := 0
 		for _, srv := range servers {

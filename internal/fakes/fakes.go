@@ -37,7 +37,7 @@ import (
 
 // Delivery is one message a fake provider accepted.
 type Delivery struct {
-	At   time.Time
+	At   time.Time // when the request arrived (the SMS API: before the latency it adds)
 	ID   string // Idempotency-Key (SMS) or Message-ID local part (email)
 	To   string
 	Body string
@@ -181,6 +181,7 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 		cbNotify: make(chan struct{}, 1), client: &http.Client{Timeout: 10 * time.Second}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now() // the receipt's time: before the latency the fake adds, which a loaded process overshoots
 		user, pass, ok := r.BasicAuth()
 		if !ok || user != f.AccountSID || pass != f.AuthToken || r.PathValue("sid") != f.AccountSID {
 			http.Error(w, `{"message":"authenticate"}`, http.StatusUnauthorized)
@@ -221,7 +222,7 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 			f.wake()
 			return
 		}
-		d := Delivery{At: time.Now(), ID: r.Header.Get("Idempotency-Key"), To: to, Body: body,
+		d := Delivery{At: arrived, ID: r.Header.Get("Idempotency-Key"), To: to, Body: body,
 			From: form.Get("From"), MessagingServiceSID: form.Get("MessagingServiceSid"), StatusCallback: form.Get("StatusCallback"),
 			SID: newSID("SM"), Form: form}
 		f.record(d)
