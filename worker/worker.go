@@ -181,6 +181,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	registerFairMetrics(w.registry, w.fair)
+	registerCompleterMetrics(w.registry, w.completer)
 	w.queues = newQueueCollector(w.rdb, w.layout, w.log.With("component", "queue-metrics"))
 	w.registry.MustRegister(w.queues)
 	w.servers = w.newServers()
