@@ -122,7 +122,7 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 	}
 	unsubscribe.New(signer, svc.Consent, svc.Plans.Policy, svc.Log.With("component", "unsubscribe"), svc.Registry).Mount(s)
 	// The dashboard.
-	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, svc, s.Auth(), s.Stopping))
+	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, svc, s.Auth(), s.Stopping, cfg.MaxConns))
 	if err != nil {
 		return err
 	}
