@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"provider", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_webhook_refused_total",
-			Help: "Provider webhook deliveries refused or recorded nothing, by provider and reason (unsigned, forged, stale, not_allowed, malformed, not_configured, duplicate).",
+			Help: "Provider webhook deliveries refused or recorded nothing, by provider and reason (unsigned, forged, stale, not_allowed, malformed, not_configured, duplicate, unavailable: the check could not be made now, e.g. a signing certificate that could not be fetched).",
 		}, []string{"provider", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.events, m.refused} {
@@ -73,10 +73,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Handler is one provider's route.
 type Handler struct {
-	p       Provider
-	cfg     Config
-	m       *Metrics
-	warnLog *warnEvery
+	p              Provider
+	cfg            Config
+	m              *Metrics
+	warnLog        *warnEvery
+	unavailableLog *warnEvery
 }
 
 // NewHandler returns p's route over cfg, counting in m.
@@ -87,7 +88,7 @@ func NewHandler(p Provider, cfg Config, m *Metrics) *Handler {
 	if cfg.ClientIP == nil {
 		cfg.ClientIP = PeerIP
 	}
-	return &Handler{p: p, cfg: cfg, m: m, warnLog: &warnEvery{interval: 10 * time.Second}}
+	return &Handler{p: p, cfg: cfg, m: m, warnLog: &warnEvery{interval: 10 * time.Second}, unavailableLog: &warnEvery{interval: 10 * time.Second}}
 }
 
 // Answer is a recorded delivery's answer.
@@ -200,9 +201,12 @@ func (h *Handler) refuse(w http.ResponseWriter, tenant string, err error) {
 	case errors.Is(err, ErrNotAllowed):
 		reason, status, kind = "not_allowed", http.StatusForbidden, "bad-signature"
 	case errors.Is(err, ErrUnavailable):
-		h.cfg.Log.Warn("webhook could not be checked now; the provider retries", "provider", name, "tenant", tenant, "err", err)
+		// Sampled like every refusal: anyone can post a delivery naming a
+		// certificate that cannot be fetched.
+		h.m.refused.WithLabelValues(name, "unavailable").Inc()
+		h.unavailableLog.warn(h.cfg.Log, "webhook could not be checked now; the provider retries", "provider", name, "tenant", tenant, "err", err)
 		w.Header().Set("Retry-After", "5")
-		problem.Write(w, http.StatusServiceUnavailable, "unavailable", "the delivery could not be checked now (its signing certificate could not be fetched); nothing was recorded, try again")
+		problem.Write(w, http.StatusServiceUnavailable, "check-unavailable", "nothing was recorded: "+err.Error())
 		return
 	}
 	h.m.refused.WithLabelValues(name, reason).Inc()

@@ -98,6 +98,7 @@ var Titles = map[string]string{
 	"no-rules":              "No quota rules apply",
 	"tenant-required":       "An admin token must name the tenant",
 	"unavailable":           "Redis cannot be reached; nothing was done",
+	"check-unavailable":     "The request could not be checked now; nothing was done",
 	"internal":              "Internal error",
 }
 
