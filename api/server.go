@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -162,6 +163,53 @@ func (m *patternMux) HandleFunc(pattern string, h func(http.ResponseWriter, *htt
 	m.Handle(pattern, http.HandlerFunc(h))
 }
 
+// allowed is the Allow header for path: the methods of every registered
+// pattern whose path matches it, in the order registered, HEAD after GET
+// (net/http serves HEAD with a GET route); "" when none does.
+func (m *patternMux) allowed(path string) string {
+	var methods []string
+	add := func(method string) {
+		if !slices.Contains(methods, method) {
+			methods = append(methods, method)
+		}
+	}
+	for _, p := range m.patterns {
+		method, pat, ok := strings.Cut(p, " ")
+		if !ok || !matchPath(strings.TrimSpace(pat), path) {
+			continue
+		}
+		add(method)
+		if method == http.MethodGet {
+			add(http.MethodHead)
+		}
+	}
+	return strings.Join(methods, ", ")
+}
+
+// matchPath reports whether path matches a ServeMux pattern's path:
+// literal segments, {name} for one non-empty segment, {name...} for the
+// rest, a trailing slash for a subtree.
+func matchPath(pattern, path string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	for i, seg := range ps {
+		switch {
+		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "...}"):
+			return i <= len(xs)
+		case i == len(ps)-1 && seg == "" && i > 0:
+			return i <= len(xs) // a subtree: "/prefix/"
+		case i >= len(xs):
+			return false
+		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}"):
+			if xs[i] == "" {
+				return false
+			}
+		case seg != xs[i]:
+			return false
+		}
+	}
+	return len(ps) == len(xs)
+}
+
 // mux builds the API's routes: its own (behind instrument, authenticate
 // and rateLimit), the mounted ones, the answers for everything else under
 // /v1/, and the document and probes.
@@ -188,20 +236,10 @@ func (s *Server) mux() *patternMux {
 		mux.Handle(rt.Pattern, s.instrument(rt.Handler))
 	}
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		allow := ""
-		switch p := r.URL.Path; {
-		case p == "/v1/notifications":
-			allow = "POST"
-		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
-			allow = "GET, HEAD"
-		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1,
-			strings.HasPrefix(p, "/v1/events/") && !strings.Contains(p[len("/v1/events/"):], "/"),
-			strings.HasPrefix(p, "/v1/inbound/sms/") && !strings.Contains(p[len("/v1/inbound/sms/"):], "/"):
-			allow = "POST"
-		case strings.HasPrefix(p, "/v1/suppressions/") && strings.Count(p[len("/v1/suppressions/"):], "/") == 1:
-			allow = "GET, HEAD, POST, PUT, DELETE"
-		}
-		if allow != "" {
+		// The catch-all under /v1/ hides net/http's own 405: the Allow
+		// header is made here from every route registered, the mounted
+		// ones included, so a route cannot be left out.
+		if allow := mux.allowed(r.URL.Path); allow != "" {
 			w.Header().Set("Allow", allow)
 			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not served here; see /openapi.yaml")
 			return
