@@ -137,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) apply(w http.ResponseWriter, ctx context.Context, tenant string, b Batch) {
 	name := h.p.Name()
 	if b.ReplayID != "" {
-		first, err := h.cfg.Guard.First(ctx, tenant, name, b.ReplayID, b.ReplayTTL)
+		first, err := h.cfg.Guard.First(ctx, name, b.ReplayID, b.ReplayTTL)
 		if err != nil {
 			h.unavailable(w, err)
 			return
@@ -150,7 +150,7 @@ func (h *Handler) apply(w http.ResponseWriter, ctx context.Context, tenant strin
 	}
 	forget := func() {
 		if b.ReplayID != "" {
-			_ = h.cfg.Guard.Forget(context.WithoutCancel(ctx), tenant, name, b.ReplayID)
+			_ = h.cfg.Guard.Forget(context.WithoutCancel(ctx), name, b.ReplayID)
 		}
 	}
 	if b.Confirm != nil {
@@ -270,8 +270,16 @@ func HeaderIP(header string) func(*http.Request) netip.Addr {
 	}
 }
 
-// warnEvery logs one WARN per interval for a repeated event (a refused
+// LogEvery logs one WARN per interval for a repeated event (a refused
 // delivery: anyone can send them), naming how many were not logged.
+type LogEvery = warnEvery
+
+// NewLogEvery returns a LogEvery of interval.
+func NewLogEvery(interval time.Duration) *LogEvery { return &warnEvery{interval: interval} }
+
+// Warn logs msg unless another was logged within the interval.
+func (s *warnEvery) Warn(log *slog.Logger, msg string, args ...any) { s.warn(log, msg, args...) }
+
 type warnEvery struct {
 	interval time.Duration
 	mu       sync.Mutex

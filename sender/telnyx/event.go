@@ -63,9 +63,10 @@ type Event struct {
 
 // MessagePayload is data.payload of a message event.
 type MessagePayload struct {
-	ID   string `json:"id"`
-	Text string `json:"text"`
-	From struct {
+	ID                 string `json:"id"`
+	Text               string `json:"text"`
+	MessagingProfileID string `json:"messaging_profile_id"`
+	From               struct {
 		PhoneNumber string `json:"phone_number"`
 	} `json:"from"`
 	To []struct {
