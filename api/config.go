@@ -41,6 +41,7 @@ type Settings struct {
 	MaxBodyBytes      int64         `env:"API_MAX_BODY_BYTES" envDefault:"4194304" desc:"Largest request body in bytes (a batch holds at most 500 notifications); larger: 413."`
 	IdempotencyTTL    time.Duration `env:"API_IDEMPOTENCY_TTL" envDefault:"24h" desc:"How long the response to a request with an Idempotency-Key is kept and replayed to a retry with the same key and body (at least 24h)."`
 	ReadTimeout       time.Duration `env:"API_READ_TIMEOUT" envDefault:"30s" desc:"How long a client may take to send a whole request; an Idempotency-Key is held as in flight at most this long plus 30s."`
+	BodyTimeout       time.Duration `env:"API_UNAUTHENTICATED_BODY_TIMEOUT" envDefault:"5s" desc:"How long a request to a route no bearer token authenticates (a provider's webhook or callback, an unsubscribe link, the dashboard's forms) may take to send its body after its head; past it the body's read fails and the connection is closed. Such routes check what the head carries (the tenant's credentials, a signature header, a timestamp) before they read a body. 100ms up to READ_TIMEOUT."`
 	ShutdownTimeout   time.Duration `env:"API_SHUTDOWN_TIMEOUT" envDefault:"10s" desc:"On SIGTERM, how long requests in flight may take to finish; new connections are refused and /readyz answers 503 meanwhile."`
 }
 
@@ -134,6 +135,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReadTimeout < time.Second || c.ReadTimeout > 10*time.Minute {
 		bad("READ_TIMEOUT", "must be between 1s and 10m, got %v", c.ReadTimeout)
+	}
+	if c.BodyTimeout < 100*time.Millisecond || c.BodyTimeout > c.ReadTimeout {
+		bad("UNAUTHENTICATED_BODY_TIMEOUT", "must be between 100ms and READ_TIMEOUT (%v), got %v", c.ReadTimeout, c.BodyTimeout)
 	}
 	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > 10*time.Minute {
 		bad("SHUTDOWN_TIMEOUT", "must be between 0 and 10m, got %v", c.ShutdownTimeout)

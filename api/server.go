@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -233,7 +234,7 @@ func (s *Server) mux() *patternMux {
 			mux.Handle(rt.Pattern, rt.Handler)
 			continue
 		}
-		mux.Handle(rt.Pattern, s.instrument(rt.Handler))
+		mux.Handle(rt.Pattern, s.instrument(bodyDeadline(s.cfg.BodyTimeout, rt.Handler)))
 	}
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The catch-all under /v1/ hides net/http's own 405: the Allow
@@ -559,4 +560,43 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.queueFull, m.authLimited)
 	return m
+}
+
+// bodyDeadline gives a request to a route no bearer token authenticates
+// (a provider's webhook, a link, a form) d from its start to send its body:
+// an unauthenticated client dribbling a body holds its connection that
+// long, not SLUICE_API_READ_TIMEOUT. Once the body is read the deadline is
+// lifted (net/http reads on in the background to notice a client that goes
+// away, which a lapsed deadline would take for one). A request without a
+// body (a live stream) is left alone.
+func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		r.Body = &liftOnEOF{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// liftOnEOF calls lift once, when the body has been read to its end.
+type liftOnEOF struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *liftOnEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
 }

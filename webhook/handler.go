@@ -24,9 +24,16 @@ func Route(p Provider) string { return "POST " + Path(p.Name(), "{tenant}") }
 // Path is the path of a provider's route for tenant.
 func Path(provider, tenant string) string { return "/v1/webhooks/" + provider + "/" + tenant }
 
-// MaxBodyBytes bounds a delivery's body (SendGrid batches events: its
-// posts stay well under this).
-const MaxBodyBytes = 4 << 20
+// MaxBodyBytes bounds a delivery's body: SendGrid, whose batches are the
+// largest, posts at most 768 KB; an SNS message is at most 256 KB.
+const MaxBodyBytes = 1 << 20
+
+// HeadChecker is a Provider that can refuse a delivery from its head alone
+// (its credentials, signature headers, timestamp): the handler asks it
+// before it reads the body. in has no Body yet.
+type HeadChecker interface {
+	CheckHead(in Inbound) error
+}
 
 // Config is what the handlers share.
 type Config struct {
@@ -105,10 +112,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such tenant")
 		return
 	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	creds, err := h.cfg.Store.Get(r.Context(), tenant, name)
 	switch {
 	case errors.Is(err, ErrNotConfigured):
@@ -123,7 +126,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.unavailable(w, err)
 		return
 	}
-	in := Inbound{Request: r, Body: body, Creds: creds, Now: h.cfg.Now(), ClientIP: h.cfg.ClientIP(r)}
+	in := Inbound{Request: r, Creds: creds, Now: h.cfg.Now(), ClientIP: h.cfg.ClientIP(r)}
+	// What the head can refuse is refused before the body is read: an
+	// unauthenticated client holds its connection no longer than its head.
+	if hc, ok := h.p.(HeadChecker); ok {
+		if err := hc.CheckHead(in); err != nil {
+			h.refuse(w, tenant, err)
+			return
+		}
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	in.Body = body
 	b, err := h.p.Verify(r.Context(), in)
 	if err != nil {
 		h.refuse(w, tenant, err)
@@ -227,10 +243,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a webhook delivery is at most 4 MiB")
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a webhook delivery is at most 1 MiB")
 			return nil, false
 		}
-		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read in time (SLUICE_API_UNAUTHENTICATED_BODY_TIMEOUT) or in full")
 		return nil, false
 	}
 	return body, true

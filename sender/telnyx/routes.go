@@ -55,12 +55,23 @@ func (h *Webhooks) signed(w http.ResponseWriter, r *http.Request, route string) 
 		problem.Write(w, http.StatusNotFound, "not-found", "Telnyx webhooks are off: set SLUICE_TELNYX_WEBHOOK_URL and SLUICE_TELNYX_PUBLIC_KEY")
 		return Event{}, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBytes))
-	if err != nil {
-		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a Telnyx webhook is at most 64 KiB")
-		return Event{}, false
+	// What the head can refuse is refused before the body is read.
+	err := CheckHead(r.Header.Get(SignatureHeader), r.Header.Get(TimestampHeader), h.now())
+	var body []byte
+	if err == nil {
+		var tooBig *http.MaxBytesError
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBytes))
+		switch {
+		case errors.As(err, &tooBig):
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a Telnyx webhook is at most 64 KiB")
+			return Event{}, false
+		case err != nil:
+			problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read in time (SLUICE_API_UNAUTHENTICATED_BODY_TIMEOUT) or in full")
+			return Event{}, false
+		}
+		err = Verify(h.key, r.Header.Get(SignatureHeader), r.Header.Get(TimestampHeader), body, h.now())
 	}
-	if err := Verify(h.key, r.Header.Get(SignatureHeader), r.Header.Get(TimestampHeader), body, h.now()); err != nil {
+	if err != nil {
 		reason := "forged"
 		switch {
 		case errors.Is(err, ErrUnsigned):

@@ -83,25 +83,36 @@ func Prefixes(allow []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Verify implements webhook.Provider.
-func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+var _ webhook.HeadChecker = Provider{}
+
+// CheckHead implements webhook.HeadChecker: the client address and the
+// basic auth are in the head, checked before the body is read.
+func (Provider) CheckHead(in webhook.Inbound) error {
 	if len(in.Creds.AllowIPs) > 0 {
 		allowed, err := Prefixes(in.Creds.AllowIPs)
 		if err != nil {
-			return webhook.Batch{}, err
+			return err
 		}
 		if !contains(allowed, in.ClientIP) {
-			return webhook.Batch{}, fmt.Errorf("%w: the client address is not in the tenant's allowlist", webhook.ErrNotAllowed)
+			return fmt.Errorf("%w: the client address is not in the tenant's allowlist", webhook.ErrNotAllowed)
 		}
 	}
 	user, pass, ok := in.Request.BasicAuth()
 	if !ok {
-		return webhook.Batch{}, fmt.Errorf("%w: no basic auth: put USER:PASSWORD@ in the webhook URL", webhook.ErrUnsigned)
+		return fmt.Errorf("%w: no basic auth: put USER:PASSWORD@ in the webhook URL", webhook.ErrUnsigned)
 	}
 	u := subtle.ConstantTimeCompare([]byte(user), []byte(in.Creds.User))
 	p := subtle.ConstantTimeCompare([]byte(pass), []byte(in.Creds.Password))
 	if u&p != 1 || in.Creds.Password == "" {
-		return webhook.Batch{}, fmt.Errorf("%w: basic auth", webhook.ErrForged)
+		return fmt.Errorf("%w: basic auth", webhook.ErrForged)
+	}
+	return nil
+}
+
+// Verify implements webhook.Provider.
+func (p Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+	if err := p.CheckHead(in); err != nil {
+		return webhook.Batch{}, err
 	}
 	return Parse(in.Body)
 }

@@ -91,12 +91,27 @@ func PublicKey(b64 string) (*ecdsa.PublicKey, error) {
 	return ek, nil
 }
 
-// Verify implements webhook.Provider.
-func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+var _ webhook.HeadChecker = Provider{}
+
+// CheckHead implements webhook.HeadChecker: the signature and timestamp
+// headers are there and the timestamp fresh, before the body is read.
+func (Provider) CheckHead(in webhook.Inbound) error {
 	sig, ts := in.Request.Header.Get(SignatureHeader), in.Request.Header.Get(TimestampHeader)
 	if sig == "" || ts == "" {
-		return webhook.Batch{}, fmt.Errorf("%w: no %s or %s", webhook.ErrUnsigned, SignatureHeader, TimestampHeader)
+		return fmt.Errorf("%w: no %s or %s", webhook.ErrUnsigned, SignatureHeader, TimestampHeader)
 	}
+	if err := webhook.Fresh(ts, in.Now, webhook.Tolerance); err != nil {
+		return fmt.Errorf("%w: %s is not within %v of now", err, TimestampHeader, webhook.Tolerance)
+	}
+	return nil
+}
+
+// Verify implements webhook.Provider.
+func (p Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+	if err := p.CheckHead(in); err != nil {
+		return webhook.Batch{}, err
+	}
+	sig, ts := in.Request.Header.Get(SignatureHeader), in.Request.Header.Get(TimestampHeader)
 	key, err := PublicKey(in.Creds.Key)
 	if err != nil {
 		return webhook.Batch{}, err
