@@ -6,6 +6,7 @@ import (
 	"fmt"
 	htmltemplate "html/template"
 	"reflect"
+	"strings"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -417,10 +418,17 @@ func run(t executor, v View, p *partWriter) (string, error) {
 	case errors.As(err, &le):
 		err = le // its reason, without the template package's wrapping
 	}
+	out := p.buf.String()
 	if p.full {
-		return cutBytes(p.buf.String()+"…", p.max), err
+		out = cutBytes(out+"…", p.max)
 	}
-	return p.buf.String(), err
+	if err == nil && !utf8.ValidString(out) {
+		if !p.cut {
+			return "", fmt.Errorf("%w: the %s it writes is not valid UTF-8", ErrBadTemplate, p.what)
+		}
+		out = strings.ToValidUTF8(out, "\uFFFD")
+	}
+	return out, err
 }
 
 // safeExecute turns a panic in a template's execution into an error: a

@@ -105,3 +105,37 @@ func TestSendTimeRenderPastALimit(t *testing.T) {
 		t.Errorf("built-in text: %d bytes, suffix %q; want at most %d, cut", len(m.Body), m.Body[len(m.Body)-5:], digest.DefaultLimits.Bytes)
 	}
 }
+
+// Any template text: Check never panics and returns in bounded time; one
+// it accepts renders a small digest without a panic, within the box's
+// output limit, and its subject is a header field.
+func FuzzTemplateCheck(f *testing.F) {
+	for _, s := range []string{"{{.Count}} new", "{{range .Items}}{{.Body}}{{end}}", "{{range 1000000000}}x{{end}}",
+		`{{define "a"}}{{template "a"}}{{end}}`, `{{printf "%999999d" 1}}`, `{{$a := "x"}}{{range 20}}{{$a = printf "%s%s" $a $a}}{{end}}`,
+		"{{.First.EnqueuedAt.Format \"15:04\"}}", "{{with .First}}{{.Metadata.thread}}{{end}}", "{{call .X}}", "{{range .Items}}{{break}}{{end}}", "{{if false}}x{{end}}"} {
+		f.Add(s, s)
+	}
+	items := []tasks.Notification{tasks.NewEmail("acme", "a@example.com", "one", "body one"), tasks.NewEmail("acme", "a@example.com", "two", "body two")}
+	for i := range items {
+		items[i].Metadata = map[string]string{"thread": "t"}
+	}
+	f.Fuzz(func(t *testing.T, subject, text string) {
+		tmpl := digest.Template{Subject: subject, Text: text}
+		if err := tmpl.Check(tasks.Email); err != nil {
+			if !errors.Is(err, digest.ErrBadTemplate) {
+				t.Fatalf("Check: %v, not ErrBadTemplate", err)
+			}
+			return
+		}
+		m, err := digest.RenderWith(items[0], items, &tmpl)
+		if err != nil {
+			return // a missing key, an index out of range: the items are not the sample's
+		}
+		if len(m.Body) > digest.DefaultLimits.Bytes || len(m.Subject) > tasks.MaxSubjectLen {
+			t.Fatalf("rendered %d bytes of text, %d of subject", len(m.Body), len(m.Subject))
+		}
+		if err := m.Validate(); err != nil && strings.Contains(err.Error(), "subject") {
+			t.Fatalf("the rendered subject is no header field: %v", err)
+		}
+	})
+}

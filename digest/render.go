@@ -187,6 +187,9 @@ func subjectOf(s string, own bool) (string, error) {
 			return r
 		}, s)
 	}
+	if own && strings.TrimSpace(s) == "" {
+		return "", fmt.Errorf("%w: the subject is empty", ErrBadTemplate)
+	}
 	if len(s) > tasks.MaxSubjectLen {
 		if own {
 			return "", overLimit("the subject is %d bytes, over %d", len(s), tasks.MaxSubjectLen)

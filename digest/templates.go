@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -55,6 +56,9 @@ func (t Template) check(ch tasks.Channel) error {
 	for _, f := range []struct{ name, src string }{{"subject", t.Subject}, {"text", t.Text}, {"html", t.HTML}} {
 		if len(f.src) > maxTemplate {
 			return fmt.Errorf("%w: %s is over %d bytes", ErrBadTemplate, f.name, maxTemplate)
+		}
+		if !utf8.ValidString(f.src) {
+			return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadTemplate, f.name)
 		}
 	}
 	if err := headerSafe(t.Subject); err != nil {

@@ -26,6 +26,7 @@ targets=(
   unsubscribe:FuzzParseToken config:FuzzParseFromDomains
   webhook/sendgrid:FuzzParse webhook/mailgun:FuzzParse webhook/postmark:FuzzParse
   webhook/ses:FuzzParse webhook/ses:FuzzNotification
+  digest:FuzzTemplateCheck
 )
 if [ "$#" -gt 0 ]; then targets=("$@"); fi
 
