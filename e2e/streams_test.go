@@ -19,7 +19,9 @@ func uiSession(t *testing.T, base, token string) *http.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &http.Client{Jar: jar, Transport: &http.Transport{}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// A request the server never answers (every connection held) fails
+	// after 20 s instead of hanging the test.
+	c := &http.Client{Jar: jar, Transport: &http.Transport{ResponseHeaderTimeout: 20 * time.Second}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.PostForm(base+"/ui/login", url.Values{"token": {token}})
 	if err != nil {
 		t.Fatal(err)
