@@ -26,7 +26,7 @@
 //	POST /v1/webhooks/{provider}/{tenant}     an email provider's signed bounces and complaints (package webhook):
 //	                                          {provider} is ses, sendgrid, postmark or mailgun
 //	GET, POST /u/{token}           the one-click unsubscribe link of an email (package unsubscribe): a page, and RFC 8058's POST
-//	ANY  /v1/                      anything else under /v1: 405 with Allow on a known path, else 404 (problems)
+//	ANY  /v1/                      anything else under /v1: 405 with Allow (from every route registered, the mounted ones included) on a known path, else 404 (problems)
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)
 //	GET  /metrics, /healthz, /readyz
 //

@@ -117,3 +117,43 @@ func FuzzDuplicateMember(f *testing.F) {
 		}
 	})
 }
+
+// invalidText finds a string that is not UTF-8 text exactly when a JSON
+// body (by encoding/json) holds invalid bytes or a lone surrogate escape:
+// a body without one decodes the same leniently and strictly; one with it
+// is named by a pointer that resolves in the body as encoding/json reads
+// it.
+func FuzzInvalidText(f *testing.F) {
+	for _, s := range []string{`{"a":"\ud800"}`, "{\"a\":\"\xff\"}", `{"a":"\ud83d\ude00"}`, `{"a":["x","\udc00"]}`, "{\"\xc3\":1}", `{"a":1}`, `{`, `"\ud800"`,
+		`{"notifications":[{"body":"ok"},{"body":"\uDBFF"}]}`, `{"a/b":{"c~d":"\ud800x"}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		name, ptr, found := invalidText(body)
+		var v any
+		if json.Unmarshal(body, &v) != nil {
+			if found {
+				t.Fatalf("%q: not JSON to encoding/json, yet found %q at %q", body, name, ptr)
+			}
+			return
+		}
+		strict := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true)).SkipValue() == nil
+		lenient := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)).SkipValue() == nil
+		if want := lenient && !strict; found != want {
+			t.Fatalf("%q: found %v (%q at %q), want %v", body, found, name, ptr, want)
+		}
+		if !found {
+			return
+		}
+		if ptr == "" {
+			return // the whole body is the string
+		}
+		p, err := jsonpointer.New(ptr)
+		if err != nil {
+			t.Fatalf("pointer %q: %v", ptr, err)
+		}
+		if _, _, err := p.Get(v); err != nil {
+			t.Fatalf("pointer %q does not resolve in %q: %v", ptr, body, err)
+		}
+	})
+}

@@ -57,7 +57,7 @@ func (s *Server) createNotifications(w http.ResponseWriter, r *http.Request) {
 		defer c.endIdempotent()
 	}
 	body, ok := s.readBody(w, r)
-	if !ok || !c.processing(w, body) || refuseDuplicate(w, body) {
+	if !ok || !c.processing(w, body) || refuseAmbiguous(w, body) {
 		return
 	}
 	items, batch, problem := splitBatch(body)

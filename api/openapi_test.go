@@ -50,7 +50,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, "sms:recipient=1/1m,sms:tenant=1000/1h,email:recipient=10/1m", nil)
+	b := setup(t, "sms:recipient=1/1m,sms:tenant=1000/1h,email:recipient=10/1m,acme/sms:inbound=+15005550006", nil)
 	acme, globex := b.Tokens["acme"], b.Tokens["globex"]
 	var queuedID string
 	signer, err := unsubscribe.NewSigner("test-secret-0123456789")

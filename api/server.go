@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -162,6 +164,53 @@ func (m *patternMux) HandleFunc(pattern string, h func(http.ResponseWriter, *htt
 	m.Handle(pattern, http.HandlerFunc(h))
 }
 
+// allowed is the Allow header for path: the methods of every registered
+// pattern whose path matches it, in the order registered, HEAD after GET
+// (net/http serves HEAD with a GET route); "" when none does.
+func (m *patternMux) allowed(path string) string {
+	var methods []string
+	add := func(method string) {
+		if !slices.Contains(methods, method) {
+			methods = append(methods, method)
+		}
+	}
+	for _, p := range m.patterns {
+		method, pat, ok := strings.Cut(p, " ")
+		if !ok || !matchPath(strings.TrimSpace(pat), path) {
+			continue
+		}
+		add(method)
+		if method == http.MethodGet {
+			add(http.MethodHead)
+		}
+	}
+	return strings.Join(methods, ", ")
+}
+
+// matchPath reports whether path matches a ServeMux pattern's path:
+// literal segments, {name} for one non-empty segment, {name...} for the
+// rest, a trailing slash for a subtree.
+func matchPath(pattern, path string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	for i, seg := range ps {
+		switch {
+		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "...}"):
+			return i <= len(xs)
+		case i == len(ps)-1 && seg == "" && i > 0:
+			return i <= len(xs) // a subtree: "/prefix/"
+		case i >= len(xs):
+			return false
+		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}"):
+			if xs[i] == "" {
+				return false
+			}
+		case seg != xs[i]:
+			return false
+		}
+	}
+	return len(ps) == len(xs)
+}
+
 // mux builds the API's routes: its own (behind instrument, authenticate
 // and rateLimit), the mounted ones, the answers for everything else under
 // /v1/, and the document and probes.
@@ -185,23 +234,13 @@ func (s *Server) mux() *patternMux {
 			mux.Handle(rt.Pattern, rt.Handler)
 			continue
 		}
-		mux.Handle(rt.Pattern, s.instrument(rt.Handler))
+		mux.Handle(rt.Pattern, s.instrument(bodyDeadline(s.cfg.BodyTimeout, rt.Handler)))
 	}
 	mux.Handle("/v1/", s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		allow := ""
-		switch p := r.URL.Path; {
-		case p == "/v1/notifications":
-			allow = "POST"
-		case p == "/v1/quotas", strings.HasPrefix(p, "/v1/notifications/") && !strings.Contains(p[len("/v1/notifications/"):], "/"):
-			allow = "GET, HEAD"
-		case strings.HasPrefix(p, "/v1/callbacks/sms/") && strings.Count(p[len("/v1/callbacks/sms/"):], "/") == 1,
-			strings.HasPrefix(p, "/v1/events/") && !strings.Contains(p[len("/v1/events/"):], "/"),
-			strings.HasPrefix(p, "/v1/inbound/sms/") && !strings.Contains(p[len("/v1/inbound/sms/"):], "/"):
-			allow = "POST"
-		case strings.HasPrefix(p, "/v1/suppressions/") && strings.Count(p[len("/v1/suppressions/"):], "/") == 1:
-			allow = "GET, HEAD, POST, PUT, DELETE"
-		}
-		if allow != "" {
+		// The catch-all under /v1/ hides net/http's own 405: the Allow
+		// header is made here from every route registered, the mounted
+		// ones included, so a route cannot be left out.
+		if allow := mux.allowed(r.URL.Path); allow != "" {
 			w.Header().Set("Allow", allow)
 			writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not served here; see /openapi.yaml")
 			return
@@ -521,4 +560,43 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	reg.MustRegister(m.requests, m.duration, m.enqueued, m.replays, m.rateLimited, m.queueFull, m.authLimited)
 	return m
+}
+
+// bodyDeadline gives a request to a route no bearer token authenticates
+// (a provider's webhook, a link, a form) d from its start to send its body:
+// an unauthenticated client dribbling a body holds its connection that
+// long, not SLUICE_API_READ_TIMEOUT. Once the body is read the deadline is
+// lifted (net/http reads on in the background to notice a client that goes
+// away, which a lapsed deadline would take for one). A request without a
+// body (a live stream) is left alone.
+func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		r.Body = &liftOnEOF{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// liftOnEOF calls lift once, when the body has been read to its end.
+type liftOnEOF struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *liftOnEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
 }

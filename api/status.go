@@ -28,7 +28,8 @@ type Status struct {
 	// Reason says why a notification waits (throttled, quiet_hours,
 	// shutdown, unavailable, retry) or was archived (expired, dropped,
 	// outcome_unknown, invalid, unreadable, permanent, retry_budget,
-	// suppressed).
+	// suppressed, template: the digest it carries passed a limit of the
+	// tenant's template's box).
 	Reason string `json:"reason,omitempty"`
 	// Rule is the rule that set the slot of a throttled notification, e.g. "sms:recipient 1/1m".
 	Rule string `json:"rule,omitempty"`

@@ -253,7 +253,7 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool 
 		writeProblem(w, http.StatusBadRequest, "invalid-request", "the body holds more than one JSON value")
 		return false
 	}
-	return !refuseDuplicate(w, body)
+	return !refuseAmbiguous(w, body)
 }
 
 func (s *Server) suppressFor(ch tasks.Channel) time.Duration {

@@ -36,6 +36,7 @@ var kindExamples = map[string]string{
 	"sms:keywords-stop=BASTA":          "keywords-",
 	"max-queued=10":                    "max-queued=",
 	"max-queued-bytes=1000":            "max-queued-bytes=",
+	"acme/sms:inbound=+14155550100|MG0123456789abcdef0123456789abcdef": "sms:inbound=",
 }
 
 // SLUICE_RULES' description (which docs/configuration.md is generated

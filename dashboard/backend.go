@@ -61,6 +61,9 @@ type Backend struct {
 	// Digests reads the digests open for a recipient for the recipient
 	// page; nil: not shown.
 	Digests *digest.Store
+	// MaxConns is the server's SLUICE_API_MAX_CONNS: the live streams'
+	// caps are derived from it (StreamCaps); 0: the caps of 1024.
+	MaxConns int
 }
 
 // Inspector is what the dashboard reads of Asynq: an *asynq.Inspector.
@@ -123,8 +126,8 @@ type Mounter interface {
 // NewBackend fills a Backend from the services of the process the
 // dashboard is mounted in (internal/services), with its server's token
 // checks and shutdown state.
-func NewBackend(base config.Base, deps *services.Set, auth Auth, stopping func() bool) Backend {
-	return Backend{Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
+func NewBackend(base config.Base, deps *services.Set, auth Auth, stopping func() bool, maxConns int) Backend {
+	return Backend{MaxConns: maxConns, Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,
 		PlanStore: plans.NewStore(deps.Redis, deps.Plans.Defaults()), Keys: deps.Keys,
 		Queues: asynq.NewInspectorFromRedisClient(deps.Redis), Auth: auth, Stopping: stopping, Consent: deps.Consent, Queued: deps.Queued,
 		Digests: digest.New(deps.Redis, deps.Limiter)}

@@ -32,10 +32,6 @@ const (
 	uiSessionTTL   = 12 * time.Hour
 	uiLiveInterval = time.Second
 	uiStreamMax    = 10 * time.Minute // a stream ends then; EventSource reconnects
-	uiMaxStreams   = 64               // live streams per server at once
-	uiAdminStreams = 8                // of which only the admin may take
-	uiTenantStream = 8                // live streams of one tenant's sessions at once
-	uiSessionStrm  = 2                // live streams of one session at once
 	uiMaxForm      = 8 << 10
 )
 
@@ -93,7 +89,7 @@ func New(b Backend) (*Dashboard, error) {
 	}
 	// The session key follows the token key and the admin token: changing
 	// either signs every browser out.
-	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: newStreamSlots()}
+	u := &Dashboard{b: b, planner: b.Settings.Planner(), key: b.Auth.SessionKey("sluice ui session"), cop: http.NewCrossOriginProtection(), streams: newStreamSlots(StreamCaps(b.MaxConns))}
 	u.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusForbidden, "This form was sent from another site; nothing was done.")
 	}))

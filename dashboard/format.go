@@ -83,6 +83,10 @@ func reasonText(r string) string {
 		return "provider refused"
 	case "retry_budget":
 		return "retries used up"
+	case "suppressed":
+		return "recipient suppressed"
+	case "template":
+		return "digest template past its limits"
 	}
 	return r
 }

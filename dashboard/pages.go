@@ -627,6 +627,6 @@ func (u *Dashboard) streamRefused(status int, why string) {
 	}
 	now := time.Now().UnixNano()
 	if last := u.refusedWarn.Load(); now-last >= int64(10*time.Second) && u.refusedWarn.CompareAndSwap(last, now) {
-		u.b.Log.Warn("live stream refused: the server's live streams are all taken", "max", uiMaxStreams)
+		u.b.Log.Warn("live stream refused: the server's live streams are all taken", "max", u.streams.caps.Total)
 	}
 }

@@ -5,12 +5,42 @@ import (
 	"sync"
 )
 
-// streamSlots shares the server's live streams fairly: at most
-// uiMaxStreams in all, of which uiAdminStreams only the admin may take;
-// at most uiTenantStream for one tenant's sessions together and
-// uiSessionStrm for one session. One tenant's sessions can therefore
-// never take the admin's streams or another tenant's.
+// Caps are the live streams one server serves at once.
+type Caps struct {
+	Total   int // in all
+	Admin   int // of Total, those only the admin may take
+	Tenant  int // one tenant's sessions together
+	Session int // one session
+}
+
+// StreamShare is the share of SLUICE_API_MAX_CONNS live streams may hold
+// together: at least three quarters of the connections always remain for
+// requests, whatever the setting.
+const StreamShare = 4
+
+// StreamCaps derives the stream caps from the server's connection cap
+// (SLUICE_API_MAX_CONNS; 0 reads as its default, 1024): a quarter of the
+// connections at most, and never more than 64; an eighth of them (at
+// least 1) for the admin alone; 8 for one tenant and 2 for one session, or
+// what remains for tenants when that is less. At 1024: 64, 8, 8, 2; at
+// 16 (the least allowed): 4, 1, 3, 2.
+func StreamCaps(maxConns int) Caps {
+	if maxConns <= 0 {
+		maxConns = 1024
+	}
+	c := Caps{Total: min(64, max(2, maxConns/StreamShare))}
+	c.Admin = max(1, c.Total/8)
+	c.Tenant = min(8, c.Total-c.Admin)
+	c.Session = min(2, c.Tenant)
+	return c
+}
+
+// streamSlots shares the server's live streams fairly, by its Caps: one
+// tenant's sessions can never take the admin's streams or another
+// tenant's, and the streams together never hold more than a quarter of
+// the server's connections.
 type streamSlots struct {
+	caps      Caps
 	mu        sync.Mutex
 	total     int
 	tenants   int // streams of tenant sessions
@@ -19,8 +49,8 @@ type streamSlots struct {
 	ends      map[string]map[*int]func() // by session nonce: each open stream's end
 }
 
-func newStreamSlots() *streamSlots {
-	return &streamSlots{byTenant: map[string]int{}, bySession: map[string]int{}, ends: map[string]map[*int]func(){}}
+func newStreamSlots(c Caps) *streamSlots {
+	return &streamSlots{caps: c, byTenant: map[string]int{}, bySession: map[string]int{}, ends: map[string]map[*int]func(){}}
 }
 
 // endSession ends every open stream of the session with nonce at once (a
@@ -43,11 +73,11 @@ func (p *streamSlots) take(s uiSession, end func()) (release func(), status int,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case p.bySession[s.Nonce] >= uiSessionStrm:
+	case p.bySession[s.Nonce] >= p.caps.Session:
 		return nil, http.StatusTooManyRequests, "this sign-in has its live streams open already (close another tab)"
-	case !s.Admin && p.byTenant[s.Tenant] >= uiTenantStream:
+	case !s.Admin && p.byTenant[s.Tenant] >= p.caps.Tenant:
 		return nil, http.StatusTooManyRequests, "this tenant has its live streams open already"
-	case !s.Admin && p.tenants >= uiMaxStreams-uiAdminStreams, p.total >= uiMaxStreams:
+	case !s.Admin && p.tenants >= p.caps.Total-p.caps.Admin, p.total >= p.caps.Total:
 		return nil, http.StatusServiceUnavailable, "too many live streams"
 	}
 	p.total++

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
 )
@@ -188,5 +189,22 @@ func TestUILiveStreamEndsWithItsSession(t *testing.T) {
 				t.Fatalf("the stream did not end after the %s", how)
 			}
 		})
+	}
+}
+
+// The stream caps leave at least three quarters of SLUICE_API_MAX_CONNS
+// to requests at every allowed setting, and keep the admin a stream of
+// its own and each share within the total.
+func TestStreamCapsInsideTheConnectionCap(t *testing.T) {
+	t.Parallel()
+	if c := dashboard.StreamCaps(1024); c != (dashboard.Caps{Total: 64, Admin: 8, Tenant: 8, Session: 2}) {
+		t.Errorf("at 1024: %+v, want the caps of before (64, 8, 8, 2)", c)
+	}
+	for conns := 16; conns <= 1<<20; conns = conns*3/2 + 1 {
+		c := dashboard.StreamCaps(conns)
+		if c.Total*dashboard.StreamShare > conns || c.Admin < 1 || c.Tenant < 1 || c.Session < 1 ||
+			c.Admin+c.Tenant > c.Total || c.Session > c.Tenant {
+			t.Errorf("at %d connections: %+v", conns, c)
+		}
 	}
 }

@@ -1,18 +1,16 @@
 package digest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	htmltemplate "html/template"
-	"strings"
-	"text/template"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -49,66 +47,75 @@ func templateField(tenant string, ch tasks.Channel, category string) string {
 	return tenant + "/" + string(ch) + "." + category
 }
 
-// compiled is a template parsed: nil fields keep the built-in ones.
-type compiled struct {
-	subject, text *template.Template
-	html          *htmltemplate.Template
-}
-
-func (t Template) compile(ch tasks.Channel) (compiled, error) {
-	var c compiled
-	var err error
+// check parses t for ch in a box: its size, its header field, what the
+// box refuses (box.go).
+func (t Template) check(ch tasks.Channel) error {
 	if ch == tasks.SMS && (t.Subject != "" || t.HTML != "") {
-		return c, fmt.Errorf("%w: an SMS digest has only a text", ErrBadTemplate)
+		return fmt.Errorf("%w: an SMS digest has only a text", ErrBadTemplate)
 	}
-	for _, f := range []struct {
-		name, src string
-		to        **template.Template
-	}{{"subject", t.Subject, &c.subject}, {"text", t.Text, &c.text}} {
-		if f.src == "" {
-			continue
-		}
+	for _, f := range []struct{ name, src string }{{"subject", t.Subject}, {"text", t.Text}, {"html", t.HTML}} {
 		if len(f.src) > maxTemplate {
-			return c, fmt.Errorf("%w: %s is over %d bytes", ErrBadTemplate, f.name, maxTemplate)
+			return fmt.Errorf("%w: %s is over %d bytes", ErrBadTemplate, f.name, maxTemplate)
 		}
-		if *f.to, err = template.New(f.name).Option("missingkey=error").Parse(f.src); err != nil {
-			return c, fmt.Errorf("%w: %s: %w", ErrBadTemplate, f.name, err)
+		if !utf8.ValidString(f.src) {
+			return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadTemplate, f.name)
+		}
+	}
+	if err := headerSafe(t.Subject); err != nil {
+		return fmt.Errorf("%w: subject %w", ErrBadTemplate, err)
+	}
+	b := newBox(DefaultLimits)
+	for _, f := range []struct{ name, src string }{{"subject", t.Subject}, {"text", t.Text}} {
+		if f.src != "" {
+			if _, err := parseText(f.name, f.src, b); err != nil {
+				return err
+			}
 		}
 	}
 	if t.HTML != "" {
-		if len(t.HTML) > maxTemplate {
-			return c, fmt.Errorf("%w: html is over %d bytes", ErrBadTemplate, maxTemplate)
-		}
-		if c.html, err = htmltemplate.New("html").Option("missingkey=error").Parse(t.HTML); err != nil {
-			return c, fmt.Errorf("%w: html: %w", ErrBadTemplate, err)
+		if _, err := parseHTML("html", t.HTML, b); err != nil {
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
+// SampleItems is the size of the sample digest a template is tried on
+// when it is set: the most items any digest rule or plan may give one
+// digest (plans.MaxDigestItems), so a template that grows with its items
+// is refused when it is set, not found at send time.
+const SampleItems = plans.MaxDigestItems
+
 // sample is the digest a template is tried on before it is stored.
-func sample(ch tasks.Channel) []tasks.Notification {
-	var out []tasks.Notification
-	for i, s := range []string{"First", "Second", "Third"} {
-		n := tasks.Notification{ID: fmt.Sprintf("sample-%d", i), Channel: ch, Subject: s + " subject", Body: s + " body",
-			Metadata: map[string]string{"thread": "t-1"}, EnqueuedAt: time.Unix(1_800_000_000+int64(i), 0).UTC()}
-		out = append(out, n)
+func sample(ch tasks.Channel, n int) []tasks.Notification {
+	out := make([]tasks.Notification, 0, n)
+	names := []string{"First", "Second", "Third"}
+	for i := range n {
+		s := names[min(i, len(names)-1)]
+		if i >= len(names) {
+			s = fmt.Sprintf("Item %d", i+1)
+		}
+		out = append(out, tasks.Notification{ID: fmt.Sprintf("sample-%d", i), Channel: ch, Subject: s + " subject", Body: s + " body",
+			Metadata: map[string]string{"thread": "t-1"}, EnqueuedAt: time.Unix(1_800_000_000+int64(i), 0).UTC()})
 	}
 	return out
 }
 
-// Check parses t for ch and renders it on a sample digest of three items:
-// ErrBadTemplate when either fails.
+// Check parses t for ch and renders it, in the box (DefaultLimits), on a
+// sample digest of SampleItems items: ErrBadTemplate when either fails,
+// wrapping ErrLimit when the render passed a limit.
 func (t Template) Check(ch tasks.Channel) error {
-	c, err := t.compile(ch)
-	if err != nil {
+	if err := t.check(ch); err != nil {
 		return err
 	}
-	items := sample(ch)
+	items := sample(ch, SampleItems)
 	carrier := items[0]
 	carrier.HTML = "<p>x</p>"
-	if _, err := render(carrier, items, c); err != nil {
-		return fmt.Errorf("%w: on a sample digest: %w", ErrBadTemplate, err)
+	if _, err := render(carrier, items, &t, DefaultLimits); err != nil {
+		if errors.Is(err, ErrBadTemplate) {
+			return err
+		}
+		return fmt.Errorf("%w: on a sample digest of %d items: %w", ErrBadTemplate, SampleItems, err)
 	}
 	return nil
 }
@@ -196,62 +203,14 @@ func (s *Templates) List(ctx context.Context) (map[string]Template, error) {
 	return out, nil
 }
 
-// RenderWith is Render with t (nil: the built-in templates).
+// RenderWith is Render with t (nil: the built-in templates), in the box
+// (DefaultLimits): an error wrapping ErrLimit when the render passed one
+// of its limits — the digest fails (tasks.ReasonTemplate).
 func RenderWith(carrier tasks.Notification, items []tasks.Notification, t *Template) (tasks.Notification, error) {
-	var c compiled
 	if t != nil {
-		var err error
-		if c, err = t.compile(carrier.Channel); err != nil {
+		if err := t.check(carrier.Channel); err != nil {
 			return carrier, err
 		}
 	}
-	return render(carrier, items, c)
-}
-
-func execText(t *template.Template, v View) (string, error) {
-	var b bytes.Buffer
-	err := t.Execute(&b, v)
-	return b.String(), err
-}
-
-// render is the digest message of items under c, the built-in templates
-// where c has none.
-func render(carrier tasks.Notification, items []tasks.Notification, c compiled) (tasks.Notification, error) {
-	v := NewView(items)
-	out := carrier
-	out.TemplateID = ""
-	pick := func(own, builtin *template.Template) *template.Template {
-		if own != nil {
-			return own
-		}
-		return builtin
-	}
-	if carrier.Channel == tasks.SMS {
-		s, err := execText(pick(c.text, smsText), v)
-		if err != nil {
-			return carrier, err
-		}
-		out.Body = cut(s, tasks.MaxSMSRunes)
-		return out, nil
-	}
-	s, err := execText(pick(c.subject, emailSubject), v)
-	if err != nil {
-		return carrier, err
-	}
-	out.Subject = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ")
-	if out.Body, err = execText(pick(c.text, emailText), v); err != nil {
-		return carrier, err
-	}
-	if carrier.HTML != "" {
-		h := emailHTML
-		if c.html != nil {
-			h = c.html
-		}
-		var b bytes.Buffer
-		if err := h.Execute(&b, v); err != nil {
-			return carrier, err
-		}
-		out.HTML = b.String()
-	}
-	return out, nil
+	return render(carrier, items, t, DefaultLimits)
 }

@@ -2,7 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/fakes"
 	"io"
 	"net"
 	"net/http"
@@ -166,5 +172,112 @@ func TestAPISlowUnauthenticatedUploads(t *testing.T) {
 	}
 	if g > baseG+2*maxConns+16 {
 		t.Fatalf("the API ran %d goroutines (%d before) with a cap of %d connections", g, baseG, maxConns)
+	}
+}
+
+// Slow uploads to the routes no bearer token authenticates — a provider's
+// webhook and callbacks, each with the headers its scheme checks first so
+// that the head alone is not refused — are cut at the stated body deadline
+// (SLUICE_API_UNAUTHENTICATED_BODY_TIMEOUT, 5 s by default; a 2 s margin
+// for a loaded machine), not read for the whole 30 s read timeout, while
+// a well-behaved client is answered meanwhile within a second (issue 50:
+// answered at 30.3 s, and legitimate requests waited up to 27.7 s).
+func TestSlowUploadsToUnauthenticatedRoutesAreCut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sms:recipient=100/1s")
+	const maxConns = 16
+	const deadline, margin = 5 * time.Second, 2 * time.Second
+	tx := fakes.NewTelnyxAPI(t)
+	e.vars["SLUICE_TELNYX_PUBLIC_KEY"], e.vars["SLUICE_TELNYX_WEBHOOK_URL"] = tx.PublicKey, "https://sluice.example.com"
+	e.vars["SLUICE_SMS_STATUS_CALLBACK_URL"] = "https://sluice.example.com"
+	a := e.startAPI(map[string]string{"SLUICE_API_MAX_CONNS": strconv.Itoa(maxConns), "SLUICE_API_MAX_CONNS_PER_CLIENT": "0"}, "acme")
+	sg, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&sg.PublicKey)
+	e.sluiceRun(nil, "webhook", "set", "acme", "sendgrid", "--key", base64.StdEncoding.EncodeToString(der))
+	addr := strings.TrimPrefix(a.base, "http://")
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	routes := []string{
+		"POST /v1/webhooks/sendgrid/acme HTTP/1.1\r\nContent-Type: application/json\r\nX-Twilio-Email-Event-Webhook-Signature: c2ln\r\nX-Twilio-Email-Event-Webhook-Timestamp: " + ts,
+		"POST /v1/callbacks/telnyx/acme/n-1 HTTP/1.1\r\nContent-Type: application/json\r\ntelnyx-signature-ed25519: c2ln\r\ntelnyx-timestamp: " + ts,
+		"POST /v1/inbound/telnyx/acme HTTP/1.1\r\nContent-Type: application/json\r\ntelnyx-signature-ed25519: c2ln\r\ntelnyx-timestamp: " + ts,
+		"POST /v1/inbound/sms/acme HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\nX-Twilio-Signature: c2ln",
+		"POST /v1/callbacks/sms/acme/n-1 HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\nX-Twilio-Signature: c2ln",
+	}
+	type cut struct {
+		route  string
+		status string
+		after  time.Duration
+	}
+	cuts := make(chan cut, 2*len(routes))
+	var wg sync.WaitGroup
+	slow := func(head string) {
+		defer wg.Done()
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			cuts <- cut{head, "dial: " + err.Error(), 0}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+		start := time.Now()
+		if _, err := io.WriteString(c, head+"\r\nHost: sluice\r\nContent-Length: 100000\r\n\r\n"); err != nil {
+			cuts <- cut{head, "head: " + err.Error(), time.Since(start)}
+			return
+		}
+		answered := make(chan string, 1)
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answered <- "read: " + err.Error()
+				return
+			}
+			resp.Body.Close()
+			answered <- strconv.Itoa(resp.StatusCode)
+		}()
+		tick := time.NewTicker(time.Second) // a byte a second, as the issue's client
+		defer tick.Stop()
+		for {
+			select {
+			case st := <-answered:
+				cuts <- cut{strings.Fields(head)[1], st, time.Since(start)}
+				return
+			case <-tick.C:
+				_, _ = c.Write([]byte("a"))
+			}
+		}
+	}
+	for range 2 {
+		for _, h := range routes {
+			wg.Add(1)
+			go slow(h)
+		}
+	}
+	// A well-behaved client meanwhile: each request answered within 1 s.
+	var worst time.Duration
+	for range 10 {
+		time.Sleep(300 * time.Millisecond)
+		start := time.Now()
+		r := a.call("GET", "/v1/quotas?channel=sms&recipient=%2B14155550100", a.tokens["acme"], nil)
+		if took := time.Since(start); took > worst {
+			worst = took
+		}
+		if r.Status != 200 {
+			t.Errorf("the well-behaved client: %d %s", r.Status, r.Body)
+		}
+	}
+	wg.Wait()
+	close(cuts)
+	for c := range cuts {
+		t.Logf("%s: %s after %v", c.route, c.status, c.after.Round(time.Millisecond))
+		if c.after > deadline+margin || c.after < deadline-margin {
+			t.Errorf("%s: answered %s after %v; want it cut at the %v body deadline (±%v)", c.route, c.status, c.after, deadline, margin)
+		}
+	}
+	t.Logf("the well-behaved client's slowest answer: %v", worst)
+	if worst > time.Second {
+		t.Errorf("the well-behaved client waited %v, over 1 s", worst)
 	}
 }

@@ -32,7 +32,7 @@ func TestStopReplyEndsTheCampaign(t *testing.T) {
 	t.Parallel()
 	const num, tenantNumber = "+14155550160", "+15005550006"
 	e := newEnv(t, "sms.marketing:recipient=2/1s,sms.otp:consent=exempt,"+
-		"sms:reply-stop=Acme: you will get no more texts. Reply START to resume,sms:reply-start=Acme: welcome back")
+		"sms:reply-stop=Acme: you will get no more texts. Reply START to resume,sms:reply-start=Acme: welcome back,acme/sms:inbound="+tenantNumber)
 	addr := freeAddr(t)
 	e.vars["SLUICE_SMS_STATUS_CALLBACK_URL"] = "http://" + addr
 	a := e.startAPIAt(addr, nil, "acme")

@@ -213,7 +213,7 @@ func postProviderReports(t *testing.T, a *apiEnv, sg *ecdsa.PrivateKey, sns *sns
 func TestTelnyxSendsReportsAndStop(t *testing.T) {
 	t.Parallel()
 	const num, tenantNumber = "+14155550190", "+15005550006"
-	e := newEnv(t, "sms:recipient=100/1m")
+	e := newEnv(t, "sms:recipient=100/1m,acme/sms:inbound="+tenantNumber)
 	tx := fakes.NewTelnyxAPI(t)
 	tx.SetReports(func(fakes.Delivery) []string { return []string{"sent", "delivered"} })
 	addr := freeAddr(t)
@@ -273,5 +273,99 @@ func TestTelnyxSendsReportsAndStop(t *testing.T) {
 		if d.ID == late {
 			t.Fatal("the marketing SMS after STOP reached Telnyx")
 		}
+	}
+}
+
+// A signed Telnyx event replayed into another tenant changes nothing
+// there (issue 50: a STOP posted to acme's route, then to beta's, opted the
+// number out for both). One key signs every tenant's events and neither
+// the URL nor the tenant is signed, so an event is bound to a tenant by
+// what it names: an inbound message by the number (or messaging profile)
+// it was sent to, declared in the tenant's plan (sms:inbound=…); a
+// delivery report by the number the notification of its URL went to. And
+// an event id is taken once across every tenant.
+func TestTelnyxReplayIntoAnotherTenantChangesNothing(t *testing.T) {
+	t.Parallel()
+	const num, acmeNumber, betaNumber = "+14155550191", "+15005550006", "+15005550007"
+	e := newEnv(t, "sms:recipient=100/1m,acme/sms:inbound="+acmeNumber+",beta/sms:inbound="+betaNumber)
+	tx := fakes.NewTelnyxAPI(t)
+	tx.SetReports(func(fakes.Delivery) []string { return nil }) // the test posts the reports
+	addr := freeAddr(t)
+	for k, v := range map[string]string{"SLUICE_SMS_SENDER": "telnyx", "SLUICE_TELNYX_BASE_URL": tx.URL, "SLUICE_TELNYX_API_KEY": tx.APIKey,
+		"SLUICE_TELNYX_PUBLIC_KEY": tx.PublicKey, "SLUICE_TELNYX_WEBHOOK_URL": "http://" + addr, "SLUICE_SMS_FROM": acmeNumber} {
+		e.vars[k] = v
+	}
+	a := e.startAPIAt(addr, nil, "acme", "beta")
+	e.worker("w0", nil)
+	ctx := context.Background()
+	suppressed := func(tenant string) bool {
+		var sup struct {
+			Suppressed bool `json:"suppressed"`
+		}
+		a.call("GET", "/v1/suppressions/sms/"+num, a.tokens[tenant], nil).JSON(t, &sup)
+		return sup.Suppressed
+	}
+	stop := func() []byte {
+		return []byte(fmt.Sprintf(`{"data":{"event_type":"message.received","id":%q,"occurred_at":%q,"payload":{"id":%q,"type":"SMS","direction":"inbound","from":{"phone_number":%q},"to":[{"phone_number":%q,"status":"webhook_delivered"}],"text":"STOP","errors":[]},"record_type":"event"}}`,
+			fmt.Sprintf("ev-%d", time.Now().UnixNano()), time.Now().UTC().Format(time.RFC3339), fmt.Sprintf("m-%d", time.Now().UnixNano()), num, acmeNumber))
+	}
+	acmeIn, betaIn := "http://"+addr+"/v1/inbound/telnyx/acme", "http://"+addr+"/v1/inbound/telnyx/beta"
+	// 1. Posted to beta first: refused, and its id not spent — acme's own
+	// delivery of it still counts.
+	body, at := stop(), time.Now()
+	if code, _ := tx.Post(ctx, betaIn, body, at); code != http.StatusForbidden {
+		t.Errorf("acme's STOP posted to beta: %d, want 403", code)
+	}
+	if code, _ := tx.Post(ctx, acmeIn, body, at); code != http.StatusOK {
+		t.Errorf("acme's STOP posted to acme after beta's refusal: %d, want 200", code)
+	}
+	// 2. The same signed STOP replayed into beta after acme took it.
+	if code, _ := tx.Post(ctx, betaIn, body, at); code == http.StatusOK {
+		t.Errorf("acme's STOP replayed to beta: %d", code)
+	}
+	if !suppressed("acme") || suppressed("beta") {
+		t.Errorf("after the replay: acme suppressed %v (want true), beta %v (want false)", suppressed("acme"), suppressed("beta"))
+	}
+	// 3. A delivery report: acme's, replayed to beta's notification.
+	send := func(tenant, to string) string {
+		r := a.call("POST", "/v1/notifications", a.tokens[tenant], fmt.Sprintf(`{"channel":"sms","to":%q,"body":"hello","category":"transactional"}`, to))
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", r.Status, r.Body)
+		}
+		var acc api.Accepted
+		r.JSON(t, &acc)
+		return acc.ID
+	}
+	acmeID, betaID := send("acme", "+14155550192"), send("beta", "+14155550193")
+	ds := tx.WaitCount(t, 2, 30*time.Second)
+	var acmeMsg fakes.Delivery
+	for _, d := range ds {
+		if d.ID == acmeID {
+			acmeMsg = d
+		}
+	}
+	if code, err := tx.Report(ctx, acmeMsg, "delivery_failed", 40300); err != nil || code != http.StatusNoContent {
+		t.Fatalf("acme's report: %d %v", code, err)
+	}
+	replayed := acmeMsg
+	replayed.StatusCallback = "http://" + addr + "/v1/callbacks/telnyx/beta/" + betaID
+	if code, _ := tx.Report(ctx, replayed, "delivery_failed", 40300); code != http.StatusForbidden {
+		t.Errorf("acme's report posted to beta's notification: %d, want 403", code)
+	}
+	var st api.Status
+	a.call("GET", "/v1/notifications/"+betaID, a.tokens["beta"], nil).JSON(t, &st)
+	if st.State == api.StateUndelivered || st.ProviderStatus != "" {
+		t.Errorf("beta's notification after acme's report: %+v; want it untouched", st)
+	}
+	var sup struct {
+		Suppressed bool `json:"suppressed"`
+	}
+	a.call("GET", "/v1/suppressions/sms/+14155550192", a.tokens["beta"], nil).JSON(t, &sup)
+	if sup.Suppressed {
+		t.Error("acme's report marked its number undeliverable for beta")
+	}
+	a.call("GET", "/v1/notifications/"+acmeID, a.tokens["acme"], nil).JSON(t, &st)
+	if st.State != api.StateUndelivered {
+		t.Errorf("acme's own notification after its report: %+v, want undelivered", st)
 	}
 }

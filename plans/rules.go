@@ -51,6 +51,7 @@ const (
 	KindProviders                 // [TENANT/]CHANNEL:providers=A+B — the channel's providers, in order
 	KindDigest                    // CHANNEL[.CATEGORY]:digest=max:N[+window:D][+key:FIELD] — fold deferred sends into one
 	KindRequireUser               // CHANNEL[.CATEGORY]:user=required — a notification must name its person
+	KindInbound                   // TENANT/sms:inbound=NUMBER|ID… — the numbers and messaging profiles whose inbound messages are the tenant's
 )
 
 // MaxWeight bounds a tenant's weight (KindWeight).
@@ -86,6 +87,7 @@ type Entry struct {
 	Max       int           // KindConcurrency: sends in flight at once
 	Providers []string      // KindProviders: provider names (SLUICE_*_PROVIDERS), in the order tried
 	Digest    *Digest       // KindDigest
+	Inbound   []string      // KindInbound: E.164 numbers, messaging profile ids, Messaging Service SIDs
 }
 
 // String prints the entry in the grammar Parse reads.
@@ -138,6 +140,8 @@ func (e Entry) String() string {
 		b.WriteString("providers=" + strings.Join(e.Providers, "+"))
 	case KindDigest:
 		b.WriteString("digest=" + e.Digest.String())
+	case KindInbound:
+		b.WriteString("inbound=" + strings.Join(e.Inbound, "|"))
 	case KindRequireUser:
 		b.WriteString(ScopeUser + "=required")
 	default:
@@ -168,6 +172,7 @@ type Policy struct {
 	pins       tasks.Pins          // TENANT/shard=K
 	weights    map[string]int      // TENANT/weight=N
 	providers  map[string][]string // [TENANT/]CHANNEL:providers=A+B, by tenant + "/" + channel
+	inbound    map[string][]string // TENANT/sms:inbound=…: number or id → the tenants that own it
 }
 
 // Names reports whether an entry of the policy names category.
@@ -176,8 +181,18 @@ func (p Policy) Names(category string) bool { return p.categories[category] }
 // index records what the entries name; every constructor calls it.
 func (p *Policy) index() {
 	p.categories = map[string]bool{}
-	p.pins, p.weights, p.providers = nil, nil, nil
+	p.pins, p.weights, p.providers, p.inbound = nil, nil, nil, nil
 	for _, e := range p.entries {
+		if e.Kind == KindInbound && e.Tenant != "" {
+			if p.inbound == nil {
+				p.inbound = map[string][]string{}
+			}
+			for _, v := range e.Inbound {
+				if !slices.Contains(p.inbound[v], e.Tenant) {
+					p.inbound[v] = append(p.inbound[v], e.Tenant)
+				}
+			}
+		}
 		if e.Kind == KindProviders {
 			if p.providers == nil {
 				p.providers = map[string][]string{}
@@ -219,6 +234,7 @@ func (p *Policy) index() {
 //	TENANT/shard=K                                          the tenant's queues get shard K to themselves
 //	TENANT/weight=N                                         the tenant's share of a lane under contention (default 1)
 //	[TENANT/]CHANNEL:providers=A+B                          the channel's providers in the order tried (SLUICE_*_PROVIDERS names)
+//	TENANT/sms:inbound=NUMBER|ID…                           the numbers, messaging profiles and Messaging Services whose inbound messages are the tenant's
 //	[TENANT/]max-queued=N, max-queued-bytes=N               caps on queued work (queued.go)
 //	[TENANT/]CHANNEL.CATEGORY:consent=exempt                goes after an opt-out of every category
 //	[TENANT/]CHANNEL:optout=all|category                    what an opt-out covers (default all)
@@ -353,6 +369,7 @@ var channelKinds = []entryKind{
 	{name: ScopeUser, parse: parseRate},
 	{name: "exempt", parse: parseExempt},
 	{name: "providers", parse: parseProviders},
+	{name: "inbound", parse: parseInbound},
 	{name: "digest", parse: parseDigest},
 	{name: "quiet", parse: parseQuiet},
 	{name: "max-defer", parse: parseMaxDefer},
@@ -648,8 +665,61 @@ func (p Policy) CheckDefaults() error {
 		if e.Kind == KindWeight && e.Tenant == "" {
 			return fmt.Errorf("%w: %q weighs one tenant: write it as TENANT/weight=N (or put weight=N in the tenant's plan)", ErrBadRules, e.String())
 		}
+		if e.Kind == KindInbound && e.Tenant == "" {
+			return fmt.Errorf("%w: %q names one tenant's numbers: write it as TENANT/sms:inbound=… (or put sms:inbound=… in the tenant's plan)", ErrBadRules, e.String())
+		}
 	}
 	return nil
+}
+
+// MaxInbound bounds the numbers and ids of one sms:inbound entry.
+const MaxInbound = 256
+
+// parseInbound reads [TENANT/]sms:inbound=NUMBER|ID…: the tenant's own
+// numbers (E.164) and messaging profiles (a Telnyx messaging profile id, a
+// Twilio Messaging Service SID) — an inbound message (a STOP, a reply) is
+// applied to a tenant only when it was sent to one of them.
+func parseInbound(e Entry, t entryText) (Entry, error) {
+	if e.Channel != tasks.SMS || e.Category != "" {
+		return e, errors.New("inbound is sms:inbound=NUMBER|ID…, for the whole channel")
+	}
+	if !t.hasValue || t.value == "" {
+		return e, errors.New("want sms:inbound=NUMBER|ID…: the tenant's E.164 numbers and messaging profile ids or Messaging Service SIDs, joined by |")
+	}
+	for _, v := range strings.Split(t.value, "|") {
+		v = strings.TrimSpace(v)
+		switch {
+		case strings.HasPrefix(v, "+"):
+			if n := tasks.NormalizePhone(v); tasks.IsE164(n) {
+				v = n
+			} else {
+				return e, fmt.Errorf("inbound %q: not an E.164 number", v)
+			}
+		case len(v) < 2 || len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+		}):
+			return e, fmt.Errorf("inbound %q: want an E.164 number or an id of letters, digits, - and _ (2-64)", v)
+		}
+		if !slices.Contains(e.Inbound, v) {
+			e.Inbound = append(e.Inbound, v)
+		}
+	}
+	if len(e.Inbound) > MaxInbound {
+		return e, fmt.Errorf("inbound: %d numbers and ids, at most %d", len(e.Inbound), MaxInbound)
+	}
+	e.Kind = KindInbound
+	return e, nil
+}
+
+// OwnsInbound reports whether tenant's sms:inbound entries name to (an
+// E.164 number, normalised) or profile (a messaging profile id or
+// Messaging Service SID): whether an inbound message sent there is the
+// tenant's. A tenant that names none owns none.
+func (p Policy) OwnsInbound(tenant, to, profile string) bool {
+	if n := tasks.NormalizePhone(to); n != "" && slices.Contains(p.inbound[n], tenant) {
+		return true
+	}
+	return profile != "" && slices.Contains(p.inbound[profile], tenant)
 }
 
 // Weights are the tenants whose share of a lane is not the default 1

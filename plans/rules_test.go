@@ -202,6 +202,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("sms.marketing:quiet=tcpa,acme/sms:quiet=TCPA,email:quiet=tcpa")
 	f.Add("sms.otp:consent=exempt,sms:optout=category,acme/sms:reply-stop=You are out%2C bye %25,sms:keywords-stop=BASTA ALTO,email.news:unsubscribe=hosted")
 	f.Add("sms:sender=2000/1d@America/Los_Angeles,sms:tenant=10000/1h~60 drop,sms:provider:concurrency=100,acme/sms:sender:concurrency=2,email:tenant=5/1mo")
+	f.Add("acme/sms:inbound=+1 415 555 0100|MG0123|tx-profile_1,beta/sms:inbound=+14155550101,sms:inbound=+1")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := plans.Parse(s)
 		if err != nil {

@@ -20,12 +20,13 @@ targets=(
   tasks:FuzzHeaders tasks:FuzzListUnsubscribe tasks:FuzzReadTaskError
   plans:FuzzParse plans:FuzzParseQuietHours plans:FuzzZones plans:FuzzUSStates
   sender/smtp:FuzzEmailHeader
-  api:FuzzParseIdempotencyKey api:FuzzDuplicateMember api:FuzzDecodeNotification
+  api:FuzzParseIdempotencyKey api:FuzzDuplicateMember api:FuzzInvalidText api:FuzzDecodeNotification
   sender/twilio:FuzzParseStatusCallback sender/twilio:FuzzParseInbound sender/telnyx:FuzzParseEvent
   delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent
   unsubscribe:FuzzParseToken config:FuzzParseFromDomains
   webhook/sendgrid:FuzzParse webhook/mailgun:FuzzParse webhook/postmark:FuzzParse
   webhook/ses:FuzzParse webhook/ses:FuzzNotification
+  digest:FuzzTemplateCheck
 )
 if [ "$#" -gt 0 ]; then targets=("$@"); fi
 

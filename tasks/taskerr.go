@@ -18,6 +18,7 @@ const (
 	ReasonPermanent  = "permanent"       // the provider refused it for good
 	ReasonBudget     = "retry_budget"    // transient failures used up its retries
 	ReasonSuppressed = "suppressed"      // the recipient is on the tenant's suppression list
+	ReasonTemplate   = "template"        // the tenant's digest template passed a limit of its box
 )
 
 // Why a task waits without a failure (TaskError.Reason of a deferral).

@@ -10,27 +10,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Guard is the replay guard: the deliveries seen, by tenant, provider and
-// ReplayID, each remembered for its ReplayTTL (SET NX PX): one key per
+// Guard is the replay guard: the deliveries seen, by provider and
+// ReplayID (the provider's own event id or signed nonce) across every
+// tenant, each remembered for its ReplayTTL (SET NX PX): one key per
 // delivery,
 //
-//	sluice:{<tenant>}:webhook-seen:<provider>:<22 characters of SHA-256(ReplayID)>
+//	sluice:webhook-seen:<provider>:{<22 characters of SHA-256(ReplayID)>}
 //
-// so nothing of the delivery is stored, and the keys vanish on their own.
+// so nothing of the delivery is stored, the keys vanish on their own and
+// spread over a Cluster's slots — and a signed event posted to one
+// tenant's route, then replayed to another's, is a duplicate there.
 type Guard struct{ rdb redis.UniversalClient }
 
 // NewGuard returns a guard over rdb.
 func NewGuard(rdb redis.UniversalClient) *Guard { return &Guard{rdb: rdb} }
 
-func seenKey(tenant, provider, id string) string {
+func seenKey(provider, id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return "sluice:{" + tenant + "}:webhook-seen:" + provider + ":" + base64.RawURLEncoding.EncodeToString(sum[:16])
+	return "sluice:webhook-seen:" + provider + ":{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
 }
 
-// First reports whether id is new for (tenant, provider) and remembers it
-// for ttl.
-func (g *Guard) First(ctx context.Context, tenant, provider, id string, ttl time.Duration) (bool, error) {
-	ok, err := g.rdb.SetNX(ctx, seenKey(tenant, provider, id), "1", max(ttl, time.Second)).Result()
+// First reports whether id is new for provider, whatever the tenant, and
+// remembers it for ttl.
+func (g *Guard) First(ctx context.Context, provider, id string, ttl time.Duration) (bool, error) {
+	ok, err := g.rdb.SetNX(ctx, seenKey(provider, id), "1", max(ttl, time.Second)).Result()
 	if err != nil {
 		return false, fmt.Errorf("webhook: replay guard: %w", err)
 	}
@@ -39,8 +42,8 @@ func (g *Guard) First(ctx context.Context, tenant, provider, id string, ttl time
 
 // Forget drops id, so the provider's retry of a delivery that could not be
 // recorded is taken.
-func (g *Guard) Forget(ctx context.Context, tenant, provider, id string) error {
-	if err := g.rdb.Del(ctx, seenKey(tenant, provider, id)).Err(); err != nil {
+func (g *Guard) Forget(ctx context.Context, provider, id string) error {
+	if err := g.rdb.Del(ctx, seenKey(provider, id)).Err(); err != nil {
 		return fmt.Errorf("webhook: replay guard: %w", err)
 	}
 	return nil

@@ -24,9 +24,16 @@ func Route(p Provider) string { return "POST " + Path(p.Name(), "{tenant}") }
 // Path is the path of a provider's route for tenant.
 func Path(provider, tenant string) string { return "/v1/webhooks/" + provider + "/" + tenant }
 
-// MaxBodyBytes bounds a delivery's body (SendGrid batches events: its
-// posts stay well under this).
-const MaxBodyBytes = 4 << 20
+// MaxBodyBytes bounds a delivery's body: SendGrid, whose batches are the
+// largest, posts at most 768 KB; an SNS message is at most 256 KB.
+const MaxBodyBytes = 1 << 20
+
+// HeadChecker is a Provider that can refuse a delivery from its head alone
+// (its credentials, signature headers, timestamp): the handler asks it
+// before it reads the body. in has no Body yet.
+type HeadChecker interface {
+	CheckHead(in Inbound) error
+}
 
 // Config is what the handlers share.
 type Config struct {
@@ -60,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"provider", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_webhook_refused_total",
-			Help: "Provider webhook deliveries refused or recorded nothing, by provider and reason (unsigned, forged, stale, not_allowed, malformed, not_configured, duplicate).",
+			Help: "Provider webhook deliveries refused or recorded nothing, by provider and reason (unsigned, forged, stale, not_allowed, malformed, not_configured, duplicate, unavailable: the check could not be made now, e.g. a signing certificate that could not be fetched).",
 		}, []string{"provider", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.events, m.refused} {
@@ -73,10 +80,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Handler is one provider's route.
 type Handler struct {
-	p       Provider
-	cfg     Config
-	m       *Metrics
-	warnLog *warnEvery
+	p              Provider
+	cfg            Config
+	m              *Metrics
+	warnLog        *warnEvery
+	unavailableLog *warnEvery
 }
 
 // NewHandler returns p's route over cfg, counting in m.
@@ -87,7 +95,7 @@ func NewHandler(p Provider, cfg Config, m *Metrics) *Handler {
 	if cfg.ClientIP == nil {
 		cfg.ClientIP = PeerIP
 	}
-	return &Handler{p: p, cfg: cfg, m: m, warnLog: &warnEvery{interval: 10 * time.Second}}
+	return &Handler{p: p, cfg: cfg, m: m, warnLog: &warnEvery{interval: 10 * time.Second}, unavailableLog: &warnEvery{interval: 10 * time.Second}}
 }
 
 // Answer is a recorded delivery's answer.
@@ -104,10 +112,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such tenant")
 		return
 	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	creds, err := h.cfg.Store.Get(r.Context(), tenant, name)
 	switch {
 	case errors.Is(err, ErrNotConfigured):
@@ -122,7 +126,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.unavailable(w, err)
 		return
 	}
-	in := Inbound{Request: r, Body: body, Creds: creds, Now: h.cfg.Now(), ClientIP: h.cfg.ClientIP(r)}
+	in := Inbound{Request: r, Creds: creds, Now: h.cfg.Now(), ClientIP: h.cfg.ClientIP(r)}
+	// What the head can refuse is refused before the body is read: an
+	// unauthenticated client holds its connection no longer than its head.
+	if hc, ok := h.p.(HeadChecker); ok {
+		if err := hc.CheckHead(in); err != nil {
+			h.refuse(w, tenant, err)
+			return
+		}
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	in.Body = body
 	b, err := h.p.Verify(r.Context(), in)
 	if err != nil {
 		h.refuse(w, tenant, err)
@@ -136,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) apply(w http.ResponseWriter, ctx context.Context, tenant string, b Batch) {
 	name := h.p.Name()
 	if b.ReplayID != "" {
-		first, err := h.cfg.Guard.First(ctx, tenant, name, b.ReplayID, b.ReplayTTL)
+		first, err := h.cfg.Guard.First(ctx, name, b.ReplayID, b.ReplayTTL)
 		if err != nil {
 			h.unavailable(w, err)
 			return
@@ -149,7 +166,7 @@ func (h *Handler) apply(w http.ResponseWriter, ctx context.Context, tenant strin
 	}
 	forget := func() {
 		if b.ReplayID != "" {
-			_ = h.cfg.Guard.Forget(context.WithoutCancel(ctx), tenant, name, b.ReplayID)
+			_ = h.cfg.Guard.Forget(context.WithoutCancel(ctx), name, b.ReplayID)
 		}
 	}
 	if b.Confirm != nil {
@@ -200,9 +217,12 @@ func (h *Handler) refuse(w http.ResponseWriter, tenant string, err error) {
 	case errors.Is(err, ErrNotAllowed):
 		reason, status, kind = "not_allowed", http.StatusForbidden, "bad-signature"
 	case errors.Is(err, ErrUnavailable):
-		h.cfg.Log.Warn("webhook could not be checked now; the provider retries", "provider", name, "tenant", tenant, "err", err)
+		// Sampled like every refusal: anyone can post a delivery naming a
+		// certificate that cannot be fetched.
+		h.m.refused.WithLabelValues(name, "unavailable").Inc()
+		h.unavailableLog.warn(h.cfg.Log, "webhook could not be checked now; the provider retries", "provider", name, "tenant", tenant, "err", err)
 		w.Header().Set("Retry-After", "5")
-		problem.Write(w, http.StatusServiceUnavailable, "unavailable", "the delivery could not be checked now (its signing certificate could not be fetched); nothing was recorded, try again")
+		problem.Write(w, http.StatusServiceUnavailable, "check-unavailable", "nothing was recorded: "+err.Error())
 		return
 	}
 	h.m.refused.WithLabelValues(name, reason).Inc()
@@ -223,10 +243,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a webhook delivery is at most 4 MiB")
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a webhook delivery is at most 1 MiB")
 			return nil, false
 		}
-		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read")
+		problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read in time (SLUICE_API_UNAUTHENTICATED_BODY_TIMEOUT) or in full")
 		return nil, false
 	}
 	return body, true
@@ -266,8 +286,16 @@ func HeaderIP(header string) func(*http.Request) netip.Addr {
 	}
 }
 
-// warnEvery logs one WARN per interval for a repeated event (a refused
+// LogEvery logs one WARN per interval for a repeated event (a refused
 // delivery: anyone can send them), naming how many were not logged.
+type LogEvery = warnEvery
+
+// NewLogEvery returns a LogEvery of interval.
+func NewLogEvery(interval time.Duration) *LogEvery { return &warnEvery{interval: interval} }
+
+// Warn logs msg unless another was logged within the interval.
+func (s *warnEvery) Warn(log *slog.Logger, msg string, args ...any) { s.warn(log, msg, args...) }
+
 type warnEvery struct {
 	interval time.Duration
 	mu       sync.Mutex

@@ -54,6 +54,12 @@ type Credentials struct {
 	// AllowIPs, when set, are the only client addresses (IPs or CIDR
 	// prefixes) a delivery is taken from (Postmark).
 	AllowIPs []string `json:"allow_ips,omitempty"`
+	// ParentKey is a Mailgun primary account's webhook signing key, which
+	// signs its subaccounts' events as parent-signature; Account is the
+	// tenant's subaccount id (event-data.account.id), required with it:
+	// the primary key signs every subaccount's events.
+	ParentKey string `json:"parent_key,omitempty"`
+	Account   string `json:"account,omitempty"`
 }
 
 // Provider is one provider's wire format and signature scheme.

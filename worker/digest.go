@@ -149,6 +149,9 @@ func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c ch
 		log.Warn("digest: could not read the tenant's template; the built-in one goes", "err", err)
 	}
 	msg, err := digest.RenderWith(*n, carried, tmpl)
+	if errors.Is(err, digest.ErrLimit) {
+		return w.digestFailed(ctx, *n, len(carried), c, d, err, log)
+	}
 	if err != nil && tmpl != nil {
 		log.Error("digest: the tenant's template failed; the built-in one goes", "err", err)
 		msg, err = digest.Render(*n, carried)
@@ -163,6 +166,19 @@ func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c ch
 	w.metrics.DigestItems.WithLabelValues(string(n.Channel)).Observe(float64(len(carried)))
 	log.Info("sending a digest", "items", len(carried), "expired", expired)
 	return nil
+}
+
+// digestFailed ends a digest whose tenant template passed a limit of its
+// box (digest.ErrLimit): nothing is sent, the slot is given back, and the
+// carrier is archived with reason template; its items stay in the digest,
+// whose state (the carrier's, GET /v1/notifications/{id}) says why.
+// Another render would pass the same limit: the digest is not tried again.
+func (w *Worker) digestFailed(ctx context.Context, n tasks.Notification, items int, c check, d throttle.Decision, err error, log *slog.Logger) error {
+	w.release(ctx, n, d.Attempt, c.Limits, log)
+	w.archived(n, tasks.ReasonTemplate)
+	w.metrics.Digested.WithLabelValues(string(n.Channel), "failed").Add(float64(items))
+	log.Warn("digest: the tenant's template passed a limit of its box; the digest is archived unsent", "items", items, "err", err)
+	return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonTemplate, err), asynq.SkipRetry)
 }
 
 // openItem opens one item of a digest as its task was queued.

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/digest"
 	"github.com/sluicehq/sluice/internal/fakes"
 	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
@@ -303,5 +307,56 @@ func TestDigestNaiveReschedule(t *testing.T) {
 	// it is not asked again at once, round after round, until the slot opens.
 	if calls := metric(t, r.reg, "sluice_throttle_decisions_total", nil); calls > 40 {
 		t.Fatalf("%v limiter checks for 7 notifications: a carrier asked again in a loop", calls)
+	}
+}
+
+// A digest whose tenant template passes a limit of its box at send time
+// (it fit the sample digest; the real items are larger) is archived with
+// reason template, its slot given back, nothing sent; the worker goes on
+// (issue 50).
+func TestDigestTemplatePastItsLimitIsArchived(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "email.comment:recipient=1/2s,email.comment:digest=max:50")
+	tmpl := digest.Template{Text: "{{range .Items}}{{.Body}}{{.Body}}{{.Body}}{{end}}"}
+	if _, err := digest.NewTemplates(b.rdb).Set(context.Background(), "acme", tasks.Email, "comment", tmpl, "test"); err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, b.cfg)
+	b.serving(t)
+	var ids []string
+	for i := range 41 {
+		n := tasks.NewEmail("acme", "jane@example.com", fmt.Sprintf("comment %d", i), strings.Repeat("z", 10_000))
+		n.Category = "comment"
+		b.enqueue(t, n)
+		ids = append(ids, n.ID)
+	}
+	sluicetest.Eventually(t, 30*time.Second, "the digest archived", func() bool {
+		return metric(t, r.reg, "sluice_archived_total", map[string]string{"reason": tasks.ReasonTemplate}) >= 1
+	})
+	var archived []*asynq.TaskInfo
+	for _, id := range ids {
+		if ti, err := b.cfg.Layout().FindTask(b.insp, "", nil, id); err == nil && ti.State == asynq.TaskStateArchived {
+			archived = append(archived, ti)
+		}
+	}
+	if len(archived) != 1 {
+		t.Fatalf("%d tasks archived, want 1 (the digest's carrier)", len(archived))
+	}
+	if te := tasks.ReadTaskError(archived[0].LastErr, false); te.Reason != tasks.ReasonTemplate {
+		t.Errorf("the carrier's error %q reads as %q, want %q", archived[0].LastErr, te.Reason, tasks.ReasonTemplate)
+	}
+	if got := metric(t, r.reg, "sluice_archived_total", map[string]string{"reason": tasks.ReasonTemplate}); got != 1 {
+		t.Errorf("sluice_archived_total{reason=template} = %v, want 1", got)
+	}
+	if got := metric(t, r.reg, "sluice_digested_total", map[string]string{"result": "failed"}); got != 40 {
+		t.Errorf("sluice_digested_total{result=failed} = %v, want 40 (the carrier and its 39 items)", got)
+	}
+	// The worker goes on: the next notification is sent, and it is the
+	// second email received (the failed digest sent nothing).
+	n := tasks.NewEmail("acme", "ann@example.com", "after", "still sending")
+	b.enqueue(t, n)
+	ds := b.smtp.WaitCount(t, 2, 20*time.Second)
+	if len(ds) != 2 || ds[1].To != "ann@example.com" {
+		t.Errorf("emails received: %d, the second to %q; want 2: the first alone, then ann's", len(ds), ds[len(ds)-1].To)
 	}
 }

@@ -184,7 +184,7 @@ func (m *Metrics) registerProviders(reg prometheus.Registerer) {
 	reg.MustRegister(m.Fallbacks)
 	m.Digested = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_digested_total",
-		Help: "Notifications folded into a digest (plans' digest rule), by channel and result: joined (carried by an open digest instead of a send of their own), sent (carried by a digest that was sent, the carrier's own included), expired (left out: past their expiry when the digest went), spilled (handed back to the queue: their digest ended without a send).",
+		Help: "Notifications folded into a digest (plans' digest rule), by channel and result: joined (carried by an open digest instead of a send of their own), sent (carried by a digest that was sent, the carrier's own included), expired (left out: past their expiry when the digest went), spilled (handed back to the queue: their digest ended without a send), failed (carried by a digest archived because the tenant's template passed a limit of its box).",
 	}, []string{"channel", "result"})
 	m.DigestItems = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_digest_items",

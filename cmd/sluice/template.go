@@ -25,8 +25,12 @@ built-in templates unless the tenant has its own for that channel and
 category: Go text/template for the subject, the text and an SMS, html/template
 (every value escaped) for the HTML part, each given the digest: .Count, .More
 (items after the first), .First and .Items (each .ID, .Subject, .Body,
-.Metadata, .EnqueuedAt). A template that does not parse or fails on a sample
-digest is refused here, never at send time. Templates live in Redis; workers
+.Metadata, .EnqueuedAt). Templates run in a box, here and in the workers:
+each part at most 1 MiB, 100,000 loop iterations, 4 MiB of values, 1 s;
+no {{define}}, {{template}}, {{block}} or call; no control character in
+the subject. A template that does not parse, or passes a limit on a sample
+digest of 1,000 items, is refused here; one that passes a limit on a real
+digest fails that digest (archived, reason template). Templates live in Redis; workers
 read the one in force at each digest, so a change holds from the next.
 Every change is versioned and says who made it.`,
 	}

@@ -34,12 +34,13 @@ must be the API's; a change holds from the next delivery (docs/channels.md).`,
 
 func newWebhookSetCmd() *cobra.Command {
 	var c webhook.Credentials
-	var keyFile, passwordFile string
+	var keyFile, passwordFile, parentKeyFile string
 	cmd := &cobra.Command{
 		Use:   "set TENANT PROVIDER",
 		Short: "Set TENANT's credentials for PROVIDER's webhook (replacing any)",
 		Example: `  sluice webhook set acme sendgrid --key-file sendgrid-verification-key.txt
   sluice webhook set acme mailgun --key-file - < signing-key
+  sluice webhook set acme mailgun --parent-key-file primary-signing-key --account 1234567890303a4bd1f33898   # a subaccount
   sluice webhook set acme postmark --user sluice --password-file pm-pass --allow-ip 3.134.147.250
   sluice webhook set acme ses --topic arn:aws:sns:us-east-1:123456789012:ses-acme`,
 		Args: argsError(cobra.ExactArgs(2)),
@@ -52,6 +53,9 @@ func newWebhookSetCmd() *cobra.Command {
 				return err
 			}
 			if c.Password, err = secretFlag(cmd, c.Password, passwordFile, "password"); err != nil {
+				return err
+			}
+			if c.ParentKey, err = secretFlag(cmd, c.ParentKey, parentKeyFile, "parent-key"); err != nil {
 				return err
 			}
 			if err := p.Check(c); err != nil {
@@ -77,6 +81,9 @@ func newWebhookSetCmd() *cobra.Command {
 	f.StringVar(&passwordFile, "password-file", "", "read the password from this file (- for standard input)")
 	f.StringArrayVar(&c.Topics, "topic", nil, "SES: an SNS topic ARN SES publishes the tenant's notifications to (repeatable)")
 	f.StringArrayVar(&c.AllowIPs, "allow-ip", nil, "Postmark: the only client IPs or CIDR prefixes taken (repeatable; default any)")
+	f.StringVar(&c.ParentKey, "parent-key", "", "Mailgun, a subaccount: the primary account's webhook signing key, which signs parent-signature (prefer --parent-key-file)")
+	f.StringVar(&parentKeyFile, "parent-key-file", "", "read the parent key from this file (- for standard input)")
+	f.StringVar(&c.Account, "account", "", "Mailgun, with --parent-key: the subaccount's id (account.id of its events); only its events are taken")
 	return cmd
 }
 

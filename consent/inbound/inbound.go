@@ -33,13 +33,21 @@ const ReplyWindow = 5 * time.Minute
 // bad tenant).
 var ErrInvalid = errors.New("inbound: invalid message")
 
+// ErrNotOwned reports a message sent to a number or messaging profile the
+// tenant does not own (its sms:inbound entries do not name it): it is not
+// the tenant's to act on, and nothing is done.
+var ErrNotOwned = errors.New("inbound: not sent to one of the tenant's numbers or messaging profiles")
+
 // Message is one SMS a recipient sent to a tenant's number.
 type Message struct {
 	Tenant string
 	// From is the recipient who wrote (E.164); To the tenant's number they
 	// wrote to (the reply goes from it).
 	From, To string
-	Body     string
+	// Profile is the messaging profile (Telnyx) or Messaging Service
+	// (Twilio) the message came through, "" when the provider names none.
+	Profile string
+	Body    string
 	// Ref is the provider's id of the message (the ledger's ref).
 	Ref string
 }
@@ -72,8 +80,20 @@ func New(store *consent.Store, policy func() plans.Policy, enqueue Enqueuer, log
 	return &Handler{store: store, policy: policy, enqueue: enqueue, log: log}
 }
 
+// Owns reports ErrNotOwned when m was sent to a number or messaging
+// profile m.Tenant does not own: a route checks it before it spends the
+// event's id on its replay guard.
+func (h *Handler) Owns(m Message) error {
+	if !h.policy().OwnsInbound(m.Tenant, m.To, m.Profile) {
+		return fmt.Errorf("%w: tenant %s names neither %s nor the messaging profile %q in sms:inbound", ErrNotOwned, m.Tenant, tasks.Mask(tasks.NormalizePhone(m.To)), m.Profile)
+	}
+	return nil
+}
+
 // Handle classifies m and acts on it. A message that is no keyword and no
-// revocation changes nothing.
+// revocation changes nothing; one sent to a number or messaging profile
+// the tenant does not own (plans: TENANT/sms:inbound=…) is refused with
+// ErrNotOwned, whatever it says (DESIGN.md invariant 24).
 func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 	if err := tasks.CheckTenant(m.Tenant); err != nil {
 		return Outcome{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -83,6 +103,9 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("%w: From is not an E.164 number", ErrInvalid)
 	}
 	p := h.policy()
+	if err := h.Owns(m); err != nil {
+		return Outcome{}, err
+	}
 	rules := p.Consent(m.Tenant, tasks.SMS)
 	c := consent.Classify(m.Body, rules.Keywords)
 	out := Outcome{Intent: c.Intent, Keyword: c.Keyword}

@@ -2,6 +2,7 @@ package inbound_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -54,7 +55,7 @@ func setup(t *testing.T, rules string) (*inbound.Handler, *consent.Store, *outbo
 	return inbound.New(store, func() plans.Policy { return p }, o.enqueue, slog.New(slog.DiscardHandler)), store, o, rdb
 }
 
-const rules = "sms:recipient=1/1m,sms:reply-stop=Acme: unsubscribed%2C reply START to resume,sms:reply-start=Acme: welcome back,sms:reply-help=Acme help: acme.example/help,acme/sms:keywords-stop=BASTA"
+const rules = "sms:recipient=1/1m,sms:reply-stop=Acme: unsubscribed%2C reply START to resume,sms:reply-start=Acme: welcome back,sms:reply-help=Acme help: acme.example/help,acme/sms:keywords-stop=BASTA,acme/sms:inbound=+15005550006,globex/sms:inbound=+15005550007"
 
 // STOP opts out of every category and gets one confirmation from the
 // number texted, in the consent-reply category (exempt: the priority
@@ -135,7 +136,7 @@ func TestInboundKeywords(t *testing.T) {
 		}
 	}
 	// globex has no BASTA.
-	if o, _ := h.Handle(ctx, inbound.Message{Tenant: "globex", From: from, Body: "BASTA"}); o.Intent == consent.IntentOptOut {
+	if o, _ := h.Handle(ctx, inbound.Message{Tenant: "globex", From: from, To: "+15005550007", Body: "BASTA"}); o.Intent == consent.IntentOptOut {
 		t.Fatal("acme's keyword acts for globex")
 	}
 }
@@ -144,10 +145,10 @@ func TestInboundKeywords(t *testing.T) {
 // the recipient only; with none remembered, of every category.
 func TestInboundOptOutByCategory(t *testing.T) {
 	t.Parallel()
-	h, store, _, rdb := setup(t, "sms:recipient=1/1m,sms:optout=category")
+	h, store, _, rdb := setup(t, "sms:recipient=1/1m,sms:optout=category,acme/sms:inbound=MG0123")
 	ctx := context.Background()
 	const from = "+14155550191"
-	if _, err := h.Handle(ctx, inbound.Message{Tenant: "acme", From: from, Body: "STOP"}); err != nil {
+	if _, err := h.Handle(ctx, inbound.Message{Tenant: "acme", From: from, Body: "STOP", Profile: "MG0123"}); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := store.Check(ctx, "acme", tasks.SMS, from, "alerts", false); v.Reason != consent.BlockedAll {
@@ -157,7 +158,7 @@ func TestInboundOptOutByCategory(t *testing.T) {
 	if err := rdb.Set(ctx, store.LastKey("acme", tasks.SMS, other), "promo", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Handle(ctx, inbound.Message{Tenant: "acme", From: other, Body: "STOP"}); err != nil {
+	if _, err := h.Handle(ctx, inbound.Message{Tenant: "acme", From: other, Body: "STOP", Profile: "MG0123"}); err != nil {
 		t.Fatal(err)
 	}
 	for cat, want := range map[string]consent.Reason{"promo": consent.BlockedCategory, "alerts": consent.NotBlocked} {
@@ -182,4 +183,38 @@ func TestInboundRefusesBadInput(t *testing.T) {
 	if len(out.all()) != 0 {
 		t.Fatal("a reply to a refused message")
 	}
+}
+
+// An inbound message is the tenant's only when it was sent to one of the
+// numbers or messaging profiles its sms:inbound entries name (issue 50: a
+// STOP posted to another tenant's route opted the number out there too):
+// another tenant's number, no number, or a tenant that names none is
+// refused with ErrNotOwned, and nothing is recorded.
+func TestInboundOnlyForItsOwner(t *testing.T) {
+	t.Parallel()
+	h, store, out, _ := setup(t, rules+",beta/sms:inbound=+15005550008|tx-profile-1")
+	ctx := context.Background()
+	const from = "+14155550192"
+	for _, m := range []inbound.Message{
+		{Tenant: "beta", From: from, To: "+15005550006", Body: "STOP"}, // acme's number
+		{Tenant: "beta", From: from, Body: "STOP"},                     // none
+		{Tenant: "beta", From: from, To: "+15005550006", Body: "STOP", Profile: "tx-profile-2"},
+		{Tenant: "zeta", From: from, To: "+15005550006", Body: "STOP"}, // a tenant that names none
+	} {
+		if _, err := h.Handle(ctx, m); !errors.Is(err, inbound.ErrNotOwned) {
+			t.Errorf("%+v: %v, want ErrNotOwned", m, err)
+		}
+		if st, _ := store.State(ctx, m.Tenant, tasks.SMS, from); !st.Empty() {
+			t.Errorf("%+v recorded %+v", m, st)
+		}
+	}
+	for _, m := range []inbound.Message{
+		{Tenant: "beta", From: from, To: "+1 500 555 0008", Body: "STOP"},             // its number, written otherwise
+		{Tenant: "beta", From: "+14155550193", Body: "STOP", Profile: "tx-profile-1"}, // its profile
+	} {
+		if o, err := h.Handle(ctx, m); err != nil || o.Intent != consent.IntentOptOut {
+			t.Errorf("%+v: %+v, %v; want an opt-out", m, o, err)
+		}
+	}
+	_ = out
 }

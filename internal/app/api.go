@@ -92,7 +92,7 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 	}
 	s.Mount(twilio.CallbackRoute, cb)
 	replies := inbound.New(svc.Consent, svc.Plans.Policy, enqueuer(svc, cfg.Base.Layout()), svc.Log.With("component", "inbound"))
-	in, err := twilio.NewInbound(tw, replies, svc.Log, svc.Registry)
+	in, err := twilio.NewInbound(tw, replies, webhook.NewGuard(svc.Redis), svc.Log, svc.Registry)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 	}
 	unsubscribe.New(signer, svc.Consent, svc.Plans.Policy, svc.Log.With("component", "unsubscribe"), svc.Registry).Mount(s)
 	// The dashboard.
-	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, svc, s.Auth(), s.Stopping))
+	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, svc, s.Auth(), s.Stopping, cfg.MaxConns))
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ import (
 )
 
 const (
-	systemRules = "sms:recipient=10/1m,email:recipient=10/1m,sms:reply-stop=You will get no more texts"
+	systemRules = "sms:recipient=10/1m,email:recipient=10/1m,sms:reply-stop=You will get no more texts,acme/sms:inbound=+15005550006"
 	smsTo       = "+14155550100"
 )
 
@@ -123,7 +123,7 @@ func (s *system) exercise(t *testing.T) {
 		t.Fatal(err)
 	}
 	defaults, _ := plans.Parse(systemRules)
-	if _, err := plans.NewStore(s.rdb, defaults).Set(ctx, "acme", "sms:recipient=20/1m", "test"); err != nil {
+	if _, err := plans.NewStore(s.rdb, defaults).Set(ctx, "acme", "sms:recipient=20/1m,sms:inbound=+15005550006", "test"); err != nil {
 		t.Fatal(err)
 	}
 	keys, _ := tasks.ParseKeyring(s.vars["SLUICE_PAYLOAD_KEYS"])

@@ -86,6 +86,7 @@ var Titles = map[string]string{
 	"invalid-notification":  "The request holds invalid notifications",
 	"invalid-event":         "The request holds consent events that cannot be recorded",
 	"duplicate-member":      "A member name appears twice in one JSON object",
+	"invalid-text":          "A JSON string is not valid UTF-8 text",
 	"connection-limit":      "This address holds its share of connections",
 	"unreadable":            "A stored record this version cannot read",
 	"unsupported-media":     "Unsupported Content-Type",
@@ -98,6 +99,7 @@ var Titles = map[string]string{
 	"no-rules":              "No quota rules apply",
 	"tenant-required":       "An admin token must name the tenant",
 	"unavailable":           "Redis cannot be reached; nothing was done",
+	"check-unavailable":     "The request could not be checked now; nothing was done",
 	"internal":              "Internal error",
 }
 

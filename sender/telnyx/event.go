@@ -29,6 +29,23 @@ var (
 	ErrStale    = errors.New("telnyx: webhook timestamp outside the tolerance")
 )
 
+// CheckHead refuses a webhook its head refuses: no signature or timestamp
+// header, or a timestamp that is not Unix seconds within Tolerance of now
+// (before its body is read).
+func CheckHead(sigB64, ts string, now time.Time) error {
+	if sigB64 == "" || ts == "" {
+		return fmt.Errorf("%w: no %s or %s", ErrUnsigned, SignatureHeader, TimestampHeader)
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || len(ts) > 12 {
+		return fmt.Errorf("%w: %s is not Unix seconds", ErrForged, TimestampHeader)
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > Tolerance || d < -Tolerance {
+		return fmt.Errorf("%w: %s is not within %v of now", ErrStale, TimestampHeader, Tolerance)
+	}
+	return nil
+}
+
 // Verify checks a webhook's Ed25519 signature over timestamp + "|" + body
 // under key, and that the timestamp is within Tolerance of now.
 func Verify(key ed25519.PublicKey, sigB64, ts string, body []byte, now time.Time) error {
@@ -63,9 +80,10 @@ type Event struct {
 
 // MessagePayload is data.payload of a message event.
 type MessagePayload struct {
-	ID   string `json:"id"`
-	Text string `json:"text"`
-	From struct {
+	ID                 string `json:"id"`
+	Text               string `json:"text"`
+	MessagingProfileID string `json:"messaging_profile_id"`
+	From               struct {
 		PhoneNumber string `json:"phone_number"`
 	} `json:"from"`
 	To []struct {

@@ -46,10 +46,10 @@ func NewWebhooks(s Settings, base config.Base, d Deps) (*Webhooks, error) {
 	codes, _ := s.codes() // validated
 	h := &Webhooks{ttl: base.DedupeTTL, suppressFor: base.SMSSuppressTTL, codes: codes,
 		delivery: delivery.NewStore(d.Redis, d.Limiter), consent: d.Consent, lim: d.Limiter,
-		guard: webhook.NewGuard(d.Redis), log: d.Log.With("component", "telnyx"), now: time.Now,
+		guard: webhook.NewGuard(d.Redis), log: d.Log.With("component", "telnyx"), now: time.Now, notOwnedLog: webhook.NewLogEvery(10 * time.Second),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_telnyx_webhooks_total",
-			Help: "Telnyx webhooks by route (callback, inbound) and outcome: recorded, ignored, duplicate, unsigned, forged, stale, malformed, or the inbound message's intent.",
+			Help: "Telnyx webhooks by route (callback, inbound) and outcome: recorded, ignored, duplicate, unsigned, forged, stale, malformed, not_owned (authentic, but not the tenant's: another number than the notification's, or an inbound message to a number or profile the tenant does not own), or the inbound message's intent.",
 		}, []string{"route", "outcome"})}
 	if s.PublicKey != "" {
 		h.key, _ = ParsePublicKey(s.PublicKey) // validated

@@ -42,6 +42,7 @@ type Webhooks struct {
 	log         *slog.Logger
 	now         func() time.Time
 	events      *prometheus.CounterVec
+	notOwnedLog *webhook.LogEvery
 }
 
 // maxWebhookBytes bounds a webhook's body (Telnyx's are a few KiB).
@@ -54,12 +55,23 @@ func (h *Webhooks) signed(w http.ResponseWriter, r *http.Request, route string) 
 		problem.Write(w, http.StatusNotFound, "not-found", "Telnyx webhooks are off: set SLUICE_TELNYX_WEBHOOK_URL and SLUICE_TELNYX_PUBLIC_KEY")
 		return Event{}, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBytes))
-	if err != nil {
-		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a Telnyx webhook is at most 64 KiB")
-		return Event{}, false
+	// What the head can refuse is refused before the body is read.
+	err := CheckHead(r.Header.Get(SignatureHeader), r.Header.Get(TimestampHeader), h.now())
+	var body []byte
+	if err == nil {
+		var tooBig *http.MaxBytesError
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBytes))
+		switch {
+		case errors.As(err, &tooBig):
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", "a Telnyx webhook is at most 64 KiB")
+			return Event{}, false
+		case err != nil:
+			problem.Write(w, http.StatusBadRequest, "invalid-request", "the body could not be read in time (SLUICE_API_UNAUTHENTICATED_BODY_TIMEOUT) or in full")
+			return Event{}, false
+		}
+		err = Verify(h.key, r.Header.Get(SignatureHeader), r.Header.Get(TimestampHeader), body, h.now())
 	}
-	if err := Verify(h.key, r.Header.Get(SignatureHeader), r.Header.Get(TimestampHeader), body, h.now()); err != nil {
+	if err != nil {
 		reason := "forged"
 		switch {
 		case errors.Is(err, ErrUnsigned):
@@ -80,10 +92,12 @@ func (h *Webhooks) signed(w http.ResponseWriter, r *http.Request, route string) 
 	return e, true
 }
 
-// first runs the replay guard on the event id: false when it was seen
-// (answered 200, nothing done) or Redis failed (answered 503).
-func (h *Webhooks) first(w http.ResponseWriter, ctx context.Context, tenant, route string, e Event) bool {
-	ok, err := h.guard.First(ctx, tenant, "telnyx", e.ID, 2*Tolerance)
+// first runs the replay guard on the event id, across every tenant (one
+// key signs every tenant's events: an event applied to one tenant and
+// replayed to another's route is a duplicate there): false when it was
+// seen (answered 200, nothing done) or Redis failed (answered 503).
+func (h *Webhooks) first(w http.ResponseWriter, ctx context.Context, route string, e Event) bool {
+	ok, err := h.guard.First(ctx, "telnyx", e.ID, 2*Tolerance)
 	if err != nil {
 		h.unavailable(w, err)
 		return false
@@ -95,8 +109,17 @@ func (h *Webhooks) first(w http.ResponseWriter, ctx context.Context, tenant, rou
 	return ok
 }
 
-func (h *Webhooks) forget(ctx context.Context, tenant string, e Event) {
-	_ = h.guard.Forget(context.WithoutCancel(ctx), tenant, "telnyx", e.ID)
+func (h *Webhooks) forget(ctx context.Context, e Event) {
+	_ = h.guard.Forget(context.WithoutCancel(ctx), "telnyx", e.ID)
+}
+
+// notOwned answers an authentic event that is not this tenant's (403,
+// nothing done), logged at most once every 10 s: anyone holding a signed
+// event can post it to every tenant's route.
+func (h *Webhooks) notOwned(w http.ResponseWriter, route, tenant, why string) {
+	h.events.WithLabelValues(route, "not_owned").Inc()
+	h.notOwnedLog.Warn(h.log, "telnyx webhook refused: not the tenant's", "route", route, "tenant", tenant, "why", why)
+	problem.Write(w, http.StatusForbidden, "forbidden", "nothing was recorded: "+why)
 }
 
 func (h *Webhooks) unavailable(w http.ResponseWriter, err error) {
@@ -138,13 +161,23 @@ func (h *Webhooks) Callback(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no notification with this id for this tenant was sent (or its record expired)")
 		return
 	}
-	if !h.first(w, ctx, tenant, "callback", e) {
+	// The report is the notification's only when it names the number the
+	// SMS went to (the worker noted it): one key signs every tenant's
+	// reports, and the URL, which names the tenant and id, is not signed.
+	if same, _, err := h.delivery.WentTo(ctx, tenant, id, tasks.NormalizePhone(to)); err != nil {
+		h.unavailable(w, err)
+		return
+	} else if !same {
+		h.notOwned(w, "callback", tenant, "the report names another recipient than the number this notification went to")
+		return
+	}
+	if !h.first(w, ctx, "callback", e) {
 		return
 	}
 	code := e.Message.ErrorCode()
 	applied, prev, err := h.delivery.Update(ctx, tenant, id, delivery.Record{Status: st, ErrorCode: code, MessageSID: messageID(e.Message.ID)}, h.ttl)
 	if err != nil {
-		h.forget(ctx, tenant, e)
+		h.forget(ctx, e)
 		h.unavailable(w, err)
 		return
 	}
@@ -205,7 +238,7 @@ func (h *Webhooks) Inbound(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	to, _ := e.Message.Recipient()
-	m := inbound.Message{Tenant: tenant, From: e.Message.From.PhoneNumber, To: to, Body: e.Message.Text}
+	m := inbound.Message{Tenant: tenant, From: e.Message.From.PhoneNumber, To: to, Body: e.Message.Text, Profile: e.Message.MessagingProfileID}
 	if tasks.CheckID(e.Message.ID) == nil {
 		m.Ref = e.Message.ID
 	}
@@ -214,12 +247,18 @@ func (h *Webhooks) Inbound(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if !h.first(w, ctx, tenant, "inbound", e) {
+	// Before the replay guard: an event posted to a tenant it is not for
+	// must not spend its id, which the tenant it is for may still need.
+	if err := h.inbound.Owns(m); err != nil {
+		h.notOwned(w, "inbound", tenant, err.Error())
+		return
+	}
+	if !h.first(w, ctx, "inbound", e) {
 		return
 	}
 	out, err := h.inbound.Handle(ctx, m)
 	if err != nil {
-		h.forget(ctx, tenant, e)
+		h.forget(ctx, e)
 		if errors.Is(err, inbound.ErrInvalid) {
 			problem.Write(w, http.StatusBadRequest, "invalid-request", err.Error())
 			return

@@ -79,7 +79,7 @@ func setup(t *testing.T) *routes {
 	redis, rdb := redistest.New(t)
 	f := fakes.NewTelnyxAPI(t)
 	env := map[string]string{"SLUICE_REDIS_URL": redis.URL(), "SLUICE_SUBJECT_SECRET": "telnyx-test-secret-0123", "SLUICE_PAYLOAD_KEYS": tasks.NewKeySpec("t"),
-		"SLUICE_TELNYX_PUBLIC_KEY": f.PublicKey, "SLUICE_TELNYX_WEBHOOK_URL": "https://sluice.example.com", "SLUICE_RULES": "sms:recipient=10/1m"}
+		"SLUICE_TELNYX_PUBLIC_KEY": f.PublicKey, "SLUICE_TELNYX_WEBHOOK_URL": "https://sluice.example.com", "SLUICE_RULES": "sms:recipient=10/1m,acme/sms:inbound=+15005550006"}
 	var base config.Base
 	if err := config.Read(env, &base); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package twilio
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/webhook"
 )
 
 // InboundRoute is the pattern `sluice api` mounts Inbound on: the URL to
@@ -33,18 +35,24 @@ const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response></Response>`
 type Inbound struct {
 	authToken, baseURL string
 	handler            *inbound.Handler
+	guard              *webhook.Guard
 	log                *slog.Logger
 	received           *prometheus.CounterVec
 	badSigLog          warnEvery // anyone can send bad signatures: one WARN per 10 s
 }
 
-// NewInbound returns the route's handler; sluice_inbound_sms_total is
-// registered on reg.
-func NewInbound(s Settings, h *inbound.Handler, log *slog.Logger, reg prometheus.Registerer) (*Inbound, error) {
-	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, log: log, badSigLog: warnEvery{interval: 10 * time.Second},
+// InboundReplayTTL is how long a message's MessageSid is remembered: the
+// provider's signature has no timestamp, so a captured webhook (a START
+// after a STOP) could otherwise be replayed at any time later.
+const InboundReplayTTL = 30 * 24 * time.Hour
+
+// NewInbound returns the route's handler, its replay guard on guard;
+// sluice_inbound_sms_total is registered on reg.
+func NewInbound(s Settings, h *inbound.Handler, guard *webhook.Guard, log *slog.Logger, reg prometheus.Registerer) (*Inbound, error) {
+	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, guard: guard, log: log, badSigLog: warnEvery{interval: 10 * time.Second},
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_inbound_sms_total",
-			Help: "SMS recipients sent to tenants' numbers, by what they were read as (opt_out, opt_in, help, review, none), and refused webhooks (bad_signature).",
+			Help: "SMS recipients sent to tenants' numbers, by what they were read as (opt_out, opt_in, help, review, none), and refused webhooks (bad_signature; not_owned: sent to a number or Messaging Service the tenant does not own; duplicate: a MessageSid seen before).",
 		}, []string{"intent"})}
 	if err := reg.Register(in.received); err != nil {
 		return nil, err
@@ -54,7 +62,7 @@ func NewInbound(s Settings, h *inbound.Handler, log *slog.Logger, reg prometheus
 
 // inboundMessage is what Sluice takes from an incoming-message webhook.
 type inboundMessage struct {
-	From, To, Body, MessageSID string
+	From, To, Body, MessageSID, ServiceSID string
 }
 
 // parseInbound reads an incoming-message webhook's form: From (required,
@@ -90,6 +98,10 @@ func parseInbound(form url.Values) (inboundMessage, []problem.InvalidParam) {
 	if err := delivery.CheckSID(m.MessageSID); err != nil {
 		bad = append(bad, problem.InvalidParam{Name: "MessageSid", Reason: "must be up to 64 letters and digits"})
 	}
+	m.ServiceSID = one("MessagingServiceSid")
+	if err := delivery.CheckSID(m.ServiceSID); err != nil {
+		bad = append(bad, problem.InvalidParam{Name: "MessagingServiceSid", Reason: "must be up to 64 letters and digits"})
+	}
 	return m, bad
 }
 
@@ -119,8 +131,36 @@ func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such tenant")
 		return
 	}
-	out, err := in.handler.Handle(r.Context(), inbound.Message{Tenant: tenant, From: m.From, To: m.To, Body: m.Body, Ref: m.MessageSID})
+	msg := inbound.Message{Tenant: tenant, From: m.From, To: m.To, Body: m.Body, Ref: m.MessageSID, Profile: m.ServiceSID}
+	// The signature covers the URL, which names the tenant; the number (or
+	// Messaging Service) must be the tenant's too, checked before the
+	// replay guard spends the MessageSid.
+	if err := in.handler.Owns(msg); err != nil {
+		in.received.WithLabelValues("not_owned").Inc()
+		in.badSigLog.warn(in.log, "inbound SMS refused: not sent to one of the tenant's numbers", "tenant", tenant, "why", err.Error())
+		problem.Write(w, http.StatusForbidden, "forbidden", "nothing was recorded: "+err.Error())
+		return
+	}
+	if m.MessageSID != "" {
+		first, err := in.guard.First(r.Context(), "twilio", m.MessageSID, InboundReplayTTL)
+		if err != nil {
+			in.log.Error("inbound SMS not recorded: redis trouble; the provider retries", "err", err)
+			w.Header().Set("Retry-After", "1")
+			problem.Write(w, http.StatusServiceUnavailable, "unavailable", "Redis could not be asked; nothing was recorded, try again")
+			return
+		}
+		if !first {
+			in.received.WithLabelValues("duplicate").Inc()
+			w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+			io.WriteString(w, emptyTwiML)
+			return
+		}
+	}
+	out, err := in.handler.Handle(r.Context(), msg)
 	if err != nil {
+		if m.MessageSID != "" {
+			_ = in.guard.Forget(context.WithoutCancel(r.Context()), "twilio", m.MessageSID)
+		}
 		if errors.Is(err, inbound.ErrInvalid) {
 			problem.Write(w, http.StatusBadRequest, "invalid-request", err.Error())
 			return

@@ -8,8 +8,11 @@
 // Each POST is a JSON object {"signature": {"timestamp", "token",
 // "signature"}, "event-data": {...}}: the signature is the hex HMAC-SHA256,
 // keyed with the domain's HTTP webhook signing key, of the timestamp
-// followed by the token — checked with mailgun-go's
-// VerifyWebhookSignature. The timestamp must be within webhook.Tolerance;
+// followed by the token. An event of a subaccount also carries
+// "parent-signature", the same HMAC under the primary account's key
+// (Mailgun, "Securing Webhooks"): a tenant that configures the primary key
+// (--parent-key) names its subaccount (--account), and only events whose
+// account.id is that subaccount's are taken with it. The timestamp must be within webhook.Tolerance;
 // the token is the replay guard's key, as Mailgun advises.
 //
 // # Events
@@ -43,25 +46,60 @@ var _ webhook.Provider = Provider{}
 // Name implements webhook.Provider.
 func (Provider) Name() string { return Name }
 
-// Check needs Key: the domain's HTTP webhook signing key.
+// Check needs Key (the domain's HTTP webhook signing key), or ParentKey
+// (the primary account's, for a subaccount) with Account (the
+// subaccount's id), or both.
 func (Provider) Check(c webhook.Credentials) error {
-	if len(c.Key) < 16 {
+	if c.Key == "" && c.ParentKey == "" {
+		return fmt.Errorf("%w: key: want Mailgun's HTTP webhook signing key (Sending → Webhooks), or a subaccount's primary key with --parent-key and --account", webhook.ErrCredentials)
+	}
+	if c.Key != "" && len(c.Key) < 16 {
 		return fmt.Errorf("%w: key: want Mailgun's HTTP webhook signing key (Sending → Webhooks), at least 16 characters", webhook.ErrCredentials)
 	}
+	if c.ParentKey != "" && (len(c.ParentKey) < 16 || !accountID(c.Account)) {
+		return fmt.Errorf("%w: parent-key: the primary account's signing key (at least 16 characters), with --account: the subaccount's id (letters and digits, the account.id of its events)", webhook.ErrCredentials)
+	}
+	if c.ParentKey == "" && c.Account != "" {
+		return fmt.Errorf("%w: account: only with --parent-key", webhook.ErrCredentials)
+	}
 	if c.User != "" || c.Password != "" || len(c.Topics) > 0 || len(c.AllowIPs) > 0 {
-		return fmt.Errorf("%w: mailgun takes a key only", webhook.ErrCredentials)
+		return fmt.Errorf("%w: mailgun takes a key, a parent key and an account only", webhook.ErrCredentials)
 	}
 	return nil
 }
 
+func accountID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // Payload is a delivery's body as Sluice reads it.
 type Payload struct {
-	Signature mailgun.Signature `json:"signature"`
-	EventData EventData         `json:"event-data"`
+	Signature Signature `json:"signature"`
+	EventData EventData `json:"event-data"`
+}
+
+// Signature is a delivery's signature: Mailgun's, and for an event of a
+// subaccount the primary account's (parent-signature).
+type Signature struct {
+	TimeStamp string `json:"timestamp"`
+	Token     string `json:"token"`
+	Signature string `json:"signature"`
+	Parent    string `json:"parent-signature"`
 }
 
 // EventData is what Sluice reads of the event.
 type EventData struct {
+	Account struct {
+		ID string `json:"id"`
+	} `json:"account"`
 	ID             string `json:"id"`
 	Event          string `json:"event"`
 	Severity       string `json:"severity"`
@@ -83,13 +121,11 @@ func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, er
 		return webhook.Batch{}, fmt.Errorf("%w: not a JSON webhook (signature and event-data)", webhook.ErrUnsigned)
 	}
 	sig := p.Signature
-	if sig.Signature == "" || sig.Token == "" || sig.TimeStamp == "" {
+	if (sig.Signature == "" && sig.Parent == "") || sig.Token == "" || sig.TimeStamp == "" {
 		return webhook.Batch{}, fmt.Errorf("%w: no signature, token or timestamp", webhook.ErrUnsigned)
 	}
-	mg := mailgun.NewMailgun("", "")
-	mg.SetWebhookSigningKey(in.Creds.Key)
-	if ok, err := mg.VerifyWebhookSignature(sig); err != nil || !ok || in.Creds.Key == "" {
-		return webhook.Batch{}, fmt.Errorf("%w: signature", webhook.ErrForged)
+	if err := verify(in.Creds, sig, p.EventData); err != nil {
+		return webhook.Batch{}, err
 	}
 	if err := webhook.Fresh(sig.TimeStamp, in.Now, webhook.Tolerance); err != nil {
 		return webhook.Batch{}, fmt.Errorf("%w: timestamp is not within %v of now", err, webhook.Tolerance)
@@ -97,6 +133,32 @@ func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, er
 	b := Map(p.EventData)
 	b.ReplayID, b.ReplayTTL = sig.Token, 2*webhook.Tolerance
 	return b, nil
+}
+
+// verify accepts a delivery signed with the tenant's own key, or — for a
+// subaccount — with its primary account's key as parent-signature when the
+// event is the tenant's subaccount's (the primary key signs every one).
+func verify(c webhook.Credentials, sig Signature, e EventData) error {
+	if c.Key != "" && sig.Signature != "" && validMAC(c.Key, sig.TimeStamp, sig.Token, sig.Signature) {
+		return nil
+	}
+	if c.ParentKey != "" && sig.Parent != "" && validMAC(c.ParentKey, sig.TimeStamp, sig.Token, sig.Parent) {
+		if e.Account.ID != c.Account {
+			return fmt.Errorf("%w: parent-signature of another subaccount's event (account.id)", webhook.ErrNotAllowed)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: signature", webhook.ErrForged)
+}
+
+// validMAC checks a hex HMAC-SHA256 of timestamp + token under key with
+// mailgun-go's VerifyWebhookSignature (a parent-signature is the same
+// HMAC under the primary account's key).
+func validMAC(key, ts, token, sig string) bool {
+	mg := mailgun.NewMailgun("", "")
+	mg.SetWebhookSigningKey(key)
+	ok, err := mg.VerifyWebhookSignature(mailgun.Signature{TimeStamp: ts, Token: token, Signature: sig})
+	return err == nil && ok
 }
 
 // Parse reads a delivery's body without checking its signature.

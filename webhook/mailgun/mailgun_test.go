@@ -118,3 +118,61 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// withParent is a delivery of a subaccount's event: signature under the
+// subaccount's key, parent-signature under the primary account's (Mailgun,
+// "Securing Webhooks", documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks).
+func withParent(subKey, parentKey, ts, token, eventData string) []byte {
+	return []byte(fmt.Sprintf(`{"signature":{"token":%q,"timestamp":%q,"signature":%q,"parent-signature":%q},"event-data":%s}`,
+		token, ts, mac(subKey, ts, token), mac(parentKey, ts, token), eventData))
+}
+
+// A permanent failure shaped as Mailgun's published webhook payloads
+// (account.id and domain.name on every event,
+// documentation.mailgun.com/docs/mailgun/user-manual/webhooks/webhook-payloads).
+const subBounce = `{"account":{"id":"1234567890303a4bd1f33898"},"domain":{"name":"sample.mailgun.com"},"envelope":{"sender":"sender@sample.mailgun.com","targets":"gil@example.com","transport":"smtp"},"event":"failed","severity":"permanent","reason":"bounce","delivery-status":{"code":550,"message":"5.1.1 The email account that you tried to reach does not exist"},"flags":{"is-authenticated":true,"is-test-mode":false},"id":"CCXMjJ7nQi2N3BPigGOdgQ","log-level":"error","message":{"headers":{"from":"Sample Sender <sender@sample.mailgun.com>","message-id":"20260203192638.000be97f99f8cea1@sample.mailgun.com","subject":"Sample webhook payload","to":"gil@example.com"},"size":341},"recipient":"gil@example.com","recipient-domain":"example.com","tags":["webhook_payload"],"timestamp":1770146798.372891,"user-variables":[]}`
+
+// A subaccount's events, checked by parent-signature with the primary
+// account's key the tenant configured (issue 53: refused 403): taken when
+// the event is the tenant's subaccount's; refused when it is another
+// subaccount's (the primary key signs them all), or when the tenant has no
+// parent key; a replay records nothing again.
+func TestParentSignature(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	const parentKey, subKey = "key-primary-0123456789abcdef0123", "key-subacct-unknown-to-sluice-01"
+	b := webhooktest.New(t, mailgun.Provider{}, func() time.Time { return now })
+	b.Set(t, "acme", webhook.Credentials{ParentKey: parentKey, Account: "1234567890303a4bd1f33898"})
+	b.Set(t, "beta", webhook.Credentials{ParentKey: parentKey, Account: "aaaaaaaaaaaaaaaaaaaaaaaa"})
+	b.Set(t, "own", webhook.Credentials{Key: signingKey})
+	ts := strconv.FormatInt(now.Unix(), 10)
+	for name, c := range map[string]struct {
+		tenant string
+		body   []byte
+	}{
+		"AnotherSubaccount": {"beta", withParent(subKey, parentKey, ts, "tok-p1", subBounce)},
+		"NoParentKey":       {"own", withParent(subKey, parentKey, ts, "tok-p2", subBounce)},
+		"ForgedParent":      {"acme", withParent(subKey, "key-not-the-primary-0123456789ab", ts, "tok-p3", subBounce)},
+	} {
+		if r := b.Post(t, c.tenant, c.body); r.Status != http.StatusForbidden {
+			t.Errorf("%s: %d %s, want 403", name, r.Status, r.Body)
+		}
+	}
+	b.NothingRecorded(t, "a refused delivery")
+	body := withParent(subKey, parentKey, ts, "tok-p4", subBounce)
+	if r := b.Post(t, "acme", body); r.Status != http.StatusOK || r.Answer.Recorded != 1 {
+		t.Fatalf("the tenant's subaccount's event: %d %s", r.Status, r.Body)
+	}
+	l := b.Ledger(t, "acme", "gil@example.com")
+	if len(l) != 1 || l[0].Action != consent.Undeliverable || l[0].Code != 550 {
+		t.Fatalf("ledger %+v, want one undeliverable, 550", l)
+	}
+	for _, tenant := range []string{"acme", "beta"} {
+		if r := b.Post(t, tenant, body); r.Status == http.StatusOK && !r.Answer.Duplicate {
+			t.Errorf("replayed to %s: %d %s", tenant, r.Status, r.Body)
+		}
+	}
+	if l := b.Ledger(t, "acme", "gil@example.com"); len(l) != 1 {
+		t.Errorf("a replay added to the ledger: %+v", l)
+	}
+}

@@ -10,9 +10,10 @@
 // compared in constant time, over HTTPS. A tenant may also name the only
 // client addresses deliveries are taken from (Postmark publishes its
 // webhook IPs); behind a proxy the address is read from
-// SLUICE_API_CLIENT_IP_HEADER. Without a signed timestamp or nonce there is
-// no replay guard: a replayed delivery records the same event again, which
-// changes no suppression.
+// SLUICE_API_CLIENT_IP_HEADER. Postmark signs no timestamp or nonce: the
+// replay guard keys a record by its RecordType and ID (a subscription
+// change, which has none, by its MessageID, recipient, ChangedAt and
+// direction) for ReplayTTL, so a replayed delivery records nothing again.
 //
 // # Events
 //
@@ -33,6 +34,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/webhook"
@@ -83,25 +85,36 @@ func Prefixes(allow []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Verify implements webhook.Provider.
-func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+var _ webhook.HeadChecker = Provider{}
+
+// CheckHead implements webhook.HeadChecker: the client address and the
+// basic auth are in the head, checked before the body is read.
+func (Provider) CheckHead(in webhook.Inbound) error {
 	if len(in.Creds.AllowIPs) > 0 {
 		allowed, err := Prefixes(in.Creds.AllowIPs)
 		if err != nil {
-			return webhook.Batch{}, err
+			return err
 		}
 		if !contains(allowed, in.ClientIP) {
-			return webhook.Batch{}, fmt.Errorf("%w: the client address is not in the tenant's allowlist", webhook.ErrNotAllowed)
+			return fmt.Errorf("%w: the client address is not in the tenant's allowlist", webhook.ErrNotAllowed)
 		}
 	}
 	user, pass, ok := in.Request.BasicAuth()
 	if !ok {
-		return webhook.Batch{}, fmt.Errorf("%w: no basic auth: put USER:PASSWORD@ in the webhook URL", webhook.ErrUnsigned)
+		return fmt.Errorf("%w: no basic auth: put USER:PASSWORD@ in the webhook URL", webhook.ErrUnsigned)
 	}
 	u := subtle.ConstantTimeCompare([]byte(user), []byte(in.Creds.User))
 	p := subtle.ConstantTimeCompare([]byte(pass), []byte(in.Creds.Password))
 	if u&p != 1 || in.Creds.Password == "" {
-		return webhook.Batch{}, fmt.Errorf("%w: basic auth", webhook.ErrForged)
+		return fmt.Errorf("%w: basic auth", webhook.ErrForged)
+	}
+	return nil
+}
+
+// Verify implements webhook.Provider.
+func (p Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+	if err := p.CheckHead(in); err != nil {
+		return webhook.Batch{}, err
 	}
 	return Parse(in.Body)
 }
@@ -126,6 +139,24 @@ type record struct {
 	Details           string          `json:"Details"`
 	SuppressSending   bool            `json:"SuppressSending"`
 	SuppressionReason string          `json:"SuppressionReason"`
+	ChangedAt         string          `json:"ChangedAt"`
+}
+
+// ReplayTTL is how long a record's id is remembered: Postmark retries a
+// webhook that was not answered 200 for hours, and signs no nonce.
+const ReplayTTL = 7 * 24 * time.Hour
+
+// replayID names a record for the replay guard: its type and ID (a bounce's
+// or complaint's), else its type, MessageID, recipient, time and direction
+// (a subscription change has no ID of its own).
+func (r record) replayID() string {
+	if id := strings.Trim(string(r.ID), `"`); id != "" && id != "null" {
+		return r.RecordType + "\x00" + id
+	}
+	if r.MessageID == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%t", r.RecordType, r.MessageID, r.Recipient, r.ChangedAt, r.SuppressSending)
 }
 
 // Parse reads a delivery's body: one JSON object.
@@ -150,5 +181,9 @@ func Parse(body []byte) (webhook.Batch, error) {
 	default:
 		return webhook.Batch{Ignored: 1}, nil
 	}
-	return webhook.Batch{Items: []webhook.Item{{Recipient: to, Report: r}}}, nil
+	b := webhook.Batch{Items: []webhook.Item{{Recipient: to, Report: r}}}
+	if id := rec.replayID(); id != "" {
+		b.ReplayID, b.ReplayTTL = id, ReplayTTL
+	}
+	return b, nil
 }

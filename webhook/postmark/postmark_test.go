@@ -3,6 +3,7 @@ package postmark_test
 import (
 	"bytes"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func TestAuthenticatedEventsAreRecorded(t *testing.T) {
 	}
 	// An allowlist that names the client lets it in.
 	b.Set(t, "walled", webhook.Credentials{User: user, Password: pass, AllowIPs: []string{"127.0.0.0/8"}})
-	if r := post(t, b, "walled", complaint, user, pass); r.Status != http.StatusOK || r.Answer.Recorded != 1 {
+	if r := post(t, b, "walled", strings.Replace(complaint, `"ID":42`, `"ID":43`, 1), user, pass); r.Status != http.StatusOK || r.Answer.Recorded != 1 {
 		t.Fatalf("allowed client: %d %s", r.Status, r.Body)
 	}
 }
@@ -111,4 +112,38 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Postmark signs no nonce: a replayed delivery — Postmark's retry, or
+// anyone holding the basic auth — records nothing again, keyed by its
+// RecordType and ID (a subscription change by its MessageID, recipient,
+// time and direction), whatever the tenant (issue 53: a replayed delivery
+// was recorded again). Postmark's documented bounce, spam complaint and
+// subscription change examples (postmarkapp.com/developer/webhooks).
+func TestReplaysRecordNothingAgain(t *testing.T) {
+	t.Parallel()
+	b := webhooktest.New(t, postmark.Provider{}, nil)
+	b.Set(t, "acme", webhook.Credentials{User: user, Password: pass})
+	b.Set(t, "globex", webhook.Credentials{User: user, Password: pass})
+	for _, c := range []struct{ body, addr string }{{hardBounce, "bob@example.com"}, {complaint, "cy@example.com"}, {unsub, "di@example.com"}} {
+		if r := post(t, b, "acme", c.body, user, pass); r.Status != http.StatusOK || r.Answer.Recorded != 1 || r.Answer.Duplicate {
+			t.Fatalf("first: %d %s", r.Status, r.Body)
+		}
+		for _, tenant := range []string{"acme", "globex"} {
+			if r := post(t, b, tenant, c.body, user, pass); r.Status != http.StatusOK || !r.Answer.Duplicate || r.Answer.Recorded != 0 {
+				t.Errorf("%s replayed to %s: %d %s, want a duplicate", c.addr, tenant, r.Status, r.Body)
+			}
+		}
+		if l := b.Ledger(t, "acme", c.addr); len(l) != 1 {
+			t.Errorf("%s: %d ledger events after the replays, want 1", c.addr, len(l))
+		}
+		if l := b.Ledger(t, "globex", c.addr); len(l) != 0 {
+			t.Errorf("%s: replayed into globex: %+v", c.addr, l)
+		}
+	}
+	// A later change of the same message's subscription is another record.
+	lifted := strings.Replace(unsub, `"ChangedAt":"2020-02-01T10:53:34.416071Z"`, `"ChangedAt":"2020-02-02T10:53:34.416071Z"`, 1)
+	if r := post(t, b, "acme", lifted, user, pass); r.Status != http.StatusOK || r.Answer.Duplicate {
+		t.Errorf("a later subscription change: %d %s", r.Status, r.Body)
+	}
 }

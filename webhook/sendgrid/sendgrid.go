@@ -20,11 +20,16 @@
 //
 // The body is a JSON array of events. bounce (type bounce, or none) is a
 // hard bounce — SendGrid's type "blocked" is not one and is ignored;
-// spamreport is a complaint; unsubscribe is an unsubscribe from every
-// category. group_unsubscribe and group_resubscribe name SendGrid's
-// suppression groups, which Sluice cannot map to categories (SendGrid
-// itself keeps honouring them): they are ignored, as are processed,
-// dropped, deferred, delivered, open and click.
+// spamreport is a complaint; unsubscribe and group_unsubscribe (what
+// senders using SendGrid's unsubscribe groups get instead) are an
+// unsubscribe from every category (those a plan marks consent=exempt still
+// go: a group cannot be mapped to Sluice's categories); dropped with reason
+// "Bounced Address", "Unsubscribed Address" or "Spam Reporting Address" is
+// a hard bounce, an unsubscribe or a complaint (SendGrid drops a message to
+// an address on its own lists, which may predate the webhook); any other
+// drop, group_resubscribe (Sluice's opt-outs are lifted by the recipient or
+// the API, not a provider's list), processed, deferred, delivered, open
+// and click are ignored.
 package sendgrid
 
 import (
@@ -91,12 +96,27 @@ func PublicKey(b64 string) (*ecdsa.PublicKey, error) {
 	return ek, nil
 }
 
-// Verify implements webhook.Provider.
-func (Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+var _ webhook.HeadChecker = Provider{}
+
+// CheckHead implements webhook.HeadChecker: the signature and timestamp
+// headers are there and the timestamp fresh, before the body is read.
+func (Provider) CheckHead(in webhook.Inbound) error {
 	sig, ts := in.Request.Header.Get(SignatureHeader), in.Request.Header.Get(TimestampHeader)
 	if sig == "" || ts == "" {
-		return webhook.Batch{}, fmt.Errorf("%w: no %s or %s", webhook.ErrUnsigned, SignatureHeader, TimestampHeader)
+		return fmt.Errorf("%w: no %s or %s", webhook.ErrUnsigned, SignatureHeader, TimestampHeader)
 	}
+	if err := webhook.Fresh(ts, in.Now, webhook.Tolerance); err != nil {
+		return fmt.Errorf("%w: %s is not within %v of now", err, TimestampHeader, webhook.Tolerance)
+	}
+	return nil
+}
+
+// Verify implements webhook.Provider.
+func (p Provider) Verify(_ context.Context, in webhook.Inbound) (webhook.Batch, error) {
+	if err := p.CheckHead(in); err != nil {
+		return webhook.Batch{}, err
+	}
+	sig, ts := in.Request.Header.Get(SignatureHeader), in.Request.Header.Get(TimestampHeader)
 	key, err := PublicKey(in.Creds.Key)
 	if err != nil {
 		return webhook.Batch{}, err
@@ -173,8 +193,23 @@ func report(e event) (consent.Report, bool) {
 		}
 	case "spamreport":
 		r.Type = consent.TypeComplaint
-	case "unsubscribe":
+	case "unsubscribe", "group_unsubscribe":
 		r.Type = consent.TypeUnsubscribe
+	case "dropped":
+		// SendGrid drops a message to an address on one of its own
+		// suppression lists: the bounce, unsubscribe or spam report that put
+		// it there may predate the webhook, so the drop is the first Sluice
+		// hears of it.
+		switch e.Reason {
+		case "Bounced Address":
+			r.Type = consent.TypeBounce
+		case "Unsubscribed Address":
+			r.Type = consent.TypeUnsubscribe
+		case "Spam Reporting Address":
+			r.Type = consent.TypeComplaint
+		default:
+			return r, false // invalid, spam content, over quota…: not about the recipient's consent
+		}
 	default:
 		return r, false
 	}

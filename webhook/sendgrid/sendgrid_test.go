@@ -185,3 +185,67 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// SendGrid's published sample events (the Event Webhook reference,
+// twilio.com/docs/sendgrid/for-developers/tracking-events/event), each to
+// an address of its own: group_unsubscribe — what a sender using unsubscribe
+// groups gets instead of unsubscribe — opts the address out; dropped with
+// reason "Bounced Address", "Unsubscribed Address" or "Spam Reporting
+// Address" is a bounce, an unsubscribe, a complaint (the reasons from the
+// same page's list of drop reasons); another drop reason changes nothing;
+// the delivery replayed, to this tenant or another, records nothing again
+// (issue 53: each was ignored).
+func TestGroupUnsubscribeAndDrops(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	b := webhooktest.New(t, sendgrid.Provider{}, func() time.Time { return now })
+	s := newSigner(t)
+	b.Set(t, "acme", webhook.Credentials{Key: s.public(t)})
+	b.Set(t, "globex", webhook.Credentials{Key: s.public(t)})
+	const published = `[
+ {"email":"gu@example.com","timestamp":1513299569,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"group_unsubscribe","category":"cat facts","sg_event_id":"sg_event_id","sg_message_id":"sg_message_id","useragent":"Mozilla/4.0 (compatible; MSIE 6.1; Windows XP; .NET CLR 1.1.4322; .NET CLR 2.0.50727)","ip":"255.255.255.255","url":"http://www.sendgrid.com/","asm_group_id":10},
+ {"email":"db@example.com","timestamp":1513299569,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"dropped","category":"cat facts","sg_event_id":"sg_event_id","sg_message_id":"sg_message_id","reason":"Bounced Address","status":"5.0.0"},
+ {"email":"du@example.com","timestamp":1513299569,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"dropped","category":"cat facts","sg_event_id":"sg_event_id","sg_message_id":"sg_message_id","reason":"Unsubscribed Address","status":"5.0.0"},
+ {"email":"ds@example.com","timestamp":1513299569,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"dropped","category":"cat facts","sg_event_id":"sg_event_id","sg_message_id":"sg_message_id","reason":"Spam Reporting Address","status":"5.0.0"},
+ {"email":"dx@example.com","timestamp":1513299569,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"dropped","category":"cat facts","sg_event_id":"sg_event_id","sg_message_id":"sg_message_id","reason":"Invalid SMTPAPI header","status":"5.0.0"},
+ {"email":"gr@example.com","timestamp":1513299569,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"group_resubscribe","category":"cat facts","sg_event_id":"sg_event_id","sg_message_id":"sg_message_id","asm_group_id":10}
+]`
+	ts := strconv.FormatInt(now.Unix(), 10)
+	body := []byte(published)
+	sig := s.sign(t, ts, body)
+	r := b.Post(t, "acme", body, sendgrid.SignatureHeader, sig, sendgrid.TimestampHeader, ts)
+	if r.Status != http.StatusOK || r.Answer.Recorded != 4 || r.Answer.Ignored != 2 {
+		t.Fatalf("the published events: %d %s; want 4 recorded, 2 ignored", r.Status, r.Body)
+	}
+	want := map[string]consent.Event{
+		"gu@example.com": {Action: consent.OptOut, Source: consent.SourceAPI},
+		"db@example.com": {Action: consent.Undeliverable, Source: consent.SourceBounce},
+		"du@example.com": {Action: consent.OptOut, Source: consent.SourceAPI},
+		"ds@example.com": {Action: consent.OptOut, Source: consent.SourceComplaint},
+	}
+	for addr, w := range want {
+		l := b.Ledger(t, "acme", addr)
+		if len(l) != 1 || l[0].Action != w.Action || l[0].Source != w.Source || l[0].Ref != "sendgrid.sg_message_id" || l[0].Scope.String() != "*" {
+			t.Errorf("%s: ledger %+v, want %+v", addr, l, w)
+		}
+	}
+	for _, addr := range []string{"dx@example.com", "gr@example.com"} {
+		if l := b.Ledger(t, "acme", addr); len(l) != 0 {
+			t.Errorf("%s: %+v recorded", addr, l)
+		}
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		r := b.Post(t, tenant, body, sendgrid.SignatureHeader, sig, sendgrid.TimestampHeader, ts)
+		if r.Status != http.StatusOK || !r.Answer.Duplicate || r.Answer.Recorded != 0 {
+			t.Errorf("replayed to %s: %d %s", tenant, r.Status, r.Body)
+		}
+	}
+	for addr := range want {
+		if l := b.Ledger(t, "acme", addr); len(l) != 1 {
+			t.Errorf("%s: %d ledger events after the replays", addr, len(l))
+		}
+		if l := b.Ledger(t, "globex", addr); len(l) != 0 {
+			t.Errorf("%s: replayed into globex: %+v", addr, l)
+		}
+	}
+}

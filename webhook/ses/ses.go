@@ -9,8 +9,9 @@
 // SNS signs every message with the RSA key of a certificate it serves at
 // SigningCertURL: SignatureVersion 1 is SHA1withRSA, 2 SHA256withRSA,
 // over the canonical string of the message's fields (StringToSign). The
-// certificate is fetched only over https from an SNS host,
-// sns.<region>.amazonaws.com (or .amazonaws.com.cn), and cached. aws-sdk-go-v2
+// certificate is fetched only over https from the SNS host of the topic's
+// region, sns.<region>.amazonaws.com (or .amazonaws.com.cn), and cached;
+// a host that could not be reached is not asked again for FailureTTL. aws-sdk-go-v2
 // has no such check (its sns package is the API client), so the scheme is
 // implemented here from SNS's documentation. A message is taken for a
 // tenant only from the topics the tenant configured (`sluice webhook set
@@ -75,12 +76,14 @@ type Provider struct {
 	// (default: 10 s timeout, no redirects followed).
 	Client *http.Client
 	// AllowHost reports whether an https URL's host may serve SNS's
-	// certificates and SubscribeURLs (default SNSHost). Tests serve the
+	// certificates and SubscribeURLs (default: the SNS host of the topic's
+	// region, TopicHost). Tests serve the
 	// certificate from loopback through it.
 	AllowHost func(host string) bool
 
-	mu    sync.Mutex
-	certs map[string]*x509.Certificate
+	mu     sync.Mutex
+	certs  map[string]*x509.Certificate
+	failed map[string]time.Time // host → until when it is not asked again
 }
 
 var _ webhook.Provider = (*Provider)(nil)
@@ -218,7 +221,7 @@ func (p *Provider) Verify(ctx context.Context, in webhook.Inbound) (webhook.Batc
 		b.ReplayID, b.ReplayTTL = replay, 2*Tolerance
 		return b, nil
 	case TypeSubscribe:
-		sub, err := p.checkURL(m.SubscribeURL, "SubscribeURL")
+		sub, err := p.checkURL(m.SubscribeURL, "SubscribeURL", m.TopicArn)
 		if err != nil {
 			return webhook.Batch{}, err
 		}
@@ -247,7 +250,7 @@ func (p *Provider) verifySignature(ctx context.Context, m Message) error {
 	if err != nil {
 		return fmt.Errorf("%w: Signature is not base64", webhook.ErrForged)
 	}
-	certURL, err := p.checkURL(m.SigningCertURL, "SigningCertURL")
+	certURL, err := p.checkURL(m.SigningCertURL, "SigningCertURL", m.TopicArn)
 	if err != nil {
 		return err
 	}
@@ -276,17 +279,39 @@ func (p *Provider) verifySignature(ctx context.Context, m Message) error {
 	return nil
 }
 
-// checkURL accepts only https URLs on an SNS host, without user info.
-func (p *Provider) checkURL(raw, field string) (*url.URL, error) {
+// checkURL accepts only https URLs without user info on the SNS host of
+// the topic's own region (sns.REGION.amazonaws.com, .amazonaws.com.cn in
+// the aws-cn partition): SNS signs a topic's messages with its region's
+// certificate, and the topic is one the tenant configured — so the only
+// hosts ever looked up are those of regions the tenants named, never one
+// a sender chose.
+func (p *Provider) checkURL(raw, field, topic string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "https" || u.User != nil || u.Host == "" || u.Fragment != "" {
 		return nil, fmt.Errorf("%w: %s is not an https URL", webhook.ErrForged, field)
 	}
-	allowed := p.AllowHost != nil && p.AllowHost(u.Host) || u.Port() == "" && SNSHost(u.Hostname())
-	if !allowed {
-		return nil, fmt.Errorf("%w: %s is not on an SNS host (sns.REGION.amazonaws.com)", webhook.ErrForged, field)
+	if p.AllowHost != nil && p.AllowHost(u.Host) {
+		return u, nil
+	}
+	if want := TopicHost(topic); want == "" || u.Port() != "" || u.Hostname() != want {
+		return nil, fmt.Errorf("%w: %s is not on the SNS host of the topic's region (%s)", webhook.ErrForged, field, want)
 	}
 	return u, nil
+}
+
+// TopicHost is the SNS host of a topic ARN's region ("" for no ARN):
+// sns.us-east-1.amazonaws.com for arn:aws:sns:us-east-1:…,
+// sns.cn-north-1.amazonaws.com.cn for arn:aws-cn:sns:cn-north-1:….
+func TopicHost(arn string) string {
+	if !topicARN.MatchString(arn) {
+		return ""
+	}
+	parts := strings.SplitN(arn, ":", 5)
+	host := "sns." + parts[3] + ".amazonaws.com"
+	if parts[1] == "aws-cn" {
+		host += ".cn"
+	}
+	return host
 }
 
 // maxCerts bounds the certificate cache (SNS rotates its certificate
@@ -301,8 +326,13 @@ func (p *Provider) cert(ctx context.Context, certURL string) (*x509.Certificate,
 	if c != nil && time.Now().Before(c.NotAfter) {
 		return c, nil
 	}
+	host := hostOf(certURL)
+	if until, failed := p.failedUntil(host); failed {
+		return nil, fmt.Errorf("%w: signing certificate: %s could not be reached; not asked again until %s", webhook.ErrUnavailable, host, until.UTC().Format(time.TimeOnly))
+	}
 	raw, err := p.get(ctx, certURL, 16<<10)
 	if err != nil {
+		p.fail(host)
 		return nil, fmt.Errorf("%w: signing certificate: %w", webhook.ErrUnavailable, err)
 	}
 	block, _ := pem.Decode(raw)
@@ -323,6 +353,37 @@ func (p *Provider) cert(ctx context.Context, certURL string) (*x509.Certificate,
 	p.certs[certURL] = c
 	p.mu.Unlock()
 	return c, nil
+}
+
+// FailureTTL is how long a certificate host that could not be reached is
+// not asked again: each delivery it signs meanwhile is answered 503 at
+// once (SNS retries), without a lookup or a connection.
+const FailureTTL = time.Minute
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Host
+}
+
+func (p *Provider) failedUntil(host string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := p.failed[host]
+	return until, ok && time.Now().Before(until)
+}
+
+// fail remembers that host could not be reached, for FailureTTL; at most
+// maxCerts hosts (the hosts are those of the tenants' topics' regions).
+func (p *Provider) fail(host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed == nil || len(p.failed) >= maxCerts {
+		p.failed = map[string]time.Time{}
+	}
+	p.failed[host] = time.Now().Add(FailureTTL)
 }
 
 // confirm fetches a SubscribeURL: SNS's documented confirmation.

@@ -1,6 +1,7 @@
 package ses_test
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -11,10 +12,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -271,3 +276,90 @@ func FuzzNotification(f *testing.F) {
 }
 
 func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// countingTransport counts the requests a client makes (each would be a
+// lookup and a connection) and fails them all.
+type countingTransport struct{ n atomic.Int32 }
+
+func (c *countingTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return nil, errors.New("connection refused")
+}
+
+// 200 deliveries naming 200 certificate hosts the sender chose (issue 50:
+// sns.us-east-<i>.amazonaws.com): none is looked up — only the SNS host of
+// the topic's own region may serve its certificate — and the refusals give
+// at most 5 log lines. 200 naming the right host while it cannot be
+// reached: one fetch (the failure is remembered for a minute), 503 with a
+// true reason (check-unavailable, not "Redis cannot be reached"), and at
+// most 5 log lines.
+func TestCertificateHostsBoundAndSampled(t *testing.T) {
+	t.Parallel()
+	f := newFakeSNS(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	p := ses.New()
+	tr := &countingTransport{}
+	p.Client = &http.Client{Transport: tr}
+	now := time.Now()
+	b := webhooktest.NewLogged(t, p, func() time.Time { return now }, slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)))
+	b.Set(t, "acme", webhook.Credentials{Topics: []string{topic}})
+	for i := range 200 {
+		n := notification(fmt.Sprintf("n-%d", i), bounceJSON, now)
+		n["SigningCertURL"] = fmt.Sprintf("https://sns.us-east-%d.amazonaws.com/x.pem", i)
+		if i == 1 {
+			continue // us-east-1 is the topic's region: the next loop
+		}
+		if r := b.Post(t, "acme", f.message(t, "2", n)); r.Status != http.StatusForbidden {
+			t.Fatalf("host %d: %d %s, want 403", i, r.Status, r.Body)
+		}
+	}
+	if got := tr.n.Load(); got != 0 {
+		t.Errorf("%d certificate fetches for hosts the sender chose, want 0", got)
+	}
+	for i := range 200 {
+		n := notification(fmt.Sprintf("m-%d", i), bounceJSON, now)
+		n["SigningCertURL"] = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-x.pem"
+		r := b.Post(t, "acme", f.message(t, "2", n))
+		if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "urn:sluice:problem:check-unavailable") || strings.Contains(string(r.Body), "Redis") {
+			t.Fatalf("an unreachable certificate host: %d %s, want 503 check-unavailable", r.Status, r.Body)
+		}
+	}
+	if got := tr.n.Load(); got != 1 {
+		t.Errorf("%d fetches of an unreachable certificate host for 200 deliveries, want 1 (its failure remembered)", got)
+	}
+	mu.Lock()
+	lines := strings.Count(logs.String(), "\n")
+	mu.Unlock()
+	t.Logf("%d log lines for 399 refusals", lines)
+	if lines > 5 {
+		t.Errorf("%d log lines for 400 refusals, want at most 5:\n%s", lines, logs.String())
+	}
+	b.NothingRecorded(t, "a delivery whose certificate was not fetched")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestTopicHost(t *testing.T) {
+	t.Parallel()
+	for arn, want := range map[string]string{
+		topic: "sns.us-east-1.amazonaws.com",
+		"arn:aws-cn:sns:cn-north-1:123456789012:t":        "sns.cn-north-1.amazonaws.com.cn",
+		"arn:aws-us-gov:sns:us-gov-west-1:123456789012:t": "sns.us-gov-west-1.amazonaws.com",
+		"arn:aws:sns:evil.example:123456789012:t":         "",
+		"": "",
+	} {
+		if got := ses.TopicHost(arn); got != want {
+			t.Errorf("TopicHost(%q) = %q, want %q", arn, got, want)
+		}
+	}
+}

@@ -36,6 +36,12 @@ type Bundle struct {
 // New starts p's route; now (nil: time.Now) is its clock.
 func New(t *testing.T, p webhook.Provider, now func() time.Time) *Bundle {
 	t.Helper()
+	return NewLogged(t, p, now, slog.New(slog.DiscardHandler))
+}
+
+// NewLogged is New with the route's log going to log.
+func NewLogged(t *testing.T, p webhook.Provider, now func() time.Time, log *slog.Logger) *Bundle {
+	t.Helper()
 	_, rdb := redistest.New(t)
 	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("webhook-test-secret-0123")})
 	if err != nil {
@@ -56,7 +62,7 @@ func New(t *testing.T, p webhook.Provider, now func() time.Time) *Bundle {
 		t.Fatal(err)
 	}
 	h := webhook.NewHandler(p, webhook.Config{Consent: cs, Store: b.Store, Guard: webhook.NewGuard(rdb),
-		Log: slog.New(slog.DiscardHandler), UndeliverableFor: 720 * time.Hour, Now: now}, m)
+		Log: log, UndeliverableFor: 720 * time.Hour, Now: now}, m)
 	mux := http.NewServeMux()
 	mux.Handle(webhook.Route(p), h)
 	b.Server = httptest.NewServer(mux)
