@@ -38,7 +38,7 @@ import (
 // Delivery is one message a fake provider accepted.
 type Delivery struct {
 	At   time.Time // when the request arrived (the SMS API: before the latency it adds)
-	ID   string // Idempotency-Key (SMS) or Message-ID local part (email)
+	ID   string    // Idempotency-Key (SMS) or Message-ID local part (email)
 	To   string
 	Body string
 	// SMS only: the origin as posted — From, or MessagingServiceSID for a
