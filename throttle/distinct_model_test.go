@@ -21,7 +21,7 @@ import (
 
 type distinctModel struct {
 	limit int
-	span  int64            // window + slack, ms
+	span  int64              // window + slack, ms
 	sends map[string][]int64 // subject → admitted slots
 }
 
@@ -239,8 +239,8 @@ func TestDistinctBookingsAndRepeats(t *testing.T) {
 	}
 	want(ask(0, "a1", "a", 0), throttle.StatusAdmitted, 0)
 	want(ask(100*time.Millisecond, "b1", "b", 0), throttle.StatusAdmitted, 100*time.Millisecond)
-	want(ask(200*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1001*time.Millisecond) // a's exit
-	want(ask(300*time.Millisecond, "d1", "d", 0), throttle.StatusBooked, 1101*time.Millisecond) // b's exit
+	want(ask(200*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1001*time.Millisecond)  // a's exit
+	want(ask(300*time.Millisecond, "d1", "d", 0), throttle.StatusBooked, 1101*time.Millisecond)  // b's exit
 	want(ask(400*time.Millisecond, "a2", "a", 0), throttle.StatusAdmitted, 400*time.Millisecond) // a repeat: free
 	// c's exit is gone (a stays until 1400): c waits again, for a's new exit.
 	want(ask(1001*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1401*time.Millisecond)
