@@ -57,6 +57,7 @@ type Base struct {
 
 	SMTPFrom               string `env:"SMTP_FROM" envDefault:"sluice@localhost" desc:"Default From address of emails; what sender rules (email:sender=...) count for an email that names no from."`
 	SMSFrom                string `env:"SMS_FROM" desc:"Default From number or sender id of SMS (or set SMS_MESSAGING_SERVICE_SID instead)."`
+	WhatsAppFrom           string `env:"WHATSAPP_PHONE_NUMBER_ID" desc:"Default WhatsApp business number of WhatsApp messages: its Cloud API phone-number id (digits); a notification's from names another. Sender rules (whatsapp:sender=...) count by it."`
 	SMSMessagingServiceSID string `env:"SMS_MESSAGING_SERVICE_SID" desc:"Default Messaging Service of SMS (MG + 32 hex digits), instead of SMS_FROM: messages are posted with MessagingServiceSid and no From, and the provider picks the number from the service's sender pool. Sender rules (sms:sender=...) count the service as the sender. A notification's own from or messaging_service_sid overrides it."`
 
 	SMSSuppressCodes string        `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
@@ -264,6 +265,9 @@ func (b Base) Origin(n tasks.Notification) string {
 	}
 	if n.From != "" {
 		return n.From
+	}
+	if n.Channel == tasks.WhatsApp {
+		return b.WhatsAppFrom
 	}
 	return b.SMTPFrom
 }
