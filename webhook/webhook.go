@@ -54,6 +54,13 @@ type Credentials struct {
 	// AllowIPs, when set, are the only client addresses (IPs or CIDR
 	// prefixes) a delivery is taken from (Postmark).
 	AllowIPs []string `json:"allow_ips,omitempty"`
+	// PhoneNumberIDs are the WhatsApp business numbers (Cloud API
+	// phone-number ids) the tenant owns: a WhatsApp webhook about another
+	// number is refused (WhatsApp; Key is then the Meta app's secret).
+	PhoneNumberIDs []string `json:"phone_number_ids,omitempty"`
+	// VerifyToken answers Meta's verification request of the webhook URL
+	// (WhatsApp).
+	VerifyToken string `json:"verify_token,omitempty"`
 }
 
 // Provider is one provider's wire format and signature scheme.

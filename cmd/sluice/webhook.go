@@ -20,12 +20,12 @@ import (
 func newWebhookCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "webhook",
-		Short: "Manage a tenant's email provider webhooks (bounces, complaints)",
+		Short: "Manage a tenant's provider webhooks (email bounces and complaints, WhatsApp)",
 		Long: `sluice api takes each provider's bounce and complaint webhooks per tenant at
 /v1/webhooks/PROVIDER/TENANT (` + strings.Join(webhooks.Names(), ", ") + `), verified with the
 credentials set here: SendGrid's verification key, Mailgun's webhook signing
 key, Postmark's basic-auth user and password (and client addresses), the SNS
-topics of SES. They are kept in Redis sealed with SLUICE_PAYLOAD_KEYS, which
+topics of SES, WhatsApp's app secret, phone-number ids and verify token. They are kept in Redis sealed with SLUICE_PAYLOAD_KEYS, which
 must be the API's; a change holds from the next delivery (docs/channels.md).`,
 	}
 	cmd.AddCommand(newWebhookSetCmd(), newWebhookShowCmd(), newWebhookRemoveCmd())
@@ -34,14 +34,15 @@ must be the API's; a change holds from the next delivery (docs/channels.md).`,
 
 func newWebhookSetCmd() *cobra.Command {
 	var c webhook.Credentials
-	var keyFile, passwordFile string
+	var keyFile, passwordFile, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "set TENANT PROVIDER",
 		Short: "Set TENANT's credentials for PROVIDER's webhook (replacing any)",
 		Example: `  sluice webhook set acme sendgrid --key-file sendgrid-verification-key.txt
   sluice webhook set acme mailgun --key-file - < signing-key
   sluice webhook set acme postmark --user sluice --password-file pm-pass --allow-ip 3.134.147.250
-  sluice webhook set acme ses --topic arn:aws:sns:us-east-1:123456789012:ses-acme`,
+  sluice webhook set acme ses --topic arn:aws:sns:us-east-1:123456789012:ses-acme
+  sluice webhook set acme whatsapp --key-file meta-app-secret --phone-number-id 106540352242922 --verify-token-file vt`,
 		Args: argsError(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant, p, err := webhookTarget(args)
@@ -52,6 +53,9 @@ func newWebhookSetCmd() *cobra.Command {
 				return err
 			}
 			if c.Password, err = secretFlag(cmd, c.Password, passwordFile, "password"); err != nil {
+				return err
+			}
+			if c.VerifyToken, err = secretFlag(cmd, c.VerifyToken, tokenFile, "verify-token"); err != nil {
 				return err
 			}
 			if err := p.Check(c); err != nil {
@@ -77,6 +81,9 @@ func newWebhookSetCmd() *cobra.Command {
 	f.StringVar(&passwordFile, "password-file", "", "read the password from this file (- for standard input)")
 	f.StringArrayVar(&c.Topics, "topic", nil, "SES: an SNS topic ARN SES publishes the tenant's notifications to (repeatable)")
 	f.StringArrayVar(&c.AllowIPs, "allow-ip", nil, "Postmark: the only client IPs or CIDR prefixes taken (repeatable; default any)")
+	f.StringArrayVar(&c.PhoneNumberIDs, "phone-number-id", nil, "WhatsApp: a business number (Cloud API phone-number id) the tenant owns (repeatable); --key is then the Meta app's secret")
+	f.StringVar(&c.VerifyToken, "verify-token", "", "WhatsApp: the verify token Meta's check of the URL must carry (prefer --verify-token-file)")
+	f.StringVar(&tokenFile, "verify-token-file", "", "read the verify token from this file (- for standard input)")
 	return cmd
 }
 
