@@ -18,6 +18,7 @@ const (
 	ReasonPermanent  = "permanent"       // the provider refused it for good
 	ReasonBudget     = "retry_budget"    // transient failures used up its retries
 	ReasonSuppressed = "suppressed"      // the recipient is on the tenant's suppression list
+	ReasonWindow     = "outside_window"  // a free-form WhatsApp message, its recipient's service window closed
 )
 
 // Why a task waits without a failure (TaskError.Reason of a deferral).

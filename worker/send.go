@@ -24,6 +24,8 @@ import (
 //
 //	decode    open the payload; what can never be sent is archived (invalid, unreadable)
 //	route     a task in another lane or shard than the rules route it to is moved there
+//	window    a free-form WhatsApp message whose recipient's service window is
+//	          closed is archived (worker/whatsapp.go)
 //	comply    bulk mail without a List-Unsubscribe is archived; email gets its
 //	          hosted one-click link (the recipient's consent is read by the
 //	          check itself)
@@ -248,6 +250,9 @@ type admission struct {
 // The provider is picked first (pickProvider: the first of the channel's
 // that is up and not in tried), and the check is of a send through it.
 func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admission, error) {
+	if err := w.serviceWindow(ctx, *n, log); err != nil {
+		return nil, err
+	}
 	resent := false
 	for round := 0; ; round++ {
 		policy, version := w.currentPlans()
