@@ -4,8 +4,8 @@
 --   <subject>    a subject's latest admitted send: score = its ms. A subject counts at t while
 --                its latest send is at or after t - window (it "leaves the window" one window
 --                after its LAST send: a repeat keeps it counted, Meta's moving 24 hours).
---   ~<member>    a booking of a new subject (a send that waits for its slot): score = OFF + its
---                slot, so bookings and admissions never share a score range.
+--   ~<subject>   a new subject's place in the queue (its sends wait for a slot): score = OFF +
+--                its slot, so bookings and admissions never share a score range.
 -- An admission is decided on the admitted members alone (bookings are a queue, never presence):
 -- a new subject needs fewer than limit others counted at its slot (and, so that a due booking is
 -- not overtaken, fewer than limit together with the bookings due by then); a repeat needs
@@ -22,6 +22,9 @@
 -- distinct[1]   -> k: how many of the operation's rule keys are distinct keys (absent: none)
 -- distinct[...] -> k × index, subject: per distinct key, its 1-based index among the
 --                  operation's rule keys and the subject it counts, keyed ("" for a read)
+--
+-- Read and written by: limiter_search.lua (trim, take, earliest, past, add) and op_usage.lua; a
+-- booked send placed again tells its place in the queue (d.p, op_reserve.lua).
 
 -- dst: the operation's distinct keys, by key (main starts it empty).
 local dst = {}
@@ -54,9 +57,25 @@ local function dst_others(d, key, wp, t)
   return n
 end
 
--- dst_due: the bookings whose slot lies in [t - wp, t].
-local function dst_due(key, wp, t)
-  return call('ZCOUNT', key, fmt(OFF + t - wp), fmt(OFF + t))
+-- dst_booked: the check's subject's own booking (its slot; nil: none), read once.
+local function dst_booked(d, key)
+  if d.bk == nil then
+    d.bk = false
+    if d.s ~= '' then
+      local b = tonumber(call('ZSCORE', key, '~' .. d.s))
+      if b then d.bk = b - OFF end
+    end
+  end
+  return d.bk or nil
+end
+
+-- dst_queued: the bookings of other subjects with a slot in [lo, hi].
+local function dst_queued(d, key, lo, hi)
+  if hi < lo then return 0 end
+  local n = call('ZCOUNT', key, fmt(OFF + lo), fmt(OFF + hi))
+  local b = dst_booked(d, key)
+  if b and b >= lo and b <= hi then n = n - 1 end
+  return n
 end
 
 -- dst_nth: the score of the j-th newest admitted subject other than the check's own.
@@ -72,20 +91,28 @@ local function dst_nth(d, key, j)
   return tonumber(e[2])
 end
 
--- dst_new: the first time >= c at which a new subject fits: fewer than limit others admitted
--- and bookings due; else where the admitted and the booked, as one queue, leave room.
+-- dst_new: the first time >= c at which a new subject fits. Bookings are a queue of subjects in
+-- the order of their slots; the check's place in it is p, the slot it held (d.p, a booking placed
+-- again), else its end. It fits at c when fewer than limit others are admitted and the bookings
+-- ahead of it that are due; else it joins its subject's booking, if one lies ahead, or takes the
+-- exit that is its turn: the admitted and the bookings ahead of it, as one queue by time, leave
+-- room one window after the limit-th newest.
 local function dst_new(d, key, limit, wp, c)
+  local p = d.p or (OFF - 1)
   local others = dst_others(d, key, wp, c)
-  local due = dst_due(key, wp, c)
+  local due = dst_queued(d, key, c - wp, min(c, p - 1))
   if others + due < limit then return c, others + due end
-  -- The admitted others and the bookings from c - wp on, as one queue by time: the slot is
-  -- one window after the limit-th newest (others + nb >= others + due >= limit).
-  local nb = call('ZCOUNT', key, fmt(OFF + c - wp), '+inf')
-  if nb >= limit then
-    local e = call('ZREVRANGE', key, limit - 1, limit - 1, 'WITHSCORES')
-    return tonumber(e[2]) - OFF + wp + 1, limit - 1
+  local b = dst_booked(d, key)
+  if b and b > c and not d.p then return b, limit - 1 end
+  local ahead = dst_queued(d, key, c - wp, p - 1)
+  if ahead >= limit then
+    local e = call('ZREVRANGEBYSCORE', key, '(' .. fmt(OFF + p), fmt(OFF + c - wp), 'WITHSCORES', 'LIMIT', limit - 1, 2)
+    local x = tonumber(e[2])
+    -- the subject's own place, when it ranks at or above that one, is not ahead of it
+    if b and b >= c - wp and b < p and OFF + b >= x and #e > 2 then x = tonumber(e[4]) end
+    return x - OFF + wp + 1, limit - 1
   end
-  return dst_nth(d, key, limit - nb) + wp + 1, limit - 1
+  return dst_nth(d, key, limit - ahead) + wp + 1, limit - 1
 end
 
 -- dst_earliest: the first time >= c at which the check's subject fits, and the others counted.
@@ -95,7 +122,7 @@ local function dst_earliest(d, key, limit, wp, c)
   if own > c then
     -- Admitted for a later instant already: a send at c adds [c, own) to its presence.
     local others = dst_others(d, key, wp, c)
-    if others + dst_due(key, wp, c) < limit then return c, others end
+    if others < limit then return c, others end
     return own, limit - 1
   end
   -- Counted at c: a repeat costs nothing unless its presence, now ending one window after c,
@@ -122,20 +149,33 @@ local function dst_trim(key, x)
   call('ZREMRANGEBYSCORE', key, fmt(OFF), '(' .. fmt(OFF + x))
 end
 
--- dst_add: counts the subject at c: an admission moves its latest send to c (never back); a
--- booking of a subject not counted at c is queued as ~member; a repeat's booking adds nothing.
-local function dst_add(d, key, wp, c, m, booking)
+-- dst_add: counts the subject at c: an admission moves its latest send to c (never back) and
+-- ends its booking; a booking of a subject not counted at c queues it as ~subject at c (one
+-- place per subject, whatever its sends); a repeat's booking adds nothing.
+local function dst_add(d, key, wp, c, booking)
+  if d.s == '' then return end
   local own = dst_own(d, key)
   if booking then
     if own and own >= c - wp then return end
-    call('ZADD', key, fmt(OFF + c), '~' .. m)
+    call('ZADD', key, fmt(OFF + c), '~' .. d.s)
+    d.bk = c
     return
   end
-  if d.s == '' then return end
   if not own or c > own then
     call('ZADD', key, fmt(c), d.s)
     d.own = c
   end
+  if dst_booked(d, key) then call('ZREM', key, '~' .. d.s) d.bk = false end
+end
+
+-- dst_take: gives back a booking held for t (a booked send placed again, or released): the
+-- subject's place in the queue, when it is still the one t holds.
+local function dst_take(d, key, t)
+  if not t or d.s == '' then return 0 end
+  local b = dst_booked(d, key)
+  if b ~= t then return 0 end
+  d.bk = false
+  return call('ZREM', key, '~' .. d.s)
 end
 
 -- dst_usage: "U"'s five values for a distinct key: subjects counted now, sends ahead (admitted

@@ -20,7 +20,7 @@ end
 local function take(key, m, t)
   -- A distinct key gives back a booking; an admission keeps counting (its subject's earlier
   -- sends are not kept apart from it), never under-stating presence.
-  if dst[key] then return call('ZREM', key, '~' .. m) end
+  if dst[key] then return dst_take(dst[key], key, t) end
   local d = ctr[key]
   if d then
     if t then return ctr_take(d, key, t) end
@@ -133,7 +133,7 @@ local function add(keys, wps, counts, c, m, nx, booking)
       ctr_add(ctr[keys[i]], keys[i], wps[i], c, counts[i] > 0)
     else
       if dst[keys[i]] then
-        dst_add(dst[keys[i]], keys[i], wps[i], c, m, booking)
+        dst_add(dst[keys[i]], keys[i], wps[i], c, booking)
       elseif not nx then
         call('ZADD', keys[i], cs, m)
       end

@@ -134,7 +134,10 @@ local function reserve_op()
     if settled then return settled end
     if attempt > 1 then m = member .. '#' .. attempt end
     if heldat then
-      for i = 1, n do take(keys[i], m, heldat) end
+      for i = 1, n do
+        if dst[keys[i]] then dst[keys[i]].p = heldat end -- its place in a distinct rule's queue
+        take(keys[i], m, heldat)
+      end
     end
     local b = (bkey or ckey) and blocked(bkey, ckey, category, exempt, attempt)
     if b then

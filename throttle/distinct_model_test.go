@@ -242,10 +242,17 @@ func TestDistinctBookingsAndRepeats(t *testing.T) {
 	want(ask(200*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1001*time.Millisecond)  // a's exit
 	want(ask(300*time.Millisecond, "d1", "d", 0), throttle.StatusBooked, 1101*time.Millisecond)  // b's exit
 	want(ask(400*time.Millisecond, "a2", "a", 0), throttle.StatusAdmitted, 400*time.Millisecond) // a repeat: free
-	// c's exit is gone (a stays until 1400): c waits again, for a's new exit.
-	want(ask(1001*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1401*time.Millisecond)
+	// c's exit is gone (a stays until 1400): c, first in the queue, waits
+	// again for the first exit now, b's; d, booked for it, takes it when it
+	// asks first, and c waits for the next, a's.
+	want(ask(1001*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1101*time.Millisecond)
 	want(ask(1101*time.Millisecond, "d1", "d", 0), throttle.StatusAdmitted, 1101*time.Millisecond)
+	want(ask(1101*time.Millisecond, "c1", "c", 0), throttle.StatusBooked, 1401*time.Millisecond)
 	want(ask(1401*time.Millisecond, "c1", "c", 0), throttle.StatusAdmitted, 1401*time.Millisecond)
+	// A second send to a subject that waits joins its place: e waits for
+	// d's exit (2102), and so does e's second send, not for the next.
+	want(ask(1500*time.Millisecond, "e1", "e", 0), throttle.StatusBooked, 2102*time.Millisecond)
+	want(ask(1600*time.Millisecond, "e2", "e", 0), throttle.StatusBooked, 2102*time.Millisecond)
 
 	// Limit 1: u is admitted ahead, for a's exit; a's repeat before its exit
 	// would keep it counted then, so it waits for u's exit.
