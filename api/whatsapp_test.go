@@ -19,7 +19,8 @@ func TestWhatsAppNotifications(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rules, nil)
 	tmpl := map[string]any{"channel": "whatsapp", "to": "+14155550100", "category": "marketing",
-		"template": map[string]any{"name": "spring_sale", "language": "en_US", "params": []string{"Ann", "20%"}}}
+		"template": map[string]any{"name": "spring_sale", "language": "en_US", "params": []string{"Ann", "20%"}},
+		"fallback": map[string]any{"channel": "sms", "to": "+14155550100", "body": "Spring sale: 20% off", "after": "2m"}}
 	if r := b.Do(t, "POST", "/v1/notifications", b.Tokens["acme"], tmpl); r.Status != http.StatusAccepted {
 		t.Fatalf("a template: %d %s", r.Status, r.Body)
 	}

@@ -23,8 +23,9 @@
 -- distinct[...] -> k × index, subject: per distinct key, its 1-based index among the
 --                  operation's rule keys and the subject it counts, keyed ("" for a read)
 --
--- Read and written by: limiter_search.lua (trim, take, earliest, past, add) and op_usage.lua; a
--- booked send placed again tells its place in the queue (d.p, op_reserve.lua).
+-- Read and written by: limiter_search.lua (trim, take, earliest, past, add) and op_usage.lua;
+-- op_reserve.lua tells a booked send's place in the queue when it is placed again (d.p) and
+-- the end of the horizon it admits within (d.h).
 
 -- dst: the operation's distinct keys, by key (main starts it empty).
 local dst = {}
@@ -104,6 +105,10 @@ local function dst_new(d, key, limit, wp, c)
   if others + due < limit then return c, others + due end
   local b = dst_booked(d, key)
   if b and b > c and not d.p then return b, limit - 1 end
+  -- A later send of a subject that holds a place: booked for c, it will find the subject
+  -- counted (admitted at b) and go as a repeat, so it takes no place of its own. Only a booking:
+  -- an admission (c within the horizon, d.h) needs the room itself.
+  if b and b <= c and c <= b + wp and d.h and c > d.h then return c, limit - 1 end
   local ahead = dst_queued(d, key, c - wp, p - 1)
   if ahead >= limit then
     local e = call('ZREVRANGEBYSCORE', key, '(' .. fmt(OFF + p), fmt(OFF + c - wp), 'WITHSCORES', 'LIMIT', limit - 1, 2)
@@ -157,6 +162,8 @@ local function dst_add(d, key, wp, c, booking)
   local own = dst_own(d, key)
   if booking then
     if own and own >= c - wp then return end
+    local b = dst_booked(d, key)
+    if b and b <= c and c <= b + wp then return end -- the subject's place comes first
     call('ZADD', key, fmt(OFF + c), '~' .. d.s)
     d.bk = c
     return

@@ -124,6 +124,9 @@ local function reserve_op()
   if nh > 0 then hkeys = {key(nh)} end
 
   holds(closed, hkeys)
+  for i = 1, n do
+    if dst[keys[i]] then dst[keys[i]].h = now + horizon end -- what it admits, not books
+  end
   local c = start(tmin, late)
   for i = 1, n do trim(keys[i], min(now, c) - wps[i], wps[i]) end
 

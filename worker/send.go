@@ -102,6 +102,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				return err
 			}
 		}
+		if err := w.serviceWindow(ctx, n, log); err != nil {
+			w.leftQueue(ctx, t, n, err, log)
+			return err
+		}
 		var tried []string // providers that did not take it in this run
 		for {
 			a, err := w.reserve(ctx, t, &n, tried, log)
@@ -250,9 +254,6 @@ type admission struct {
 // The provider is picked first (pickProvider: the first of the channel's
 // that is up and not in tried), and the check is of a send through it.
 func (w *Worker) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admission, error) {
-	if err := w.serviceWindow(ctx, *n, log); err != nil {
-		return nil, err
-	}
 	resent := false
 	for round := 0; ; round++ {
 		policy, version := w.currentPlans()

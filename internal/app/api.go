@@ -114,7 +114,7 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 	// window, STOP, "Stop promotions") and the statuses of the messages sent.
 	wa, err := whatsapp.NewWebhooks(whatsapp.Deps{Creds: webhook.NewStore(svc.Redis, svc.Keys), Guard: webhook.NewGuard(svc.Redis),
 		Consent: svc.Consent, Inbound: replies, Delivery: store, Limiter: svc.Limiter, Log: svc.Log.With("component", "whatsapp"),
-		Registry: svc.Registry, RecordTTL: cfg.DedupeTTL})
+		Registry: svc.Registry, RecordTTL: cfg.DedupeTTL, OnFailed: cb.OnUndelivered})
 	if err != nil {
 		return err
 	}

@@ -200,6 +200,9 @@ type Deps struct {
 	// RecordTTL is how long a status is kept (SLUICE_DEDUPE_TTL).
 	RecordTTL time.Duration
 	Now       func() time.Time
+	// OnFailed, when set, runs for a notification whose message failed
+	// (its fallback goes now, if it has one).
+	OnFailed func(ctx context.Context, tenant, id string)
 }
 
 // Webhooks serves VerifyRoute and WebhookRoute.
@@ -431,9 +434,13 @@ func (h *Webhooks) status(ctx context.Context, tenant string, st StatusEvent) (i
 	if len(st.Errors) > 0 {
 		r.ErrorCode = st.Errors[0].Code
 	}
-	if _, _, err := h.d.Delivery.Update(ctx, tenant, st.Opaque, r, h.d.RecordTTL); err != nil {
+	applied, _, err := h.d.Delivery.Update(ctx, tenant, st.Opaque, r, h.d.RecordTTL)
+	if err != nil {
 		_ = h.d.Guard.Forget(context.WithoutCancel(ctx), tenant, "whatsapp", "status:"+st.ID+":"+st.Status)
 		return 0, 0, err
+	}
+	if applied && s == delivery.Failed && h.d.OnFailed != nil {
+		h.d.OnFailed(ctx, tenant, st.Opaque)
 	}
 	h.events.WithLabelValues("status", "recorded").Inc()
 	return 1, 0, nil

@@ -84,6 +84,7 @@ const metaStatusSample = `{"object":"whatsapp_business_account","entry":[{"id":"
 
 type hooks struct {
 	url     string
+	failed  chan string // OnFailed's ids
 	consent *consent.Store
 	lim     *throttle.Limiter
 	dlv     *delivery.Store
@@ -126,7 +127,8 @@ func setupHooks(t *testing.T) *hooks {
 	}
 	log := slog.New(slog.DiscardHandler)
 	dlv := delivery.NewStore(rdb, lim)
-	h, err := whatsapp.NewWebhooks(whatsapp.Deps{Creds: creds, Guard: webhook.NewGuard(rdb), Consent: cs,
+	failed := make(chan string, 8)
+	h, err := whatsapp.NewWebhooks(whatsapp.Deps{OnFailed: func(_ context.Context, tenant, id string) { failed <- tenant + "/" + id },Creds: creds, Guard: webhook.NewGuard(rdb), Consent: cs,
 		Inbound: inbound.New(cs, func() plans.Policy { return policy }, nil, log), Delivery: dlv, Limiter: lim,
 		Log: log, Registry: prometheus.NewRegistry(), RecordTTL: time.Hour})
 	if err != nil {
@@ -137,7 +139,7 @@ func setupHooks(t *testing.T) *hooks {
 	mux.Handle(whatsapp.WebhookRoute, h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &hooks{url: srv.URL, consent: cs, lim: lim, dlv: dlv}
+	return &hooks{url: srv.URL, failed: failed, consent: cs, lim: lim, dlv: dlv}
 }
 
 func sample(tmpl, body string, at time.Time) []byte {
@@ -288,5 +290,26 @@ func TestWebhookStatus(t *testing.T) {
 	rec, err := h.dlv.Get(ctx, "acme", id)
 	if err != nil || rec == nil || rec.Status != delivery.Delivered {
 		t.Fatalf("delivery record %+v, %v", rec, err)
+	}
+	select {
+	case f := <-h.failed:
+		t.Fatalf("a delivered message ran its fallback (%s)", f)
+	default:
+	}
+	// A failed message (another one) runs its fallback: OnFailed.
+	id2 := tasks.NewID()
+	if _, err := h.lim.Reserve(ctx, "acme", id2, throttle.ReserveOptions{}, throttle.Limit{Scope: "whatsapp:tenant", Rule: throttle.PerMinute(10)}); err != nil {
+		t.Fatal(err)
+	}
+	failedBody := strings.NewReplacer(`"ID"`, `"`+id2+`"`, `"delivered"`, `"failed","errors":[{"code":131026,"title":"Message undeliverable"}]`,
+		"wamid.HBgLMTY1MDM4Nzk0MzkVAgARGBI3MTE5MjVBOTE3MDk5QUVFM0YA", "wamid.other").Replace(string(sample(metaStatusSample, "", time.Now())))
+	if code, b := h.post(t, "acme", []byte(failedBody), whatsapp.Sign(acmeSecret, []byte(failedBody))); code != 200 {
+		t.Fatalf("failed status: %d %s", code, b)
+	}
+	if f := <-h.failed; f != "acme/"+id2 {
+		t.Fatalf("OnFailed(%s), want acme/%s", f, id2)
+	}
+	if rec, _ := h.dlv.Get(ctx, "acme", id2); rec == nil || rec.Status != delivery.Failed || rec.ErrorCode != 131026 {
+		t.Fatalf("failed record %+v", rec)
 	}
 }
