@@ -128,7 +128,7 @@ func setupHooks(t *testing.T) *hooks {
 	log := slog.New(slog.DiscardHandler)
 	dlv := delivery.NewStore(rdb, lim)
 	failed := make(chan string, 8)
-	h, err := whatsapp.NewWebhooks(whatsapp.Deps{OnFailed: func(_ context.Context, tenant, id string) { failed <- tenant + "/" + id },Creds: creds, Guard: webhook.NewGuard(rdb), Consent: cs,
+	h, err := whatsapp.NewWebhooks(whatsapp.Deps{OnFailed: func(_ context.Context, tenant, id string) { failed <- tenant + "/" + id }, Creds: creds, Guard: webhook.NewGuard(rdb), Consent: cs,
 		Inbound: inbound.New(cs, func() plans.Policy { return policy }, nil, log), Delivery: dlv, Limiter: lim,
 		Log: log, Registry: prometheus.NewRegistry(), RecordTTL: time.Hour})
 	if err != nil {
