@@ -165,6 +165,9 @@ func (h *hooks) post(t *testing.T, tenant string, body []byte, sig string) (int,
 
 const user = "+16505551234"
 
+// fixedTime is a webhook timestamp for the fuzz seeds.
+var fixedTime = time.Unix(1749416383, 0)
+
 // Meta's samples, signed with the tenant's app secret, are taken: the
 // sender's service window opens, STOP opts it out of WhatsApp, "Stop
 // promotions" of marketing only; a replay records nothing again.
