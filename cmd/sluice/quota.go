@@ -43,7 +43,7 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 // register adds the flags that select quota windows to c.
 func (f *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
-	c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
+	c.Flags().StringVar(&f.channel, "channel", "", "email, sms or whatsapp (default: all)")
 	c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
 	c.Flags().StringVar(&f.user, "user", "", "also the person's windows (user rules, across channels): the notifications' user id")
 	c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
@@ -243,7 +243,7 @@ func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, dg *digestS
 	if win != nil {
 		state := "CLOSED: templates only (no message from the recipient in 24 h)"
 		if win.Open {
-			state = fmt.Sprintf("open: free-form messages for %s (its last message %s ago)", inDuration(time.Until(*win.Closes)), time.Since(*win.LastInbound).Round(time.Second))
+			state = fmt.Sprintf("open to free-form messages; closes %s (its last message %s ago)", inDuration(time.Until(*win.Closes)), time.Since(*win.LastInbound).Round(time.Second))
 		}
 		fmt.Fprintf(tw, "whatsapp customer-service window\t%s\n", state)
 	}
