@@ -2,12 +2,14 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -86,5 +88,54 @@ func TestDistinctConcurrent(t *testing.T) {
 	}
 	if len(m.sends) <= limit {
 		t.Fatalf("only %d recipients: the test never filled the window", len(m.sends))
+	}
+}
+
+// On a 3-master Cluster a distinct rule lives in its tenant's slot: checked
+// beside a sender rule of another group (placed first, across slots), it
+// stays exact under concurrent checks; a distinct rule kept in another
+// group than the check's is refused.
+func TestDistinctOnCluster(t *testing.T) {
+	t.Parallel()
+	_, cc := redistest.NewCluster(t, 3, 0)
+	l, err := throttle.New(cc, throttle.Options{Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rule := throttle.Rule{Limit: 5, Window: time.Minute, Distinct: true}
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 4 {
+				to := fmt.Sprintf("+1555%04d", (g*4+i)%12)
+				d, err := l.Reserve(context.Background(), "acme", fmt.Sprintf("c%d-%d", g, i), throttle.ReserveOptions{Horizon: time.Second},
+					throttle.Limit{Scope: "whatsapp:tenant", Distinct: to, Rule: rule},
+					throttle.Limit{Scope: "whatsapp:sender", Subject: "106540352242922", Group: "~shared", Rule: throttle.Rule{Limit: 1000, Window: time.Second}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					admitted[to]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(admitted) != 5 {
+		t.Fatalf("%d distinct recipients admitted, want exactly 5: %v", len(admitted), admitted)
+	}
+	_, err = l.Reserve(context.Background(), "acme", "x", throttle.ReserveOptions{},
+		throttle.Limit{Scope: "whatsapp:tenant", Distinct: "+15550000", Group: "portfolio", Rule: rule},
+		throttle.Limit{Scope: "whatsapp:recipient", Subject: "+15550000", Rule: throttle.PerMinute(1)})
+	if !errors.Is(err, throttle.ErrInvalidRule) {
+		t.Fatalf("a distinct rule in another group on a Cluster: %v, want ErrInvalidRule", err)
 	}
 }
