@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +161,52 @@ func TestWhatsAppWebhooksWindowAndStop(t *testing.T) {
 	a.call("GET", "/v1/suppressions/whatsapp/"+bob, tok, nil).JSON(t, &sup)
 	if len(sup.Ledger) != 1 || sup.Ledger[0].Scope != "marketing" || sup.Ledger[0].Source != "keyword" {
 		t.Errorf("Bob's ledger %+v, want one opt-out of marketing", sup.Ledger)
+	}
+}
+
+// Meta's throughput answer (130429) holds the business number for every
+// worker and the message goes after the hold, its retries unspent; a
+// message WhatsApp refuses for good (131026, undeliverable) sends its SMS
+// fallback at once.
+func TestWhatsAppHoldAndFallback(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "whatsapp:recipient=100/1m, sms:recipient=100/1m")
+	wa := fakes.NewWhatsAppAPI(t, fakes.WhatsAppLimits{})
+	const carl, dina = "+16505550101", "+16505550102"
+	var throttledAt atomic.Int64 // unix ns of the one 130429
+	wa.SetReply(func(to, _ string) (int, string) {
+		switch {
+		case to == carl && throttledAt.CompareAndSwap(0, time.Now().UnixNano()):
+			return 130429, ""
+		case to == dina:
+			return 131026, ""
+		}
+		return 0, ""
+	})
+	w := e.worker("w0", map[string]string{"SLUICE_WHATSAPP_SENDER": "cloud", "SLUICE_WHATSAPP_BASE_URL": wa.URL,
+		"SLUICE_WHATSAPP_ACCESS_TOKEN": wa.Token, "SLUICE_WHATSAPP_PHONE_NUMBER_ID": "106540352242922"})
+	ctx := context.Background()
+	c := tasks.NewWhatsAppTemplate("acme", carl, "order_shipped", "")
+	d := tasks.NewWhatsAppTemplate("acme", dina, "order_shipped", "")
+	d.Fallback = &tasks.Fallback{Channel: tasks.SMS, To: dina, Body: "Your order shipped"}
+	for _, n := range []tasks.Notification{c, d} {
+		if _, err := tasks.Enqueue(ctx, e.client, e.keys, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := wa.WaitCount(t, 1, 30*time.Second)
+	throttled := time.Unix(0, throttledAt.Load())
+	if got[0].ID != c.ID || got[0].At.Sub(throttled) < time.Second {
+		t.Fatalf("Cloud API received %+v; want Carl's message at least the 1 s hold after the 130429 (%v)", got[0], throttled)
+	}
+	sms := e.sms.WaitCount(t, 1, 30*time.Second)
+	if sms[0].ID != tasks.FallbackID(d.ID) || sms[0].To != dina {
+		t.Fatalf("SMS API received %+v, want Dina's fallback", sms[0])
+	}
+	if !strings.Contains(w.logText(), "provider back-pressure") {
+		t.Errorf("the worker logged no hold:\n%s", w.logText())
+	}
+	if n := len(wa.Deliveries()); n != 1 {
+		t.Errorf("%d WhatsApp messages delivered, want Carl's alone", n)
 	}
 }

@@ -40,7 +40,8 @@ const (
 // texts. It enforces Meta's limits itself — distinct users per window,
 // the pair rate, throughput per number, the customer-service window (a
 // text needs a message from the user in the last 24 h: Inbound) — and
-// answers what breaks one with Meta's error code, counting each; a
+// answers what breaks one with Meta's error code, counting each (a test's
+// SetReply answers before them, with the code it returns); a
 // template past the messaging limit is accepted and not delivered, as
 // Meta documents, and counted (OverLimit). Every message it delivers is
 // recorded: ID is its biz_opaque_callback_data (the notification id),
@@ -125,8 +126,13 @@ func (f *WhatsAppAPI) messages(w http.ResponseWriter, r *http.Request) {
 	} else {
 		body = m.Text.Body
 	}
-	code, deliver := f.admit(number, user, m.Type == "template", time.Now())
-	f.decide(user, body) // counts the attempt (and a test's own Reply, unused here)
+	// A test's own answer first (SetReply: a Meta error code, e.g. 131026),
+	// then Meta's limits.
+	code, _ := f.decide(user, body)
+	deliver := false
+	if code == 0 {
+		code, deliver = f.admit(number, user, m.Type == "template", time.Now())
+	}
 	if code != 0 {
 		waError(w, http.StatusBadRequest, code, "refused by the fake Cloud API's limits")
 		f.wake()
