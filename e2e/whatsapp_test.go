@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/internal/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -52,8 +53,22 @@ func TestWhatsAppPortfolioLimit(t *testing.T) {
 		}
 		ids[n.ID] = to
 	}
-	// Kill a worker mid-run, while the first window's repeats still flow.
+	// Kill a worker mid-run, while the first window's repeats still flow and
+	// it holds tasks (sends waiting in process for their slots).
 	wa.WaitCount(t, 400, 2*time.Minute)
+	held := 0
+	if err := sluicetest.Wait(30*time.Second, "w1 to hold tasks", func() bool {
+		servers, err := e.insp.Servers()
+		held = 0
+		for _, srv := range servers {
+			if err == nil && srv.PID == w1.cmd.Process.Pid {
+				held += len(srv.ActiveWorkers)
+			}
+		}
+		return held > 0
+	}); err != nil {
+		t.Fatalf("w1 held no task for 30 s: %v", err)
+	}
 	w1.kill()
 	e.worker("w1-restart", vars)
 
@@ -143,8 +158,8 @@ func TestWhatsAppPortfolioLimit(t *testing.T) {
 		t.Errorf("the first user past the limit came %v after the first exit, want within 3 s of it", newcomers[0].Sub(exits[0]))
 	}
 	r := audit(ds, msgs, time.Nanosecond, func(fakes.Delivery) string { return "" })
-	t.Logf("%d receipts (%d notifications, %d sent again after the kill); first window: %d users; second window's first user %v after the first exit; last receipt %v after the first",
-		r.receipts, r.delivered, r.duplicates, len(lastIn1), newcomers[0].Sub(exits[0]).Round(time.Millisecond), ds[len(ds)-1].At.Sub(t0).Round(time.Millisecond))
+	t.Logf("w1 killed holding %d tasks; %d receipts (%d notifications, %d sent again after the kill); first window: %d users; second window's first user %v after the first exit; last receipt %v after the first",
+		held, r.receipts, r.delivered, r.duplicates, len(lastIn1), newcomers[0].Sub(exits[0]).Round(time.Millisecond), ds[len(ds)-1].At.Sub(t0).Round(time.Millisecond))
 }
 
 // distinctWorst is the most distinct users with a receipt in a window
