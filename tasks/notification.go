@@ -59,7 +59,7 @@ var (
 	// ErrInvalid reports a notification that can never be sent as it is:
 	// a bad address or number, a header with CR/LF, an oversize body, ...
 	ErrInvalid = errors.New("invalid notification")
-	// ErrUnknownChannel reports a channel other than email or sms.
+	// ErrUnknownChannel reports a channel other than email, sms or whatsapp.
 	ErrUnknownChannel = errors.New("unknown channel")
 )
 
@@ -71,9 +71,9 @@ type Notification struct {
 	ID string `json:"id"`
 	// Tenant owns the notification and its quotas. 1–64 of [A-Za-z0-9._-].
 	Tenant string `json:"tenant"`
-	// Channel is email or sms.
+	// Channel is email, sms or whatsapp.
 	Channel Channel `json:"channel"`
-	// To is an RFC 5322 address (email) or an E.164 number (sms).
+	// To is an RFC 5322 address (email) or an E.164 number (sms, whatsapp).
 	To string `json:"to"`
 	// From overrides the worker's default sender (an address, or an SMS
 	// number / sender id). Optional.
@@ -536,10 +536,10 @@ func checkHeader(field, s string, max int) error {
 
 // CheckRecipient reports whether to is a recipient of channel ch as a
 // notification's To must be: an E.164 number (after NormalizePhone) for
-// SMS, a bare address for email. The error wraps ErrInvalid.
+// SMS and WhatsApp, a bare address for email. The error wraps ErrInvalid.
 func CheckRecipient(ch Channel, to string) error {
 	switch ch {
-	case SMS:
+	case SMS, WhatsApp:
 		if !IsE164(NormalizePhone(to)) {
 			return invalid("to", "is not an E.164 number like +14155550100")
 		}
