@@ -49,3 +49,15 @@ func TestWhatsAppValidation(t *testing.T) {
 		t.Errorf("neither a template nor a text: %v", err)
 	}
 }
+
+// A WhatsApp recipient is an E.164 number, as an SMS's.
+func TestCheckRecipientWhatsApp(t *testing.T) {
+	if err := tasks.CheckRecipient(tasks.WhatsApp, "+1 (415) 555-0100"); err != nil {
+		t.Errorf("a number: %v", err)
+	}
+	for _, bad := range []string{"ann@example.com", "14155550100", ""} {
+		if err := tasks.CheckRecipient(tasks.WhatsApp, bad); !errors.Is(err, tasks.ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", bad, err)
+		}
+	}
+}
