@@ -412,6 +412,11 @@ func (c *conformance) documented(n map[string]any, tenant string) map[string]str
 	if _, has := n["list_unsubscribe"]; ch == "email" && n["category"] == "news" && !has && tenant != "acme" {
 		out["list_unsubscribe"] = "bulk mail without List-Unsubscribe"
 	}
+	if _, has := n["body"]; ch == "whatsapp" && has {
+		// No recipient has written to a tenant here: every free-form
+		// WhatsApp message is outside its customer-service window.
+		out["body"] = "a free-form WhatsApp message outside the customer-service window"
+	}
 	return out
 }
 

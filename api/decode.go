@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -257,9 +259,9 @@ func (d *decoded) fieldErrors() []InvalidParam {
 			break
 		}
 		if errors.Is(err, tasks.ErrUnknownChannel) {
-			reason := "must be email or sms"
+			reason := "must be email, sms or whatsapp"
 			if n.Channel == "" {
-				reason = "is required: email or sms"
+				reason = "is required: email, sms or whatsapp"
 			}
 			if !reported["channel"] {
 				out = append(out, bodyParam("channel", reason, d.pointer("channel", "")))
@@ -287,6 +289,20 @@ func standIn(n *tasks.Notification, fe *tasks.FieldError) bool {
 	switch fe.Field {
 	case "body":
 		n.Body = "x"
+		if n.Channel == tasks.WhatsApp && n.Template != nil {
+			n.Body = "" // a template is the whole message
+		}
+	case "template.name", "template.language", "template.params":
+		t := *n.Template
+		switch fe.Field {
+		case "template.name":
+			t.Name = "x"
+		case "template.language":
+			t.Language = ""
+		default:
+			t.Params = nil
+		}
+		n.Template = &t
 	case "to":
 		n.To = "+14155550100"
 		if n.Channel == tasks.Email {
@@ -351,6 +367,18 @@ func fieldReason(err error) string {
 		return fe.Reason
 	}
 	return err.Error()
+}
+
+// checkWindow refuses a free-form WhatsApp message whose recipient's
+// customer-service window is closed (consent.Store.CheckWindow): the
+// producer learns it now, not from an archived task. Redis trouble lets
+// it through: the worker checks again before it sends.
+func (s *Server) checkWindow(ctx context.Context, d *decoded, n *tasks.Notification) []InvalidParam {
+	err := s.deps.Consent.CheckWindow(ctx, *n, time.Now())
+	if !errors.Is(err, consent.ErrWindowClosed) {
+		return nil
+	}
+	return []InvalidParam{bodyParam("body", "is a free-form WhatsApp message, and the recipient has not written to this tenant in the last 24 hours (its customer-service window is closed): send a template", d.pointer("body", ""))}
 }
 
 // checkPlan checks a decoded notification, with its id and enqueue time

@@ -24,7 +24,9 @@
 //	POST /v1/callbacks/telnyx/{tenant}/{id}   Telnyx's delivery reports, signed (Ed25519)
 //	POST /v1/inbound/telnyx/{tenant}          Telnyx's incoming messages, signed alike
 //	POST /v1/webhooks/{provider}/{tenant}     an email provider's signed bounces and complaints (package webhook):
-//	                                          {provider} is ses, sendgrid, postmark or mailgun
+//	                                          {provider} is ses, sendgrid, postmark or mailgun; or whatsapp
+//	                                          (sender/whatsapp): inbound messages and statuses, X-Hub-Signature-256
+//	GET  /v1/webhooks/whatsapp/{tenant}       Meta's verification of the WhatsApp webhook URL (hub.challenge)
 //	GET, POST /u/{token}           the one-click unsubscribe link of an email (package unsubscribe): a page, and RFC 8058's POST
 //	ANY  /v1/                      anything else under /v1: 405 with Allow (from every route registered, the mounted ones included) on a known path, else 404 (problems)
 //	GET  /openapi.yaml             the OpenAPI 3.1 document (embedded; tested against the handlers)

@@ -200,6 +200,9 @@ func (c *creation) decode(w http.ResponseWriter, items []json.RawMessage, batch 
 		if len(bad) == 0 {
 			bad = c.s.checkPlan(d, &n)
 		}
+		if len(bad) == 0 {
+			bad = c.s.checkWindow(c.r.Context(), d, &n)
+		}
 		for _, b := range bad {
 			b.Index, b.Pointer = idx, prefix+b.Pointer
 			invalid = append(invalid, b)

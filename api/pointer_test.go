@@ -76,7 +76,8 @@ func TestProblemPointersResolve(t *testing.T) {
 		"subject": "", "body": " ", "template_id": strings.Repeat("t", 200), "metadata": map[string]any{"": "v"}, "html": " ",
 		"reply_to": "Ann <ann@example.com>", "headers": map[string]any{"Bcc": "x"}, "list_unsubscribe": "http://x.example",
 		"category": "Big Sale", "user": "jane doe", "expires_at": "2001-01-01T00:00:00Z", "tz": "Mars/Olympus", "enqueued_at": "2026-01-01T00:00:00Z", "id": "mine",
-		"fallback": map[string]any{"channel": "email", "to": "ann@example.com"}, "fallback_for": "other", "fallback_on_timeout": true}
+		"fallback": map[string]any{"channel": "email", "to": "ann@example.com"}, "fallback_for": "other", "fallback_on_timeout": true,
+		"template": map[string]any{"name": "Not A Name"}}
 	for i := 0; i < ty.NumField(); i++ {
 		name, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
 		wrong := any(12345)

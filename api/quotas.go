@@ -57,8 +57,8 @@ func (s *Server) getQuotas(w http.ResponseWriter, r *http.Request) {
 // empty one included.
 func quotaParams(q url.Values) []InvalidParam {
 	var bad []InvalidParam
-	if v, ok := q["channel"]; ok && v[0] != string(tasks.Email) && v[0] != string(tasks.SMS) {
-		bad = append(bad, InvalidParam{Name: "channel", Reason: "must be email or sms (or absent: both)"})
+	if v, ok := q["channel"]; ok && v[0] != string(tasks.Email) && v[0] != string(tasks.SMS) && v[0] != string(tasks.WhatsApp) {
+		bad = append(bad, InvalidParam{Name: "channel", Reason: "must be email, sms or whatsapp (or absent: all)"})
 	}
 	if v, ok := q["category"]; ok {
 		if err := tasks.CheckCategory(v[0]); err != nil {

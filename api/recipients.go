@@ -29,7 +29,7 @@ var (
 // away), a bare address of at most 254 bytes for email.
 func consentRecipient(ch tasks.Channel, s string) bool {
 	switch ch {
-	case tasks.SMS:
+	case tasks.SMS, tasks.WhatsApp:
 		return e164Re.MatchString(s)
 	case tasks.Email:
 		return len(s) <= tasks.MaxEmailLen && emailRe.MatchString(s) && tasks.CheckRecipient(ch, s) == nil

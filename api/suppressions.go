@@ -154,15 +154,15 @@ func (s *Server) suppressionTarget(w http.ResponseWriter, r *http.Request) (targ
 
 func channelOf(w http.ResponseWriter, r *http.Request) (tasks.Channel, bool) {
 	ch := tasks.Channel(r.PathValue("channel"))
-	if ch != tasks.Email && ch != tasks.SMS {
-		writeProblem(w, http.StatusNotFound, "not-found", "no such channel: email or sms")
+	if ch != tasks.Email && ch != tasks.SMS && ch != tasks.WhatsApp {
+		writeProblem(w, http.StatusNotFound, "not-found", "no such channel: email, sms or whatsapp")
 		return "", false
 	}
 	return ch, true
 }
 
 func recipientReason(ch tasks.Channel) string {
-	if ch == tasks.SMS {
+	if ch == tasks.SMS || ch == tasks.WhatsApp {
 		return "must be an E.164 number, + and 7 to 15 digits with no spaces (+14155550100; in a path, '+' as is or %2B)"
 	}
 	return "must be a bare email address (name@example.com)"

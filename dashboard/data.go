@@ -77,7 +77,7 @@ func (w uiWindow) Full() bool { return w.Remaining == 0 }
 
 func windowID(l throttle.Limit) string {
 	id := l.Scope + ":" + strconv.FormatInt(l.Rule.Window.Milliseconds(), 10)
-	if l.Rule.Counter() { // "1d@America/New_York" → "-1d-America-New_York"
+	if l.Rule.Counter() || l.Rule.Distinct { // "1d@America/New_York" → "-1d-America-New_York"
 		id += "-" + strings.Map(func(r rune) rune {
 			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
 				return r

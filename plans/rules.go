@@ -304,7 +304,7 @@ func (p Policy) checkSize() error {
 		}
 	}
 	for t := range tenants {
-		for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+		for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS, tasks.WhatsApp} {
 			for c := range cats {
 				if n := len(p.Match(t, ch, c).Rates); n > throttle.MaxRules {
 					return fmt.Errorf("%w: %d rules apply to %s %s %s, at most %d", ErrBadRules, n, t, ch, c, throttle.MaxRules)
@@ -522,6 +522,9 @@ func parseRate(e Entry, t entryText) (Entry, error) {
 		return e, err
 	}
 	e.Rule = r
+	if r.Distinct && (e.Scope == ScopeRecipient || e.Scope == ScopeUser) {
+		return e, fmt.Errorf("%s=%s counts distinct recipients of a tenant, sender or provider: a %s has one", e.Scope, rule, e.Scope)
+	}
 	switch strings.TrimSpace(action) {
 	case "", "defer":
 	case "drop":
@@ -960,6 +963,9 @@ func (e Entry) Cap(recipient, from string) throttle.Cap {
 // so the same window, whatever the notification's channel).
 func (e Entry) Limit(recipient, from, user string) throttle.Limit {
 	l := throttle.Limit{Scope: e.LimitScope(), Rule: e.Rule, Drop: e.Drop}
+	if e.Rule.Distinct {
+		l.Distinct = recipient // the rule counts distinct recipients of its scope
+	}
 	switch e.Scope {
 	case ScopeUser:
 		l.Subject = user

@@ -21,7 +21,7 @@ var ErrNoRules = errors.New("no rules apply")
 // QuotaQuery selects the windows a quota report covers.
 type QuotaQuery struct {
 	Tenant string
-	// Channel is email or sms; empty: both.
+	// Channel is email, sms or whatsapp; empty: all.
 	Channel tasks.Channel
 	// Category selects category rules; empty: the default category.
 	Category string
@@ -73,7 +73,7 @@ func Quotas(ctx context.Context, lim *throttle.Limiter, policy plans.Policy, cfg
 	if err := tasks.CheckTenant(q.Tenant); err != nil {
 		return QuotaReport{}, err
 	}
-	channels := []tasks.Channel{tasks.Email, tasks.SMS}
+	channels := []tasks.Channel{tasks.Email, tasks.SMS, tasks.WhatsApp}
 	if q.Channel != "" {
 		if _, err := q.Channel.TaskType(); err != nil {
 			return QuotaReport{}, err

@@ -22,6 +22,7 @@ targets=(
   sender/smtp:FuzzEmailHeader
   api:FuzzParseIdempotencyKey api:FuzzDuplicateMember api:FuzzInvalidText api:FuzzDecodeNotification
   sender/twilio:FuzzParseStatusCallback sender/twilio:FuzzParseInbound sender/telnyx:FuzzParseEvent
+  sender/whatsapp:FuzzParsePayload
   delivery:FuzzParseRecord consent:FuzzClassify consent:FuzzDecodeEvent
   unsubscribe:FuzzParseToken config:FuzzParseFromDomains
   webhook/sendgrid:FuzzParse webhook/mailgun:FuzzParse webhook/postmark:FuzzParse

@@ -30,6 +30,7 @@
 --#include limiter_log.lua            a sliding log's earliest fit
 --#include limiter_counter.lua        counter rules (calendar, bucketed): descriptors, earliest fit
 --#include limiter_counter_write.lua  counter rules: counting, taking back, trimming, usage
+--#include limiter_distinct.lua       distinct-count rules: subjects counted once per window
 --#include limiter_search.lua         any rule key's trim/take/fit, the search across rules, add
 --#include op_reserve.lua             "R" reserve: admit, book, deny, drop, expire or block a send
 --#include op_place.lua               "P" place: a check's limits outside its group (Cluster)

@@ -46,6 +46,9 @@ local function log_earliest(key, limit, wp, c)
     for j = 1, nt do
       local first = tonumber(heads[2 * j])
       local last = tonumber(tails[2 * (j + off)])
+      -- A span starting more than wp after c, and every later one, ends after c + wp: none
+      -- can hold c, which the spans before it left free.
+      if first > c + wp then return c, limit - 1 end
       if first + wp >= c and last - first <= wp then
         if last - wp > c then return c, limit - 1 end
         c = first + wp + 1

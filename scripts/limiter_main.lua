@@ -21,6 +21,7 @@ local function main(keys, argv, script)
     -- The operation's KEYS and ARGV, for key and arg (limiter_prelude.lua).
     opcode, keyat, keyend, argat, opend = code, ka, ka + (nk or 0), aa + 3, aa + 3 + (na or 0)
     if next(ctr) ~= nil then ctr = {} end -- an operation's counter descriptors are its own
+    if next(dst) ~= nil then dst = {} end -- and its distinct ones
     local ok, res
     if fn then
       ok, res = pcall(fn, nk)

@@ -6,6 +6,7 @@
 -- trim: drops from key what no check from x on can see: a check's first write on a key, one
 -- Redis never refuses (limiter.lua, "Memory"); on a counter key, ctr_begin or ctr_trim.
 local function trim(key, x, wp)
+  if dst[key] then return dst_trim(key, x) end
   local d = ctr[key]
   if d then
     if d.kind == 'b' then return ctr_begin(d, key, x, wp) end
@@ -17,6 +18,9 @@ end
 -- take: takes member m back from key (on a counter key, the count at t, the attempt's recorded
 -- slot; none without it) and returns how many entries it removed.
 local function take(key, m, t)
+  -- A distinct key gives back a booking; an admission keeps counting (its subject's earlier
+  -- sends are not kept apart from it), never under-stating presence.
+  if dst[key] then return dst_take(dst[key], key, t) end
   local d = ctr[key]
   if d then
     if t then return ctr_take(d, key, t) end
@@ -28,6 +32,7 @@ end
 -- earliest: the first time >= c at which key takes one more entry, and the entries within wp of
 -- it (limiter_log.lua, limiter_counter.lua); nil when a log's gap lies past the entries read.
 local function earliest(key, limit, wp, c)
+  if dst[key] then return dst_earliest(dst[key], key, limit, wp, c) end
   local d = ctr[key]
   if d then return ctr_earliest(d, key, limit, wp, c) end
   return log_earliest(key, limit, wp, c)
@@ -35,6 +40,7 @@ end
 
 -- past: a time >= c after everything key holds: one more entry fits there and anywhere later.
 local function past(key, limit, wp, c)
+  if dst[key] then return dst_past(key, wp, c) end
   local d = ctr[key]
   if d then return ctr_past(d, key, wp, c) end
   return log_past(key, limit, wp, c)
@@ -103,18 +109,19 @@ end
 -- add puts member at c in every key, with TTLs that cover it (never shortened). With nx, a
 -- member already in a log key is a duplicate: add takes back what it added and returns false,
 -- having changed nothing (its ZADD NX is the duplicate check, so an admission makes none apart).
-local function add(keys, wps, counts, c, m, nx)
+-- booking: the slot is booked, not admitted (a distinct key queues it: limiter_distinct.lua).
+local function add(keys, wps, counts, c, m, nx, booking)
   local n, cs = #keys, fmt(c)
   if nx then
     for i = 1, n do
-      if not ctr[keys[i]] and call('ZADD', keys[i], 'NX', cs, m) == 0 then
+      if not ctr[keys[i]] and not dst[keys[i]] and call('ZADD', keys[i], 'NX', cs, m) == 0 then
         local own = false -- two rules of one key: the member is there from this add
         for j = 1, i - 1 do
           if keys[j] == keys[i] then own = true break end
         end
         if not own then
           for j = 1, i - 1 do
-            if not ctr[keys[j]] then call('ZREM', keys[j], m) end
+            if not ctr[keys[j]] and not dst[keys[j]] then call('ZREM', keys[j], m) end
           end
           return false
         end
@@ -125,7 +132,11 @@ local function add(keys, wps, counts, c, m, nx)
     if ctr[keys[i]] then
       ctr_add(ctr[keys[i]], keys[i], wps[i], c, counts[i] > 0)
     else
-      if not nx then call('ZADD', keys[i], cs, m) end
+      if dst[keys[i]] then
+        dst_add(dst[keys[i]], keys[i], wps[i], c, booking)
+      elseif not nx then
+        call('ZADD', keys[i], cs, m)
+      end
       local ttl = c - now + wps[i] + 1
       if counts[i] > 0 or call('PEXPIRE', keys[i], ttl, 'NX') == 0 then
         call('PEXPIRE', keys[i], ttl, 'GT')
@@ -141,7 +152,7 @@ local function duplicate() return {DUPLICATE, 0, -1, 0, 1, now} end
 -- inside: whether member m is in one of the log keys (a counter key keeps no members).
 local function inside(keys, m)
   for i = 1, #keys do
-    if not ctr[keys[i]] and call('ZSCORE', keys[i], m) then return true end
+    if not ctr[keys[i]] and not dst[keys[i]] and call('ZSCORE', keys[i], m) then return true end
   end
   return false
 end

@@ -10,6 +10,7 @@
 -- ARGV[1]     -> member: the send's id, as the windows store it
 -- ARGV[2]     -> attempt: the attempt to release (its member is "<member>#<attempt>" past 1)
 -- ARGV[3...]  -> counters: the counter rules' descriptors (limiter_counter.lua)
+-- ARGV[...]   -> distinct: the distinct rules' descriptors (limiter_distinct.lua)
 --
 -- Returns {entries removed}.
 
@@ -21,6 +22,7 @@ local function release(nk)
   local keys = {key(nk - 1)}
   local skey = key()
   ctr_read(keys)
+  dst_read(keys)
   local st = call('GET', skey)
   local at = nil -- the attempt's slot, which a counter key counts it at
   if st then

@@ -33,6 +33,7 @@
 -- ARGV[21...] -> n × limit, window_ms, drop: drop 1 drops the send when this rule is full
 -- ARGV[...]   -> nc × start_ms, end_ms: sorted; no slot lies in [start, end)
 -- ARGV[...]   -> counters: the counter rules' descriptors (limiter_counter.lua)
+-- ARGV[...]   -> distinct: the distinct rules' descriptors (limiter_distinct.lua)
 --
 -- Returns {status, rule, wait_ms, remaining, attempt, slot_ms}:
 --   status 1 admitted at slot (wait 0: now; else the caller sends at slot, within slack)
@@ -110,6 +111,7 @@ local function reserve_op()
   if nc > 0 then closed = numbers(2 * nc) end
   local keys = {key(n)}
   ctr_read(keys)
+  dst_read(keys)
   local skey, bkey, ckey, lastkey, notekey
   if policy ~= '' then
     skey = key()
@@ -122,6 +124,9 @@ local function reserve_op()
   if nh > 0 then hkeys = {key(nh)} end
 
   holds(closed, hkeys)
+  for i = 1, n do
+    if dst[keys[i]] then dst[keys[i]].h = now + horizon end -- what it admits, not books
+  end
   local c = start(tmin, late)
   for i = 1, n do trim(keys[i], min(now, c) - wps[i], wps[i]) end
 
@@ -132,7 +137,10 @@ local function reserve_op()
     if settled then return settled end
     if attempt > 1 then m = member .. '#' .. attempt end
     if heldat then
-      for i = 1, n do take(keys[i], m, heldat) end
+      for i = 1, n do
+        if dst[keys[i]] then dst[keys[i]].p = heldat end -- its place in a distinct rule's queue
+        take(keys[i], m, heldat)
+      end
     end
     local b = (bkey or ckey) and blocked(bkey, ckey, category, exempt, attempt)
     if b then
@@ -178,7 +186,7 @@ local function reserve_op()
     if held then call('DEL', skey) end
     return {DENIED, rule, wait, 0, attempt, c}
   end
-  if not add(keys, wps, counts, c, m, nostate) then return duplicate() end
+  if not add(keys, wps, counts, c, m, nostate, not admit) then return duplicate() end
   if admit then
     if skey then call('SET', skey, 'a' .. attempt .. ':' .. fmt(c) .. ':' .. nonce, 'PX', sttl + wait) end
     if lastkey then call('SET', lastkey, category, 'PX', lastttl) end

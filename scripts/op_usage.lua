@@ -6,6 +6,7 @@
 -- ARGV[2]     -> n: the number of rules
 -- ARGV[3...]  -> n × limit, window_ms
 -- ARGV[...]   -> counters: the counter rules' descriptors (limiter_counter.lua)
+-- ARGV[...]   -> distinct: the distinct rules' descriptors (limiter_distinct.lua)
 --
 -- Returns per rule five values: used (entries in [now-window, now]), booked (entries after now),
 -- the oldest entry in the window (-1: none), the newest (-1: none), and the next free slot (the
@@ -19,10 +20,13 @@ local function usage()
   local limits, windows = cols(n, 2)
   for i = 1, n do limits[i], windows[i] = tonumber(limits[i]), tonumber(windows[i]) end
   ctr_read(keys)
+  dst_read(keys)
   local out = {}
   for i = 1, n do
     local key, limit, window = keys[i], limits[i], windows[i]
-    if ctr[key] then
+    if dst[key] then
+      for _, v in ipairs(dst_usage(dst[key], key, limit, window, slack)) do out[#out + 1] = v end
+    elseif ctr[key] then
       for _, v in ipairs(ctr_usage(ctr[key], key, limit, window, slack)) do out[#out + 1] = v end
     else
       local from, nowf = fmt(now - window), fmt(now)

@@ -102,8 +102,8 @@ func (n Notification) validateFallback() error {
 	if f.After < 0 || time.Duration(f.After) > MaxFallbackAfter {
 		return invalid("fallback.after", fmt.Sprintf("must be between 0 and %v", MaxFallbackAfter))
 	}
-	if f.After != 0 && n.Channel != SMS {
-		return invalid("fallback.after", "applies to SMS only (delivery reports say whether it arrived); an email's fallback goes when it fails")
+	if f.After != 0 && n.Channel != SMS && n.Channel != WhatsApp {
+		return invalid("fallback.after", "applies to SMS and WhatsApp only (delivery reports say whether it arrived); an email's fallback goes when it fails")
 	}
 	fb := FallbackOf(n)
 	fb.Fallback = nil

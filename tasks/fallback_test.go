@@ -49,12 +49,21 @@ func TestFallbackValidation(t *testing.T) {
 	}
 	mail := tasks.NewEmail("acme", "jane@example.com", "Hi", "hello")
 	mail.Fallback = &tasks.Fallback{Channel: tasks.SMS, To: "+14155550100", After: tasks.Duration(time.Minute)}
-	if err := mail.Validate(); err == nil || !strings.Contains(err.Error(), "SMS only") {
+	if err := mail.Validate(); err == nil || !strings.Contains(err.Error(), "SMS and WhatsApp only") {
 		t.Errorf("an email's fallback with After: %v", err)
 	}
 	mail.Fallback.After = 0
 	if err := mail.Validate(); err != nil {
 		t.Errorf("an email's fallback on failure: %v", err)
+	}
+	wa := tasks.NewWhatsAppTemplate("acme", "+14155550100", "order_shipped", "")
+	wa.Fallback = &tasks.Fallback{Channel: tasks.SMS, To: "+14155550100", After: tasks.Duration(time.Minute)}
+	if err := wa.Validate(); err == nil || !strings.Contains(err.Error(), "body") {
+		t.Errorf("a template's SMS fallback without its own body: %v, want body named", err)
+	}
+	wa.Fallback.Body = "Your order shipped"
+	if err := wa.Validate(); err != nil {
+		t.Errorf("a WhatsApp template's SMS fallback after a minute: %v", err)
 	}
 	// JSON: After as Go writes a duration.
 	var n tasks.Notification

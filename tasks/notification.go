@@ -22,14 +22,16 @@ type Channel string
 
 // The channels Sluice delivers on.
 const (
-	Email Channel = "email"
-	SMS   Channel = "sms"
+	Email    Channel = "email"
+	SMS      Channel = "sms"
+	WhatsApp Channel = "whatsapp"
 )
 
 // Task types, one per channel.
 const (
-	TypeEmail = "notify:email"
-	TypeSMS   = "notify:sms"
+	TypeEmail    = "notify:email"
+	TypeSMS      = "notify:sms"
+	TypeWhatsApp = "notify:whatsapp"
 )
 
 // Bounds on a notification. Anything past them is rejected, never truncated.
@@ -57,7 +59,7 @@ var (
 	// ErrInvalid reports a notification that can never be sent as it is:
 	// a bad address or number, a header with CR/LF, an oversize body, ...
 	ErrInvalid = errors.New("invalid notification")
-	// ErrUnknownChannel reports a channel other than email or sms.
+	// ErrUnknownChannel reports a channel other than email, sms or whatsapp.
 	ErrUnknownChannel = errors.New("unknown channel")
 )
 
@@ -69,9 +71,9 @@ type Notification struct {
 	ID string `json:"id"`
 	// Tenant owns the notification and its quotas. 1–64 of [A-Za-z0-9._-].
 	Tenant string `json:"tenant"`
-	// Channel is email or sms.
+	// Channel is email, sms or whatsapp.
 	Channel Channel `json:"channel"`
-	// To is an RFC 5322 address (email) or an E.164 number (sms).
+	// To is an RFC 5322 address (email) or an E.164 number (sms, whatsapp).
 	To string `json:"to"`
 	// From overrides the worker's default sender (an address, or an SMS
 	// number / sender id). Optional.
@@ -146,6 +148,11 @@ type Notification struct {
 	// FallbackOnTimeout is set on a fallback whose notification had an
 	// After: it goes when no report called that one delivered by then.
 	FallbackOnTimeout bool `json:"fallback_on_timeout,omitempty"`
+	// Template is a WhatsApp template message (an approved template, its
+	// language and parameters); without it a WhatsApp notification is a
+	// free-form text (Body), which WhatsApp delivers only inside the
+	// customer-service window. Optional; whatsapp only.
+	Template *Template `json:"template,omitempty"`
 }
 
 // DefaultCategory is the category of a notification that names none.
@@ -190,8 +197,10 @@ func (c Channel) TaskType() (string, error) {
 		return TypeEmail, nil
 	case SMS:
 		return TypeSMS, nil
+	case WhatsApp:
+		return TypeWhatsApp, nil
 	}
-	return "", fmt.Errorf("%w %q: want email or sms", ErrUnknownChannel, string(c))
+	return "", fmt.Errorf("%w %q: want email, sms or whatsapp", ErrUnknownChannel, string(c))
 }
 
 // Normalized returns a copy with the recipient in canonical form (lowercase
@@ -202,7 +211,7 @@ func (n Notification) Normalized() Notification {
 	switch n.Channel {
 	case Email:
 		n.To = NormalizeEmail(n.To)
-	case SMS:
+	case SMS, WhatsApp:
 		n.To = NormalizePhone(n.To)
 	}
 	if n.Fallback != nil {
@@ -256,9 +265,14 @@ func (n Notification) Validate() error {
 		err = n.validateEmail()
 	case SMS:
 		err = n.validateSMS()
+	case WhatsApp:
+		err = n.validateWhatsApp()
 	}
 	if err != nil {
 		return err
+	}
+	if n.Template != nil && n.Channel != WhatsApp {
+		return invalid("template", "is for whatsapp only")
 	}
 	if err := n.validateOptional(); err != nil {
 		return err
@@ -284,7 +298,7 @@ func (n Notification) validateBasics() error {
 	if !utf8.ValidString(n.Body) {
 		return invalid("body", "is not valid UTF-8")
 	}
-	if strings.TrimSpace(n.Body) == "" {
+	if strings.TrimSpace(n.Body) == "" && !(n.Channel == WhatsApp && n.Template != nil) {
 		return invalid("body", "is empty")
 	}
 	return nil
@@ -522,10 +536,10 @@ func checkHeader(field, s string, max int) error {
 
 // CheckRecipient reports whether to is a recipient of channel ch as a
 // notification's To must be: an E.164 number (after NormalizePhone) for
-// SMS, a bare address for email. The error wraps ErrInvalid.
+// SMS and WhatsApp, a bare address for email. The error wraps ErrInvalid.
 func CheckRecipient(ch Channel, to string) error {
 	switch ch {
-	case SMS:
+	case SMS, WhatsApp:
 		if !IsE164(NormalizePhone(to)) {
 			return invalid("to", "is not an E.164 number like +14155550100")
 		}

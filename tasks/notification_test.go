@@ -151,6 +151,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"email","to":"a@example.com","subject":"s","body":"hi","html":"<p>hi</p>","reply_to":"r@example.com","headers":{"X-A":"v","x-a":"w"},"list_unsubscribe":"https://example.com/u, mailto:u@example.com"}`))
 	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"email","to":"a@example.com","subject":"s","body":"hi","headers":{"Bcc":"v@example.com","X-B":"v\r\nTo: x"}}`))
 	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"sms","to":"+14155550100","body":"hi","html":"<p>hi</p>","list_unsubscribe":"mailto:u@example.com"}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"whatsapp","to":"+14155550100","template":{"name":"order_shipped","language":"en_US","params":["Ann","42"]}}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"whatsapp","to":"+14155550100","body":"hi","template":{"name":"Bad-Name"}}`))
+	f.Add([]byte(`{"id":"a","tenant":"acme","channel":"sms","to":"+14155550100","body":"hi","template":{"name":"x"}}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, err := tasks.Decode(b)
@@ -179,6 +182,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if n.Channel == tasks.SMS && (n.HTML != "" || n.ReplyTo != "" || len(n.Headers) > 0 || n.ListUnsubscribe != "") {
 			t.Fatalf("sms with email fields passed: %+v", n)
+		}
+		if (n.Template != nil) != (n.Channel == tasks.WhatsApp && n.Body == "") && n.Template != nil {
+			t.Fatalf("a template outside whatsapp, or beside a body, passed: %+v", n)
 		}
 		if n.Normalized().To != n.To {
 			t.Fatalf("decoded recipient %q not normalised", n.To)

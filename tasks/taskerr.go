@@ -19,6 +19,7 @@ const (
 	ReasonBudget     = "retry_budget"    // transient failures used up its retries
 	ReasonSuppressed = "suppressed"      // the recipient is on the tenant's suppression list
 	ReasonTemplate   = "template"        // the tenant's digest template passed a limit of its box
+	ReasonWindow     = "outside_window"  // a free-form WhatsApp message, its recipient's service window closed
 )
 
 // Why a task waits without a failure (TaskError.Reason of a deferral).

@@ -15,7 +15,8 @@ func FuzzParseRule(f *testing.F) {
 	for _, s := range []string{"10/1m", "5/1d", "1/m", "100/1h30m", "3/1500ms", "0/1m", "-1/1m", "1/0s",
 		"10", "/", "1/", "x/1m", "1/1y", "9999999999999999999/1s", "1/401d", " 2 / 10s ",
 		"2000/1d@America/Los_Angeles", "5/1w", "3/1mo@Europe/London", "1/1h@UTC", "1/2d@UTC", "1/1d@Local", "1/1d@Nowhere/Else",
-		"10000/1h~60", "10/1s~", "10/1s~1", "10/3ms~5", "1/1d@UTC~5", "1/1m~x"} {
+		"10000/1h~60", "10/1s~", "10/1s~1", "10/3ms~5", "1/1d@UTC~5", "1/1m~x",
+		"250/24h@distinct", "250/1d@distinct", "1/1m~60@distinct", "1/1d@UTC@distinct", "@distinct", "0/1m@distinct"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -63,6 +63,10 @@ type Limit struct {
 	// Drop makes a full window drop the send (StatusDropped) instead of
 	// deferring it (Reserve only).
 	Drop bool
+	// Distinct is the subject a distinct-count rule (Rule.Distinct) counts,
+	// e.g. the normalised recipient: stored only as an HMAC. Reserve needs it
+	// for such a rule; Usage may leave it empty.
+	Distinct string
 }
 
 // String prints the limit without its subject, e.g. "sms:recipient 1/1m".
@@ -199,8 +203,8 @@ func (l *Limiter) Allow(ctx context.Context, group, member string, limits ...Lim
 		return Decision{}, fmt.Errorf("%w: on Redis Cluster, Allow's limits must live in the check's group (Reserve takes limits of several groups)", ErrInvalidKey)
 	}
 	for _, lim := range limits {
-		if lim.Rule.Counter() {
-			return Decision{}, fmt.Errorf("%w: %s is a calendar or bucketed rule: it keeps counts, not members, so only Reserve (with its record per id) can check it", ErrInvalidRule, lim)
+		if lim.Rule.Counter() || lim.Rule.Distinct {
+			return Decision{}, fmt.Errorf("%w: %s is a calendar, bucketed or distinct-count rule: it keeps counts or subjects, not members, so only Reserve (with its record per id) can check it", ErrInvalidRule, lim)
 		}
 	}
 	d, err := l.reserve(ctx, group, member, "", ReserveOptions{}, limits)
@@ -243,8 +247,8 @@ func (l *Limiter) Reserve(ctx context.Context, group, id string, opts ReserveOpt
 	}
 	if l.batch.cluster && spansGroups(group, limits) {
 		for _, lim := range limits {
-			if lim.Rule.Counter() && lim.Group != "" && lim.Group != group {
-				return Decision{}, fmt.Errorf("%w: on Redis Cluster a calendar or bucketed rule must live in the check's group (%s lives in %q)", ErrInvalidRule, lim, lim.Group)
+			if (lim.Rule.Counter() || lim.Rule.Distinct) && lim.Group != "" && lim.Group != group {
+				return Decision{}, fmt.Errorf("%w: on Redis Cluster a calendar, bucketed or distinct-count rule must live in the check's group (%s lives in %q)", ErrInvalidRule, lim, lim.Group)
 			}
 		}
 		return l.reserveAcross(ctx, group, id, opts.Policy, opts, limits)
@@ -311,6 +315,9 @@ func (l *Limiter) reserveOp(group, id string, policy RerunPolicy, opts ReserveOp
 	var longest time.Duration
 	for _, lim := range limits {
 		longest = max(longest, lim.Rule.Window)
+		if lim.Rule.Distinct && lim.Distinct == "" {
+			return nil, fmt.Errorf("%w: %s counts distinct subjects: the limit must name its subject (Limit.Distinct)", ErrInvalidKey, lim)
+		}
 	}
 	sttl := max(opts.StateTTL, longest+opts.Slack, time.Second) // a check with no limits still keeps its record a while
 	if len(opts.Nonce) > 32 || strings.ContainsAny(opts.Nonce, ":# ") {
@@ -327,7 +334,7 @@ func (l *Limiter) reserveOp(group, id string, policy RerunPolicy, opts ReserveOp
 	if note := opts.Note; note != nil && (note.Key == "" || note.TTL < time.Millisecond) {
 		return nil, fmt.Errorf("%w: a note needs its key and a TTL of at least 1 ms", ErrInvalidRule)
 	}
-	o := &reserveOp{rules: keys, member: l.stored(id), policy: policy, limits: limits, opts: opts, stateTTL: sttl, table: l.tableFrom}
+	o := &reserveOp{rules: keys, member: l.stored(id), policy: policy, limits: limits, opts: opts, stateTTL: sttl, table: l.tableFrom, subject: l.Subject}
 	if policy != "" {
 		o.state = l.StateKey(group, id)
 	} else if opts.Block != "" || opts.Consent != nil || opts.Note != nil || len(opts.Holds) > 0 {
@@ -384,7 +391,7 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 			keys = append(keys, k)
 		}
 		// The id's record lives in its own group; elsewhere the key named is never written.
-		o := releaseOp{rules: keys, state: l.StateKey(part.group, id), member: l.stored(id), attempt: attempt, limits: part.limits, table: l.tableFrom}
+		o := releaseOp{rules: keys, state: l.StateKey(part.group, id), member: l.stored(id), attempt: attempt, limits: part.limits, table: l.tableFrom, subject: l.Subject}
 		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, o.build())
 		if err != nil {
 			return removed, fmt.Errorf("throttle: release: %w", err)
@@ -511,7 +518,7 @@ func (l *Limiter) usage(ctx context.Context, group string, slack time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	o := usageOp{rules: keys, slack: slack, limits: limits, table: l.tableFrom}
+	o := usageOp{rules: keys, slack: slack, limits: limits, table: l.tableFrom, subject: l.Subject}
 	nowMS, reply, err := l.batch.do(ctx, l.nowArg(), group, o.build())
 	if err != nil {
 		return nil, fmt.Errorf("throttle: usage: %w", err)

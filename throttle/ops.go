@@ -74,7 +74,8 @@ type reserveOp struct {
 	limits   []Limit
 	opts     ReserveOptions
 	stateTTL time.Duration
-	table    func() time.Time // where a calendar table starts (Limiter.tableFrom)
+	table    func() time.Time    // where a calendar table starts (Limiter.tableFrom)
+	subject  func(string) string // keys a distinct rule's subject (Limiter.Subject)
 }
 
 func (o *reserveOp) code() string { return opReserve }
@@ -82,7 +83,7 @@ func (o *reserveOp) code() string { return opReserve }
 func (o *reserveOp) build() *op {
 	opts := o.opts
 	e := newEnc(opReserve, len(o.rules)+stateKeys(o.policy, opts),
-		20+3*len(o.limits)+2*len(opts.Closed)+counterArgsLen(o.limits))
+		20+3*len(o.limits)+2*len(opts.Closed)+counterArgsLen(o.limits)+distinctArgsLen(o.limits))
 	o.encode(&e)
 	return &e.op
 }
@@ -149,6 +150,7 @@ func (o *reserveOp) encode(e *enc) {
 	}
 	closed(e, opts.Closed)
 	counters(e, o.limits, o.from)
+	distinct(e, o.limits, o.subject)
 }
 
 // from is where a calendar rule's table of boundaries starts: a little
@@ -233,13 +235,14 @@ type releaseOp struct {
 	member  string // the id as the windows store it
 	attempt int
 	limits  []Limit
-	table   func() time.Time // where a calendar table starts (Limiter.tableFrom)
+	table   func() time.Time    // where a calendar table starts (Limiter.tableFrom)
+	subject func(string) string // keys a distinct rule's subject (Limiter.Subject)
 }
 
 func (o *releaseOp) code() string { return opRelease }
 
 func (o *releaseOp) build() *op {
-	e := newEnc(opRelease, len(o.rules)+1, 2+counterArgsLen(o.limits))
+	e := newEnc(opRelease, len(o.rules)+1, 2+counterArgsLen(o.limits)+distinctArgsLen(o.limits))
 	o.encode(&e)
 	return &e.op
 }
@@ -252,6 +255,7 @@ func (o *releaseOp) encode(e *enc) {
 	e.arg("member", o.member)
 	e.arg("attempt", o.attempt)
 	counters(e, o.limits, o.table)
+	distinct(e, o.limits, o.subject)
 }
 
 // stateOp is "S" (scripts/op_state.lua): an id's record, read first by a
@@ -270,16 +274,17 @@ func (o *stateOp) encode(e *enc) { e.key("state", o.state) }
 
 // usageOp is "U" (scripts/op_usage.lua): Usage, in one group.
 type usageOp struct {
-	rules  []string
-	slack  time.Duration
-	limits []Limit
-	table  func() time.Time // where a calendar table starts (Limiter.tableFrom)
+	rules   []string
+	slack   time.Duration
+	limits  []Limit
+	table   func() time.Time    // where a calendar table starts (Limiter.tableFrom)
+	subject func(string) string // keys a distinct rule's subject (Limiter.Subject)
 }
 
 func (o *usageOp) code() string { return opUsage }
 
 func (o *usageOp) build() *op {
-	e := newEnc(opUsage, len(o.rules), 2+2*len(o.limits)+counterArgsLen(o.limits))
+	e := newEnc(opUsage, len(o.rules), 2+2*len(o.limits)+counterArgsLen(o.limits)+distinctArgsLen(o.limits))
 	o.encode(&e)
 	return &e.op
 }
@@ -295,6 +300,7 @@ func (o *usageOp) encode(e *enc) {
 		e.arg("window_ms", lim.Rule.Window.Milliseconds())
 	}
 	counters(e, o.limits, o.table)
+	distinct(e, o.limits, o.subject)
 }
 
 // holdOp is "H" (scripts/op_hold.lua): Hold.

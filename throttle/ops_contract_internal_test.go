@@ -127,6 +127,13 @@ func readContracts(t *testing.T) (map[string]contract, map[string][]item) {
 	if len(blocks["counters"]) == 0 {
 		t.Fatal("limiter_counter.lua has no counters[…] lines")
 	}
+	_, dblocks, err := readHeader("../scripts/limiter_distinct.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dblocks["distinct"]) == 0 {
+		t.Fatal("limiter_distinct.lua has no distinct[…] lines")
+	}
 	files, err := filepath.Glob("../scripts/op_*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no op_*.lua files: %v", err)
@@ -146,7 +153,7 @@ func readContracts(t *testing.T) (map[string]contract, map[string][]item) {
 		}
 		out[code] = contract{file: filepath.Base(f), code: code, keys: tables["KEYS"], argv: tables["ARGV"]}
 	}
-	return out, map[string][]item{"counters": blocks["counters"]}
+	return out, map[string][]item{"counters": blocks["counters"], "distinct": dblocks["distinct"]}
 }
 
 // replay checks what an encoder wrote (its values, named) against its
@@ -310,6 +317,7 @@ func contractSamples(t *testing.T) []encoder {
 		{Scope: "sms:recipient", Subject: "+1", Rule: Rule{Limit: 1, Window: time.Minute}, Drop: true},
 		{Scope: "sms:tenant", Rule: Rule{Limit: 1000, Window: time.Hour, Buckets: 60}},
 		{Scope: "sms:tenant", Rule: PerCalendar(2000, Day, "America/Los_Angeles")},
+		{Scope: "whatsapp:tenant", Distinct: "+1", Rule: Rule{Limit: 250, Window: time.Minute, Distinct: true}},
 	}
 	closed := []Interval{{Start: at, End: at.Add(time.Hour)}, {Start: at.Add(2 * time.Hour), End: at.Add(3 * time.Hour)}}
 	keys, err := l.keys("g", limits)
@@ -340,9 +348,9 @@ func contractSamples(t *testing.T) []encoder {
 	return append(out,
 		&placeOp{rules: keys[:1], member: "id#2", slack: time.Second, tmin: at, lead: agreeLead, limits: limits[:1], closed: closed},
 		&doneOp{state: l.StateKey("g", "id"), attempt: 2, ttl: time.Hour},
-		&releaseOp{rules: keys, state: l.StateKey("g", "id"), member: "id", attempt: 2, limits: limits, table: l.tableFrom},
+		&releaseOp{rules: keys, state: l.StateKey("g", "id"), member: "id", attempt: 2, limits: limits, table: l.tableFrom, subject: l.Subject},
 		&stateOp{state: l.StateKey("g", "id")},
-		&usageOp{rules: keys, slack: time.Second, limits: limits, table: l.tableFrom},
+		&usageOp{rules: keys, slack: time.Second, limits: limits, table: l.tableFrom, subject: l.Subject},
 		&holdOp{hold: l.HoldKey("sms:provider", ""), retry: time.Second, base: time.Second, max: time.Minute, linger: holdLinger, answer: 429},
 		&leaseOp{leases: []string{"a", "b"}, holder: "id#1", ttl: time.Minute, caps: caps},
 		&freeOp{leases: []string{"a", "b"}, holder: "id#1"},

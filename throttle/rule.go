@@ -49,7 +49,15 @@ type Rule struct {
 	// per key bounded by the buckets, never admitting more than the exact log,
 	// under-admitting by at most one bucket's worth (docs/throttling.md).
 	Buckets int
+	// Distinct, when set, counts distinct subjects instead of sends: at most
+	// Limit distinct subjects (Limit.Distinct, e.g. recipients) sent to in
+	// any Window-long span, a subject sent to again within its window costing
+	// nothing (limiter_distinct.lua). Memory: one entry per distinct subject.
+	Distinct bool
 }
+
+// DistinctSuffix ends a distinct-count rule's string: "250/1d@distinct".
+const DistinctSuffix = "@distinct"
 
 // Period is a calendar period of a calendar rule (Rule.Calendar).
 type Period string
@@ -143,6 +151,9 @@ func (r Rule) writeKeyPart(b *strings.Builder) {
 	}
 	var num [20]byte
 	b.Write(strconv.AppendInt(num[:0], r.Window.Milliseconds(), 10))
+	if r.Distinct {
+		b.WriteByte('d')
+	}
 	if r.Buckets > 0 {
 		b.WriteByte('~')
 		b.Write(strconv.AppendInt(num[:0], int64(r.Buckets), 10))
@@ -181,6 +192,9 @@ func (r Rule) Validate() error {
 	case r.Calendar == "" && r.Zone != "":
 		return fmt.Errorf("%w: zone %q without a calendar period", ErrInvalidRule, r.Zone)
 	}
+	if r.Distinct && (r.Calendar != "" || r.Buckets > 0) {
+		return fmt.Errorf("%w: a distinct-count rule is a sliding window: no calendar period, no buckets", ErrInvalidRule)
+	}
 	if r.Calendar != "" {
 		if r.Buckets > 0 {
 			return fmt.Errorf("%w: a calendar rule keeps one counter per period, not buckets", ErrInvalidRule)
@@ -212,6 +226,9 @@ func (r Rule) String() string {
 	if r.Buckets > 0 {
 		s += "~" + strconv.Itoa(r.Buckets)
 	}
+	if r.Distinct {
+		s += DistinctSuffix
+	}
 	return s
 }
 
@@ -242,7 +259,21 @@ func FormatWindow(d time.Duration) string {
 //
 //	LIMIT/1P@ZONE     a calendar period P (m, h, d, w, mo) of an IANA zone ("@UTC" or no zone: UTC)
 //	LIMIT/WINDOW~B    a sliding window in B buckets ("~" alone: DefaultBuckets)
+//
+// and LIMIT/WINDOW@distinct counts distinct subjects in a sliding window
+// (Rule.Distinct).
 func ParseRule(s string) (Rule, error) {
+	if head, ok := strings.CutSuffix(strings.TrimSpace(s), DistinctSuffix); ok {
+		if strings.ContainsAny(head, "@~") {
+			return Rule{}, fmt.Errorf("%w: %q: a distinct-count rule is LIMIT/WINDOW@distinct, a sliding window", ErrInvalidRule, s)
+		}
+		r, err := ParseRule(head)
+		if err != nil {
+			return Rule{}, err
+		}
+		r.Distinct = true
+		return r, nil
+	}
 	if i := strings.IndexByte(s, '@'); i >= 0 || strings.HasSuffix(strings.TrimSpace(s), "/1mo") || strings.HasSuffix(strings.TrimSpace(s), "/mo") || strings.HasSuffix(strings.TrimSpace(s), "/1w") || strings.HasSuffix(strings.TrimSpace(s), "/w") {
 		return parseCalendar(s)
 	}

@@ -60,6 +60,13 @@ type Credentials struct {
 	// the primary key signs every subaccount's events.
 	ParentKey string `json:"parent_key,omitempty"`
 	Account   string `json:"account,omitempty"`
+	// PhoneNumberIDs are the WhatsApp business numbers (Cloud API
+	// phone-number ids) the tenant owns: a WhatsApp webhook about another
+	// number is refused (WhatsApp; Key is then the Meta app's secret).
+	PhoneNumberIDs []string `json:"phone_number_ids,omitempty"`
+	// VerifyToken answers Meta's verification request of the webhook URL
+	// (WhatsApp).
+	VerifyToken string `json:"verify_token,omitempty"`
 }
 
 // Provider is one provider's wire format and signature scheme.

@@ -45,6 +45,8 @@ type Config struct {
 	SMSSender             string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log; the providers are listed in sender/providers."`
 	SMSProviders          []string      `env:"SMS_PROVIDERS" envSeparator:"," desc:"SMS providers in the order they are tried, e.g. default,backup (docs/channels.md, \"Failover\"): default is the one SMS_SENDER and its variables configure; any other NAME is configured by the same variables under SLUICE_PROVIDER_NAME_ (SLUICE_PROVIDER_BACKUP_SMS_SENDER=http, SLUICE_PROVIDER_BACKUP_SMS_BASE_URL=...). Empty: SMS_SENDER alone."`
 	EmailProviders        []string      `env:"EMAIL_PROVIDERS" envSeparator:"," desc:"Email providers in the order they are tried, as SMS_PROVIDERS (SLUICE_PROVIDER_NAME_EMAIL_SENDER=smtp, SLUICE_PROVIDER_NAME_SMTP_HOST=...). Empty: EMAIL_SENDER alone."`
+	WhatsAppSender        string        `env:"WHATSAPP_SENDER" envDefault:"log" desc:"WhatsApp sender: cloud (Meta's WhatsApp Cloud API), or log; the providers are listed in sender/providers."`
+	WhatsAppProviders     []string      `env:"WHATSAPP_PROVIDERS" envSeparator:"," desc:"WhatsApp providers in the order they are tried, as SMS_PROVIDERS (SLUICE_PROVIDER_NAME_WHATSAPP_SENDER=cloud, ...). Empty: WHATSAPP_SENDER alone."`
 	FailoverGrace         time.Duration `env:"FAILOVER_GRACE" envDefault:"10s" desc:"With several providers: how long standard and bulk sends wait for a provider that is down or held before they go to the next one (a hold that ends sooner is waited for). Priority-lane sends go to the next at once."`
 	ProviderFailures      int           `env:"PROVIDER_FAILURES" envDefault:"3" desc:"With several providers: transient failures at a provider (refused connections, timeouts, 5xx), counted by every worker within PROVIDER_FAILURE_WINDOW, that mark it down (a circuit breaker kept in Redis)."`
 	ProviderFailureWindow time.Duration `env:"PROVIDER_FAILURE_WINDOW" envDefault:"10s" desc:"The window PROVIDER_FAILURES are counted in."`
@@ -128,7 +130,7 @@ func (c Config) validateServers(p *config.Problems) {
 // settings, then the settings the API shares with the providers not
 // selected.
 func (c Config) validateSenders(p *config.Problems) {
-	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+	for _, ch := range Channels {
 		specs, err := c.Providers(ch)
 		if err != nil {
 			p.Join(err.(*providerProblems).p)
@@ -152,7 +154,7 @@ func (c Config) validateSenders(p *config.Problems) {
 	}
 	// Settings that the API reads too, of the providers not selected.
 	for _, prov := range providers.All {
-		if (prov.Channel == tasks.Email && prov.Name == c.EmailSender) || (prov.Channel == tasks.SMS && prov.Name == c.SMSSender) {
+		if _, kind, _ := c.channelProviders(prov.Channel); prov.Name == kind {
 			continue
 		}
 		if st, err := prov.NewSettings(c.Environ); err == nil {
@@ -212,10 +214,7 @@ func (e *providerProblems) Unwrap() error { return e.p.Err() }
 // EMAIL_PROVIDERS or SMS_PROVIDERS names, or the one EMAIL_SENDER or
 // SMS_SENDER selects when the list is empty.
 func (c Config) Providers(ch tasks.Channel) ([]ProviderSpec, error) {
-	names, kind, listVar := c.SMSProviders, c.SMSSender, "SMS_PROVIDERS"
-	if ch == tasks.Email {
-		names, kind, listVar = c.EmailProviders, c.EmailSender, "EMAIL_PROVIDERS"
-	}
+	names, kind, listVar := c.channelProviders(ch)
 	if len(names) == 0 {
 		names = []string{DefaultProvider}
 	}
@@ -256,10 +255,28 @@ func (c Config) Providers(ch tasks.Channel) ([]ProviderSpec, error) {
 	return out, nil
 }
 
+// Channels are the channels a worker sends on, each with its providers.
+var Channels = []tasks.Channel{tasks.Email, tasks.SMS, tasks.WhatsApp}
+
+// channelProviders: a channel's provider list, its default provider's
+// kind (the SENDER variable's value) and the list's variable.
+func (c Config) channelProviders(ch tasks.Channel) ([]string, string, string) {
+	switch ch {
+	case tasks.Email:
+		return c.EmailProviders, c.EmailSender, "EMAIL_PROVIDERS"
+	case tasks.WhatsApp:
+		return c.WhatsAppProviders, c.WhatsAppSender, "WHATSAPP_PROVIDERS"
+	}
+	return c.SMSProviders, c.SMSSender, "SMS_PROVIDERS"
+}
+
 // senderVar is the variable that selects a channel's provider package.
 func senderVar(ch tasks.Channel) string {
-	if ch == tasks.Email {
+	switch ch {
+	case tasks.Email:
 		return "EMAIL_SENDER"
+	case tasks.WhatsApp:
+		return "WHATSAPP_SENDER"
 	}
 	return "SMS_SENDER"
 }
@@ -286,11 +303,8 @@ func ProviderVariables(environ map[string]string) []string {
 		return nil
 	}
 	var out []string
-	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
-		names := c.SMSProviders
-		if ch == tasks.Email {
-			names = c.EmailProviders
-		}
+	for _, ch := range Channels {
+		names, _, _ := c.channelProviders(ch)
 		for _, name := range names {
 			name = strings.TrimSpace(name)
 			if !validProviderName(name) || name == DefaultProvider {
@@ -356,7 +370,7 @@ func (c Config) validateTimings(p *config.Problems) {
 // secrets masked (the selected senders' settings included): safe to log.
 func (c Config) Redacted() []string {
 	out := config.Redacted(c)
-	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+	for _, ch := range Channels {
 		specs, _ := c.Providers(ch)
 		for _, s := range specs {
 			prov, _ := sender.Lookup(providers.All, ch, s.Kind)

@@ -241,7 +241,7 @@ func (w *Worker) markProvider(p *provider, up bool) {
 // when all are down, while sends wait for them).
 func (w *Worker) providerWarnings() []string {
 	var out []string
-	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+	for _, ch := range Channels {
 		var down, up []string
 		for _, p := range w.providers[ch] {
 			if p.down.Load() {

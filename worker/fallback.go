@@ -54,11 +54,11 @@ func (w *Worker) fallbackNeeded(ctx context.Context, n tasks.Notification, log *
 }
 
 // armFallback enqueues n's fallback, scheduled, before n goes to its
-// provider (SMS: delivery reports may run it earlier). A fallback already
+// provider (SMS and WhatsApp: delivery reports may run it earlier). A fallback already
 // armed by an earlier attempt stays as it is. One that cannot be armed is
 // logged; n is sent anyway, and a permanent refusal still enqueues it.
 func (w *Worker) armFallback(ctx context.Context, n tasks.Notification, log *slog.Logger) {
-	if n.Fallback == nil || n.Channel != tasks.SMS {
+	if n.Fallback == nil || (n.Channel != tasks.SMS && n.Channel != tasks.WhatsApp) {
 		return
 	}
 	after := time.Duration(n.Fallback.After)

@@ -24,6 +24,8 @@ import (
 //
 //	decode    open the payload; what can never be sent is archived (invalid, unreadable)
 //	route     a task in another lane or shard than the rules route it to is moved there
+//	window    a free-form WhatsApp message whose recipient's service window is
+//	          closed is archived (worker/whatsapp.go)
 //	comply    bulk mail without a List-Unsubscribe is archived; email gets its
 //	          hosted one-click link (the recipient's consent is read by the
 //	          check itself)
@@ -99,6 +101,10 @@ func (w *Worker) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				w.leftQueue(ctx, t, n, err, log)
 				return err
 			}
+		}
+		if err := w.serviceWindow(ctx, n, log); err != nil {
+			w.leftQueue(ctx, t, n, err, log)
+			return err
 		}
 		var tried []string // providers that did not take it in this run
 		for {

@@ -485,6 +485,8 @@ func channelLabel(taskType string) string {
 		return string(tasks.Email)
 	case tasks.TypeSMS:
 		return string(tasks.SMS)
+	case tasks.TypeWhatsApp:
+		return string(tasks.WhatsApp)
 	}
 	return "unknown"
 }

@@ -189,6 +189,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	w.mux.Use(w.countMiddleware, w.traceMiddleware, w.throttleMiddleware)
 	w.mux.Handle(tasks.TypeEmail, w.sendHandler(tasks.Email))
 	w.mux.Handle(tasks.TypeSMS, w.sendHandler(tasks.SMS))
+	w.mux.Handle(tasks.TypeWhatsApp, w.sendHandler(tasks.WhatsApp))
 	return w, nil
 }
 

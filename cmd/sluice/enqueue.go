@@ -29,6 +29,8 @@ type enqueueFlags struct {
 	subject, body, text  string
 	category, unsub      string
 	user                 string
+	template, lang       string
+	params               []string
 	in                   time.Duration
 	maxRetry             int
 	file                 string
@@ -38,9 +40,9 @@ type enqueueFlags struct {
 func newEnqueueCmd() *cobra.Command {
 	var f enqueueFlags
 	cmd := &cobra.Command{
-		Use:   "enqueue {email|sms} [flags] | enqueue --file notifications.jsonl",
+		Use:   "enqueue {email|sms|whatsapp} [flags] | enqueue --file notifications.jsonl",
 		Short: "Enqueue one notification, or a JSON Lines file of them",
-		Long: `Enqueue one notification (sluice enqueue email|sms ...) or a JSON Lines file,
+		Long: `Enqueue one notification (sluice enqueue email|sms|whatsapp ...) or a JSON Lines file,
 one notification per line with the payload's fields:
 
   {"id":"optional-stable-id","tenant":"acme","channel":"sms","to":"+14155550100","body":"Hi"}
@@ -59,7 +61,7 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 		Args: argsError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.file == "" {
-				return usageError{errors.New("enqueue needs a channel (email or sms) or --file")}
+				return usageError{errors.New("enqueue needs a channel (email, sms or whatsapp) or --file")}
 			}
 			return enqueueFile(cmd, f)
 		},
@@ -89,12 +91,17 @@ Redis and the queue come from SLUICE_REDIS_URL and SLUICE_QUEUE.`,
 			fl.StringVar(&f.subject, "subject", "", "subject (required)")
 			fl.StringVar(&f.body, "body", "", "text body (required)")
 			fl.StringVar(&f.unsub, "list-unsubscribe", "", "List-Unsubscribe: an https URL and/or a mailto: URI, comma-separated (required for bulk mail without an unsubscribe= default)")
+		} else if ch == tasks.WhatsApp {
+			fl.StringVar(&f.template, "template", "", "an approved template's name (a template message; without it --text is a free-form message, delivered only inside the customer-service window)")
+			fl.StringVar(&f.lang, "lang", "", "the template's language code (default en_US)")
+			fl.StringArrayVar(&f.params, "param", nil, "the template body's next parameter ({{1}}, {{2}}, ...); repeat it")
+			fl.StringVar(&f.text, "text", "", "free-form text (instead of --template)")
 		} else {
 			fl.StringVar(&f.text, "text", "", "message text (required)")
 		}
 		return c
 	}
-	cmd.AddCommand(one(tasks.Email, "Enqueue one email"), one(tasks.SMS, "Enqueue one SMS"))
+	cmd.AddCommand(one(tasks.Email, "Enqueue one email"), one(tasks.SMS, "Enqueue one SMS"), one(tasks.WhatsApp, "Enqueue one WhatsApp message"))
 	return cmd
 }
 
@@ -157,9 +164,13 @@ func enqueueOne(cmd *cobra.Command, ch tasks.Channel, f enqueueFlags) error {
 		}
 	}
 	n := tasks.Notification{ID: f.id, Tenant: f.tenant, Channel: ch, To: f.to, From: f.from, Category: f.category, User: f.user}
-	if ch == tasks.Email {
+	switch {
+	case ch == tasks.Email:
 		n.Subject, n.Body, n.ListUnsubscribe = f.subject, f.body, f.unsub
-	} else {
+	case ch == tasks.WhatsApp && f.template != "":
+		n.Template = &tasks.Template{Name: f.template, Language: f.lang, Params: f.params}
+		n.Body = f.text // refused by Validate when set: a template is the whole message
+	default:
 		n.Body = f.text
 	}
 	if n.ID == "" {

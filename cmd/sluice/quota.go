@@ -43,7 +43,7 @@ looked up by SLUICE_SUBJECT_SECRET, which must match the workers'.`,
 // register adds the flags that select quota windows to c.
 func (f *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
-	c.Flags().StringVar(&f.channel, "channel", "", "email or sms (default: both)")
+	c.Flags().StringVar(&f.channel, "channel", "", "email, sms or whatsapp (default: all)")
 	c.Flags().StringVar(&f.recipient, "recipient", "", "also the recipient's rules and quiet hours: an address or E.164 number")
 	c.Flags().StringVar(&f.user, "user", "", "also the person's windows (user rules, across channels): the notifications' user id")
 	c.Flags().StringVar(&f.category, "category", "", "the category whose rules to show (default: the default category)")
@@ -77,7 +77,11 @@ func newQuotaShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printUsage(cmd, rep, roomsOf(f.tenant, waiting, env.policy), dg, f.json)
+			win, err := serviceWindow(cmd, env, f)
+			if err != nil {
+				return err
+			}
+			return printUsage(cmd, rep, roomsOf(f.tenant, waiting, env.policy), dg, win, f.json)
 		},
 	}
 	f.register(show)
@@ -195,7 +199,7 @@ func roomsOf(tenant string, waiting map[tasks.Lane]int64, policy plans.Policy) r
 	return r
 }
 
-func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, dg *digestShown, asJSON bool) error {
+func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, dg *digestShown, win *windowShown, asJSON bool) error {
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -204,7 +208,8 @@ func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, dg *digestS
 			report.QuotaJSON
 			rooms
 			Digest *digestShown `json:"digest,omitempty"`
-		}{rep.JSON(), r, dg})
+			Window *windowShown `json:"service_window,omitempty"`
+		}{rep.JSON(), r, dg, win})
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if len(rep.Rows) > 0 {
@@ -235,7 +240,38 @@ func printUsage(cmd *cobra.Command, rep report.QuotaReport, r rooms, dg *digestS
 		}
 		fmt.Fprintf(tw, "digest (%s)\t%s\n", dg.Rule, state)
 	}
+	if win != nil {
+		state := "CLOSED: templates only (no message from the recipient in 24 h)"
+		if win.Open {
+			state = fmt.Sprintf("open to free-form messages; closes %s (its last message %s ago)", inDuration(time.Until(*win.Closes)), time.Since(*win.LastInbound).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "whatsapp customer-service window\t%s\n", state)
+	}
 	return tw.Flush()
+}
+
+// windowShown is a WhatsApp recipient's customer-service window.
+type windowShown struct {
+	Open        bool       `json:"open"`
+	LastInbound *time.Time `json:"last_inbound,omitempty"`
+	Closes      *time.Time `json:"closes,omitempty"`
+}
+
+// serviceWindow reads --recipient's WhatsApp customer-service window, for
+// --channel whatsapp (or none) with a recipient; nil otherwise.
+func serviceWindow(cmd *cobra.Command, env *quotaEnv, f quotaFlags) (*windowShown, error) {
+	if f.recipient == "" || (f.channel != "" && f.channel != string(tasks.WhatsApp)) || !tasks.IsE164(tasks.NormalizePhone(f.recipient)) {
+		return nil, nil
+	}
+	w, err := env.deps.Consent.Window(cmd.Context(), f.tenant, tasks.WhatsApp, f.recipient)
+	if err != nil {
+		return nil, err
+	}
+	out := &windowShown{Open: w.Open(time.Now())}
+	if !w.LastInbound.IsZero() {
+		out.LastInbound, out.Closes = &w.LastInbound, &w.Closes
+	}
+	return out, nil
 }
 
 // digestShown is the recipient's digest under the category's digest rule.

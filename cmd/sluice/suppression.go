@@ -41,7 +41,7 @@ type recipientFlags struct{ tenant, to, channel string }
 func (f *recipientFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.tenant, "tenant", "", "tenant id (required)")
 	c.Flags().StringVar(&f.to, "to", "", "the recipient: an E.164 number (sms) or an address (email) (required)")
-	c.Flags().StringVar(&f.channel, "channel", "sms", "sms or email")
+	c.Flags().StringVar(&f.channel, "channel", "sms", "sms, email or whatsapp")
 }
 
 // suppressionTarget is a checked recipient and the consent store that holds
@@ -60,11 +60,11 @@ func (f recipientFlags) open() (suppressionTarget, error) {
 		return suppressionTarget{}, usageError{fmt.Errorf("--tenant: %w", err)}
 	}
 	ch := tasks.Channel(f.channel)
-	if ch != tasks.SMS && ch != tasks.Email {
-		return suppressionTarget{}, usageError{fmt.Errorf("--channel: %q: want sms or email", f.channel)}
+	if ch != tasks.SMS && ch != tasks.Email && ch != tasks.WhatsApp {
+		return suppressionTarget{}, usageError{fmt.Errorf("--channel: %q: want sms, email or whatsapp", f.channel)}
 	}
 	if err := tasks.CheckRecipient(ch, f.to); err != nil {
-		return suppressionTarget{}, usageError{fmt.Errorf("--to: %q is not an %s recipient (an E.164 number for sms, an address for email)", tasks.Mask(f.to), ch)}
+		return suppressionTarget{}, usageError{fmt.Errorf("--to: %q is not an %s recipient (an E.164 number for sms and whatsapp, an address for email)", tasks.Mask(f.to), ch)}
 	}
 	d, _, err := openTool(false)
 	if err != nil {

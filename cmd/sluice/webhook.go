@@ -20,12 +20,12 @@ import (
 func newWebhookCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "webhook",
-		Short: "Manage a tenant's email provider webhooks (bounces, complaints)",
+		Short: "Manage a tenant's provider webhooks (email bounces and complaints, WhatsApp)",
 		Long: `sluice api takes each provider's bounce and complaint webhooks per tenant at
 /v1/webhooks/PROVIDER/TENANT (` + strings.Join(webhooks.Names(), ", ") + `), verified with the
 credentials set here: SendGrid's verification key, Mailgun's webhook signing
 key, Postmark's basic-auth user and password (and client addresses), the SNS
-topics of SES. They are kept in Redis sealed with SLUICE_PAYLOAD_KEYS, which
+topics of SES, WhatsApp's app secret, phone-number ids and verify token. They are kept in Redis sealed with SLUICE_PAYLOAD_KEYS, which
 must be the API's; a change holds from the next delivery (docs/channels.md).`,
 	}
 	cmd.AddCommand(newWebhookSetCmd(), newWebhookShowCmd(), newWebhookRemoveCmd())
@@ -34,7 +34,7 @@ must be the API's; a change holds from the next delivery (docs/channels.md).`,
 
 func newWebhookSetCmd() *cobra.Command {
 	var c webhook.Credentials
-	var keyFile, passwordFile, parentKeyFile string
+	var keyFile, passwordFile, parentKeyFile, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "set TENANT PROVIDER",
 		Short: "Set TENANT's credentials for PROVIDER's webhook (replacing any)",
@@ -42,7 +42,8 @@ func newWebhookSetCmd() *cobra.Command {
   sluice webhook set acme mailgun --key-file - < signing-key
   sluice webhook set acme mailgun --parent-key-file primary-signing-key --account 1234567890303a4bd1f33898   # a subaccount
   sluice webhook set acme postmark --user sluice --password-file pm-pass --allow-ip 3.134.147.250
-  sluice webhook set acme ses --topic arn:aws:sns:us-east-1:123456789012:ses-acme`,
+  sluice webhook set acme ses --topic arn:aws:sns:us-east-1:123456789012:ses-acme
+  sluice webhook set acme whatsapp --key-file meta-app-secret --phone-number-id 106540352242922 --verify-token-file vt`,
 		Args: argsError(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant, p, err := webhookTarget(args)
@@ -56,6 +57,9 @@ func newWebhookSetCmd() *cobra.Command {
 				return err
 			}
 			if c.ParentKey, err = secretFlag(cmd, c.ParentKey, parentKeyFile, "parent-key"); err != nil {
+				return err
+			}
+			if c.VerifyToken, err = secretFlag(cmd, c.VerifyToken, tokenFile, "verify-token"); err != nil {
 				return err
 			}
 			if err := p.Check(c); err != nil {
@@ -84,6 +88,9 @@ func newWebhookSetCmd() *cobra.Command {
 	f.StringVar(&c.ParentKey, "parent-key", "", "Mailgun, a subaccount: the primary account's webhook signing key, which signs parent-signature (prefer --parent-key-file)")
 	f.StringVar(&parentKeyFile, "parent-key-file", "", "read the parent key from this file (- for standard input)")
 	f.StringVar(&c.Account, "account", "", "Mailgun, with --parent-key: the subaccount's id (account.id of its events); only its events are taken")
+	f.StringArrayVar(&c.PhoneNumberIDs, "phone-number-id", nil, "WhatsApp: a business number (Cloud API phone-number id) the tenant owns (repeatable); --key is then the Meta app's secret")
+	f.StringVar(&c.VerifyToken, "verify-token", "", "WhatsApp: the verify token Meta's check of the URL must carry (prefer --verify-token-file)")
+	f.StringVar(&tokenFile, "verify-token-file", "", "read the verify token from this file (- for standard input)")
 	return cmd
 }
 

@@ -25,6 +25,10 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 )
 
+// PromotionsCategory is the category a WhatsApp "Stop promotions" tap opts
+// the recipient out of.
+const PromotionsCategory = "marketing"
+
 // ReplyWindow is how long after a reply to a keyword no other reply to the
 // same keyword goes to the same recipient.
 const ReplyWindow = 5 * time.Minute
@@ -38,9 +42,15 @@ var ErrInvalid = errors.New("inbound: invalid message")
 // the tenant's to act on, and nothing is done.
 var ErrNotOwned = errors.New("inbound: not sent to one of the tenant's numbers or messaging profiles")
 
-// Message is one SMS a recipient sent to a tenant's number.
+// Message is one SMS (or WhatsApp message) a recipient sent to a tenant's number.
 type Message struct {
 	Tenant string
+	// Channel is what it came on: tasks.SMS (""), or tasks.WhatsApp, whose
+	// keywords are the SMS ones and whose opt-outs hold for WhatsApp.
+	Channel tasks.Channel
+	// StopPromotions: the recipient tapped WhatsApp's "Stop promotions"
+	// button of a marketing template: an opt-out of PromotionsCategory.
+	StopPromotions bool
 	// From is the recipient who wrote (E.164); To the tenant's number they
 	// wrote to (the reply goes from it).
 	From, To string
@@ -91,9 +101,11 @@ func (h *Handler) Owns(m Message) error {
 }
 
 // Handle classifies m and acts on it. A message that is no keyword and no
-// revocation changes nothing; one sent to a number or messaging profile
+// revocation changes nothing; an SMS sent to a number or messaging profile
 // the tenant does not own (plans: TENANT/sms:inbound=…) is refused with
-// ErrNotOwned, whatever it says (DESIGN.md invariant 24).
+// ErrNotOwned, whatever it says (DESIGN.md invariant 24). A WhatsApp
+// message's webhook was bound to its tenant by the phone-number ids of the
+// tenant's credentials (sender/whatsapp) before it got here.
 func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 	if err := tasks.CheckTenant(m.Tenant); err != nil {
 		return Outcome{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -102,52 +114,39 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 	if !tasks.IsE164(from) {
 		return Outcome{}, fmt.Errorf("%w: From is not an E.164 number", ErrInvalid)
 	}
-	p := h.policy()
-	if err := h.Owns(m); err != nil {
-		return Outcome{}, err
+	ch := m.Channel
+	if ch == "" {
+		ch = tasks.SMS
 	}
-	rules := p.Consent(m.Tenant, tasks.SMS)
-	c := consent.Classify(m.Body, rules.Keywords)
-	out := Outcome{Intent: c.Intent, Keyword: c.Keyword}
-	var e *consent.Event
-	reply := ""
-	switch c.Intent {
-	case consent.IntentOptOut:
-		scope := consent.AllCategories()
-		if rules.OptOut == plans.OptOutCategory {
-			last, err := h.store.LastCategory(ctx, m.Tenant, tasks.SMS, from)
-			if err != nil {
-				return out, err
-			}
-			if last != "" {
-				scope = consent.Categories(last)
-			}
+	p := h.policy()
+	if ch == tasks.SMS { // a WhatsApp webhook is bound to the phone-number ids of the tenant's credentials
+		if err := h.Owns(m); err != nil {
+			return Outcome{}, err
 		}
-		e = &consent.Event{Action: consent.OptOut, Source: consent.SourceKeyword, Scope: scope, Keyword: c.Keyword, Ref: m.Ref}
-		reply = plans.ReplyStop
-	case consent.IntentOptIn:
-		e = &consent.Event{Action: consent.OptIn, Source: consent.SourceKeyword, Scope: consent.AllCategories(), Keyword: c.Keyword, Ref: m.Ref}
-		reply = plans.ReplyStart
-	case consent.IntentHelp:
-		reply = plans.ReplyHelp
-	case consent.IntentReview:
-		e = &consent.Event{Action: consent.Review, Source: consent.SourceKeyword, Keyword: c.Keyword, Ref: m.Ref}
-	default:
-		return out, nil
+	}
+	rules := p.Consent(m.Tenant, tasks.SMS) // the keywords and replies are the SMS ones
+	c := consent.Classify(m.Body, rules.Keywords)
+	if m.StopPromotions {
+		c = consent.Classification{Intent: consent.IntentOptOut, Keyword: "STOP PROMOTIONS"}
+	}
+	out := Outcome{Intent: c.Intent, Keyword: c.Keyword}
+	e, reply, err := h.event(ctx, m, ch, from, c, rules.OptOut)
+	if err != nil || (e == nil && reply == "") {
+		return out, err
 	}
 	if e != nil {
-		rec, err := h.store.Record(ctx, m.Tenant, tasks.SMS, from, *e)
+		rec, err := h.store.Record(ctx, m.Tenant, ch, from, *e)
 		if err != nil {
 			return out, err
 		}
 		out.Event = rec
-		h.log.Info("inbound SMS recorded", "tenant", m.Tenant, "intent", c.Intent.String(), "keyword", c.Keyword, "scope", rec.Scope.String())
+		h.log.Info("inbound message recorded", "tenant", m.Tenant, "channel", string(ch), "intent", c.Intent.String(), "keyword", c.Keyword, "scope", rec.Scope.String())
 	}
 	text := rules.Replies[reply]
 	if text == "" || h.enqueue == nil {
 		return out, nil
 	}
-	first, err := h.store.Once(ctx, m.Tenant, tasks.SMS, from, "reply-"+reply, ReplyWindow)
+	first, err := h.store.Once(ctx, m.Tenant, ch, from, "reply-"+reply, ReplyWindow)
 	if err != nil {
 		return out, err
 	}
@@ -156,13 +155,46 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 		return out, nil
 	}
 	n := tasks.NewSMS(m.Tenant, from, text)
-	n.Category = plans.ReplyCategory
 	if to := tasks.NormalizePhone(m.To); tasks.IsE164(to) {
 		n.From = to
 	}
+	if ch == tasks.WhatsApp {
+		// Inside the window the recipient's message just opened, from the
+		// business number (its phone-number id) it wrote to.
+		n = tasks.NewWhatsAppText(m.Tenant, from, text)
+		n.From = m.To
+	}
+	n.Category = plans.ReplyCategory
 	if err := h.enqueue(ctx, n); err != nil {
 		return out, fmt.Errorf("inbound: reply: %w", err)
 	}
 	out.Reply = n.ID
 	return out, nil
+}
+
+// event is what a classified message records and which reply it gets.
+func (h *Handler) event(ctx context.Context, m Message, ch tasks.Channel, from string, c consent.Classification, optout string) (*consent.Event, string, error) {
+	switch c.Intent {
+	case consent.IntentOptOut:
+		scope := consent.AllCategories()
+		if m.StopPromotions {
+			scope = consent.Categories(PromotionsCategory)
+		} else if optout == plans.OptOutCategory {
+			last, err := h.store.LastCategory(ctx, m.Tenant, ch, from)
+			if err != nil {
+				return nil, "", err
+			}
+			if last != "" {
+				scope = consent.Categories(last)
+			}
+		}
+		return &consent.Event{Action: consent.OptOut, Source: consent.SourceKeyword, Scope: scope, Keyword: c.Keyword, Ref: m.Ref}, plans.ReplyStop, nil
+	case consent.IntentOptIn:
+		return &consent.Event{Action: consent.OptIn, Source: consent.SourceKeyword, Scope: consent.AllCategories(), Keyword: c.Keyword, Ref: m.Ref}, plans.ReplyStart, nil
+	case consent.IntentHelp:
+		return nil, plans.ReplyHelp, nil
+	case consent.IntentReview:
+		return &consent.Event{Action: consent.Review, Source: consent.SourceKeyword, Keyword: c.Keyword, Ref: m.Ref}, "", nil
+	}
+	return nil, "", nil
 }

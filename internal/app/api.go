@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/services"
 	"github.com/sluicehq/sluice/sender/telnyx"
 	"github.com/sluicehq/sluice/sender/twilio"
+	"github.com/sluicehq/sluice/sender/whatsapp"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/unsubscribe"
 	"github.com/sluicehq/sluice/webhook"
@@ -109,6 +110,16 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 	}
 	s.Mount(telnyx.CallbackRoute, http.HandlerFunc(th.Callback))
 	s.Mount(telnyx.InboundRoute, http.HandlerFunc(th.Inbound))
+	// WhatsApp's signed webhooks per tenant: inbound messages (the service
+	// window, STOP, "Stop promotions") and the statuses of the messages sent.
+	wa, err := whatsapp.NewWebhooks(whatsapp.Deps{Creds: webhook.NewStore(svc.Redis, svc.Keys), Guard: webhook.NewGuard(svc.Redis),
+		Consent: svc.Consent, Inbound: replies, Delivery: store, Limiter: svc.Limiter, Log: svc.Log.With("component", "whatsapp"),
+		Registry: svc.Registry, RecordTTL: cfg.DedupeTTL, OnFailed: cb.OnUndelivered})
+	if err != nil {
+		return err
+	}
+	s.Mount(whatsapp.VerifyRoute, http.HandlerFunc(wa.Verify))
+	s.Mount(whatsapp.WebhookRoute, wa)
 	// The email providers' signed bounce and complaint webhooks, per tenant.
 	err = webhooks.Mount(s, webhook.Config{Consent: svc.Consent, Store: webhook.NewStore(svc.Redis, svc.Keys), Guard: webhook.NewGuard(svc.Redis),
 		Log: svc.Log.With("component", "webhook"), UndeliverableFor: cfg.EmailSuppressTTL, ClientIP: webhook.HeaderIP(cfg.ClientIPHeader)}, svc.Registry)

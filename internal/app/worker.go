@@ -76,7 +76,7 @@ func NewWorker(cfg worker.Config, o WorkerOptions) (*worker.Worker, error) {
 // settings read from its own variables (sender/providers lists them).
 func OpenSenders(cfg worker.Config, log *slog.Logger) (map[tasks.Channel][]sender.Named, error) {
 	out := map[tasks.Channel][]sender.Named{}
-	for _, ch := range []tasks.Channel{tasks.Email, tasks.SMS} {
+	for _, ch := range worker.Channels {
 		specs, err := cfg.Providers(ch)
 		if err != nil {
 			closeSenders(out)

@@ -33,7 +33,7 @@ var layers = []layer{
 	{"the processes' parts", []string{"worker", "api", "dashboard"}},
 	{"the provider registries", []string{"sender/providers", "webhook/providers"}},
 	{"one package per provider; the unsubscribe links", []string{"sender/logsender", "sender/smtp", "sender/twilio",
-		"sender/telnyx", "sender/providers/internal/webhooksms", "webhook/ses", "webhook/sendgrid", "webhook/postmark",
+		"sender/telnyx", "sender/whatsapp", "sender/providers/internal/webhooksms", "webhook/ses", "webhook/sendgrid", "webhook/postmark",
 		"webhook/mailgun", "unsubscribe"}},
 	{"what providers share; what every process shares", []string{"sender", "webhook", "internal/services"}},
 	{"settings; the quota read model; inbound replies; delivery records; digests; the fair dispatch; batched completions", []string{"config", "report", "consent/inbound",

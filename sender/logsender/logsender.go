@@ -37,6 +37,7 @@ func newSettings() sender.Settings { return &settings{} }
 
 // Email and SMS are the log sender's entries in sender/providers.
 var (
-	Email = sender.Provider{Name: "log", Channel: tasks.Email, Settings: newSettings}
-	SMS   = sender.Provider{Name: "log", Channel: tasks.SMS, Settings: newSettings}
+	Email    = sender.Provider{Name: "log", Channel: tasks.Email, Settings: newSettings}
+	SMS      = sender.Provider{Name: "log", Channel: tasks.SMS, Settings: newSettings}
+	WhatsApp = sender.Provider{Name: "log", Channel: tasks.WhatsApp, Settings: newSettings}
 )

@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/sender/whatsapp"
 	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/webhook/mailgun"
 	"github.com/sluicehq/sluice/webhook/postmark"
@@ -19,9 +21,14 @@ func All() []webhook.Provider {
 	return []webhook.Provider{ses.New(), sendgrid.Provider{}, postmark.Provider{}, mailgun.Provider{}}
 }
 
-// Lookup finds the provider named name.
+// Settable are the providers whose credentials `sluice webhook set` takes:
+// All, and WhatsApp, whose deliveries sender/whatsapp serves itself (its
+// routes carry messages and statuses, not only consent events).
+func Settable() []webhook.Provider { return append(All(), whatsapp.CredentialsChecker{}) }
+
+// Lookup finds the provider named name among Settable.
 func Lookup(name string) (webhook.Provider, bool) {
-	for _, p := range All() {
+	for _, p := range Settable() {
 		if p.Name() == name {
 			return p, true
 		}
@@ -29,10 +36,10 @@ func Lookup(name string) (webhook.Provider, bool) {
 	return nil, false
 }
 
-// Names lists the providers' names.
+// Names lists the names of Settable.
 func Names() []string {
 	var out []string
-	for _, p := range All() {
+	for _, p := range Settable() {
 		out = append(out, p.Name())
 	}
 	return out
