@@ -14,6 +14,16 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
+// digester folds deferred sends into digests: the open digest of a
+// recipient, category and key carries the items that come while it waits,
+// and its carrier renders them as one message at its slot.
+type digester struct {
+	*core
+	digests   *digest.Store
+	templates *digest.Templates
+	rec       *records
+}
+
 // Digests (package digest): a notification of a digested category joins
 // the open digest of its recipient before any check (its task is then
 // done); one its rules defer opens a digest and carries it to its slot,
@@ -32,18 +42,191 @@ func digestItem(ctx context.Context, t *asynq.Task, n tasks.Notification) digest
 // may be booked for, and its re-runs.
 func digestTTL(c check) time.Duration { return 2*c.opts.StateTTL + 24*time.Hour }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// errOpened: n opened a digest after a check that booked nothing (an
+// item's); it is asked again, with a booking, as the digest's carrier.
+var errOpened = errors.New("opened a digest: asking again for its slot")
+
+// digestSpill hands the other items of the digest n carried back to the
+// queue when n ends without a send (expired, dropped, blocked, archived):
+// each is placed again on its own.
+func (dgs *digester) digestSpill(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) {
+	if c.Match.Digest == nil || c.digestItem {
+		return
+	}
+	items, err := dgs.digests.Close(ctx, n, *c.Match.Digest)
+	if err != nil || len(items) < 2 {
+		if err != nil {
+			log.Error("digest: could not read the items of a digest that will not be sent", "err", err)
+		}
+		return
+	}
+	policy := dgs.currentPolicy()
+	var ids []string
+	for _, it := range items[1:] {
+		m, err := dgs.openItem(it)
+		if err != nil {
+			log.Error("digest: an item does not open; not handed back", "item_task", it.TaskID, "err", err)
+			continue
+		}
+		_, err = dgs.client.EnqueueContext(ctx, asynq.NewTask(it.Type, it.Payload), asynq.Queue(policy.Queue(dgs.layout, m)),
+			asynq.TaskID(it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
+		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", m.ID, "err", err)
+			return // Forget below would lose it: the carrier's re-run (if any) tries again
+		}
+		ids = append(ids, m.ID)
+	}
+	if err := dgs.digests.Forget(ctx, n, ids); err != nil {
+		log.Warn("digest: items handed back, but their digest's record stays until its TTL", "err", err)
+	}
+	dgs.metrics.Digested.WithLabelValues(string(n.Channel), "spilled").Add(float64(len(ids)))
+	log.Info(fmt.Sprintf("its digest will not be sent: %d items handed back to the queue", len(ids)))
+}
+
+// openItems opens a digest's items, the carrier (n, already open) first,
+// leaving out those past their expiry and, logged, any that do not open.
+func (dgs *digester) openItems(n tasks.Notification, items []digest.Item, log *slog.Logger) (carried []tasks.Notification, expired int) {
+	carried = append(carried, n)
+	now := time.Now()
+	for _, it := range items[1:] {
+		m, err := dgs.openItem(it)
+		if err != nil {
+			log.Error("digest: an item does not open; left out", "item_task", it.TaskID, "err", err)
+			continue
+		}
+		if !m.ExpiresAt.IsZero() && m.ExpiresAt.Before(now) {
+			expired++
+			continue
+		}
+		carried = append(carried, m)
+	}
+	return carried, expired
+}
+
+// openItem opens one item of a digest as its task was queued.
+func (dgs *digester) openItem(it digest.Item) (tasks.Notification, error) {
+	return tasks.Open(dgs.keys, it.TaskID, it.Type, it.Payload, dgs.cfg.PayloadPlaintext == "accept")
+}
+
+// digestFailed ends a digest whose tenant template passed a limit of its
+// box (digest.ErrLimit): nothing is sent, the slot is given back, and the
+// carrier is archived with reason template; its items stay in the digest,
+// whose state (the carrier's, GET /v1/notifications/{id}) says why.
+// Another render would pass the same limit: the digest is not tried again.
+func (dgs *digester) digestFailed(ctx context.Context, n tasks.Notification, items int, c check, d throttle.Decision, err error, log *slog.Logger) error {
+	dgs.rec.release(ctx, n, d.Attempt, c.Limits, log)
+	dgs.archived(n, tasks.ReasonTemplate)
+	dgs.metrics.Digested.WithLabelValues(string(n.Channel), "failed").Add(float64(items))
+	log.Warn("digest: the tenant's template passed a limit of its box; the digest is archived unsent", "items", items, "err", err)
+	return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonTemplate, err), asynq.SkipRetry)
+}
+
+// digestAdmitted closes the digest n carries, if any, as n is admitted, and
+// makes n the message of its items. A failure to read them gives the slot
+// back: the task is tried again.
+func (dgs *digester) digestAdmitted(ctx context.Context, n *tasks.Notification, c check, d throttle.Decision, log *slog.Logger) error {
+	if c.Match.Digest == nil || c.digestItem {
+		return nil // an item checked as one carries no digest: nothing to close
+	}
+	var items []digest.Item
+	err := dgs.withRedis(ctx, log, "digest", func(ctx context.Context) error {
+		var err error
+		items, err = dgs.digests.Close(ctx, *n, *c.Match.Digest)
+		return err
+	})
+	if err != nil {
+		dgs.rec.release(ctx, *n, d.Attempt, c.Limits, log)
+		dgs.metrics.LimiterError.Inc()
+		log.Error("digest: could not read its items; nothing sent, will try again", "err", err)
+		return &UnavailableError{Err: err}
+	}
+	if len(items) < 2 {
+		return nil // no digest, or one nothing joined: n goes as it is
+	}
+	carried, expired := dgs.openItems(*n, items, log)
+	tmpl, err := dgs.templates.Get(ctx, n.Tenant, n.Channel, n.Category)
+	if err != nil {
+		log.Warn("digest: could not read the tenant's template; the built-in one goes", "err", err)
+	}
+	msg, err := digest.RenderWith(*n, carried, tmpl)
+	if errors.Is(err, digest.ErrLimit) {
+		return dgs.digestFailed(ctx, *n, len(carried), c, d, err, log)
+	}
+	if err != nil && tmpl != nil {
+		log.Error("digest: the tenant's template failed; the built-in one goes", "err", err)
+		msg, err = digest.Render(*n, carried)
+	}
+	if err != nil {
+		log.Error("digest: its template failed; sending the carrier's own message", "err", err)
+		return nil
+	}
+	*n = msg
+	dgs.metrics.Digested.WithLabelValues(string(n.Channel), "sent").Add(float64(len(carried)))
+	dgs.metrics.Digested.WithLabelValues(string(n.Channel), "expired").Add(float64(expired))
+	dgs.metrics.DigestItems.WithLabelValues(string(n.Channel)).Observe(float64(len(carried)))
+	log.Info("sending a digest", "items", len(carried), "expired", expired)
+	return nil
+}
+
+// digestDeferred is the join of n that its rules defer (d): it joins a
+// digest opened since its first look (its task is done: true), or opens one
+// and carries it — errOpened when it was checked as an item (nothing
+// booked): it is asked again as the carrier.
+func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) (bool, error) {
+	if c.Match.Digest == nil {
+		return false, nil
+	}
+	out, err := dgs.joinDigest(ctx, t, n, c, true, log)
+	switch {
+	case err != nil && !d.Booked:
+		dgs.metrics.LimiterError.Inc()
+		log.Error("digest: could not open a digest; nothing sent, will try again", "err", err)
+		return false, &UnavailableError{Err: err}
+	case err != nil:
+		log.Warn("digest: could not open a digest; waiting for a slot of its own", "err", err)
+		return false, nil
+	case out == digest.Joined && d.Booked:
+		dgs.rec.release(ctx, n, d.Attempt, c.Limits, log)
+	case out == digest.Started && c.digestItem:
+		return false, errOpened
+	}
+	return out == digest.Joined, nil
+}
+
+// digestBefore is the join before n's check, in the first round of its
+// run only: false, nil when n goes on to its check.
+func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, round int, log *slog.Logger) (bool, error) {
+	if c.Match.Digest == nil || round > 0 {
+		return false, nil
+	}
+	out, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
+	if err != nil {
+		dgs.metrics.LimiterError.Inc()
+		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
+		return false, &UnavailableError{Err: err}
+	}
+	return out == digest.Joined, nil
+}
+
 // joinDigest puts n into the open digest of its recipient, category and
 // group when one has room (digest.Joined: its task is done), else, with
 // start, opens one that n carries (digest.Started). With a window, the
 // first item opens the digest at once and waits the window for its slot
 // (c.opts.NotBefore).
-func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (int, error) {
+func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (int, error) {
 	dg := c.Match.Digest
 	var out int
 	var carrier string
-	err := w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
+	err := dgs.withRedis(ctx, log, "digest", func(ctx context.Context) error {
 		var err error
-		out, carrier, err = w.digests.Join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
+		out, carrier, err = dgs.digests.Join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
 		return err
 	})
 	if err != nil {
@@ -59,7 +242,7 @@ func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		// an item its rules defer, however near, goes into a digest.
 		c.opts.Book, c.opts.Horizon, c.digestItem = false, 0, true
 	case digest.Joined:
-		w.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
+		dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
 		log.Info("carried by a digest", "digest", carrier)
 	case digest.Started:
 		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
@@ -68,177 +251,4 @@ func (w *Worker) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		}
 	}
 	return out, nil
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// digestBefore is the join before n's check, in the first round of its
-// run only: false, nil when n goes on to its check.
-func (w *Worker) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, round int, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil || round > 0 {
-		return false, nil
-	}
-	out, err := w.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
-	if err != nil {
-		w.metrics.LimiterError.Inc()
-		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
-		return false, &UnavailableError{Err: err}
-	}
-	return out == digest.Joined, nil
-}
-
-// errOpened: n opened a digest after a check that booked nothing (an
-// item's); it is asked again, with a booking, as the digest's carrier.
-var errOpened = errors.New("opened a digest: asking again for its slot")
-
-// digestDeferred is the join of n that its rules defer (d): it joins a
-// digest opened since its first look (its task is done: true), or opens one
-// and carries it — errOpened when it was checked as an item (nothing
-// booked): it is asked again as the carrier.
-func (w *Worker) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil {
-		return false, nil
-	}
-	out, err := w.joinDigest(ctx, t, n, c, true, log)
-	switch {
-	case err != nil && !d.Booked:
-		w.metrics.LimiterError.Inc()
-		log.Error("digest: could not open a digest; nothing sent, will try again", "err", err)
-		return false, &UnavailableError{Err: err}
-	case err != nil:
-		log.Warn("digest: could not open a digest; waiting for a slot of its own", "err", err)
-		return false, nil
-	case out == digest.Joined && d.Booked:
-		w.release(ctx, n, d.Attempt, c.Limits, log)
-	case out == digest.Started && c.digestItem:
-		return false, errOpened
-	}
-	return out == digest.Joined, nil
-}
-
-// digestAdmitted closes the digest n carries, if any, as n is admitted, and
-// makes n the message of its items. A failure to read them gives the slot
-// back: the task is tried again.
-func (w *Worker) digestAdmitted(ctx context.Context, n *tasks.Notification, c check, d throttle.Decision, log *slog.Logger) error {
-	if c.Match.Digest == nil || c.digestItem {
-		return nil // an item checked as one carries no digest: nothing to close
-	}
-	var items []digest.Item
-	err := w.withRedis(ctx, log, "digest", func(ctx context.Context) error {
-		var err error
-		items, err = w.digests.Close(ctx, *n, *c.Match.Digest)
-		return err
-	})
-	if err != nil {
-		w.release(ctx, *n, d.Attempt, c.Limits, log)
-		w.metrics.LimiterError.Inc()
-		log.Error("digest: could not read its items; nothing sent, will try again", "err", err)
-		return &UnavailableError{Err: err}
-	}
-	if len(items) < 2 {
-		return nil // no digest, or one nothing joined: n goes as it is
-	}
-	carried, expired := w.openItems(*n, items, log)
-	tmpl, err := w.templates.Get(ctx, n.Tenant, n.Channel, n.Category)
-	if err != nil {
-		log.Warn("digest: could not read the tenant's template; the built-in one goes", "err", err)
-	}
-	msg, err := digest.RenderWith(*n, carried, tmpl)
-	if errors.Is(err, digest.ErrLimit) {
-		return w.digestFailed(ctx, *n, len(carried), c, d, err, log)
-	}
-	if err != nil && tmpl != nil {
-		log.Error("digest: the tenant's template failed; the built-in one goes", "err", err)
-		msg, err = digest.Render(*n, carried)
-	}
-	if err != nil {
-		log.Error("digest: its template failed; sending the carrier's own message", "err", err)
-		return nil
-	}
-	*n = msg
-	w.metrics.Digested.WithLabelValues(string(n.Channel), "sent").Add(float64(len(carried)))
-	w.metrics.Digested.WithLabelValues(string(n.Channel), "expired").Add(float64(expired))
-	w.metrics.DigestItems.WithLabelValues(string(n.Channel)).Observe(float64(len(carried)))
-	log.Info("sending a digest", "items", len(carried), "expired", expired)
-	return nil
-}
-
-// digestFailed ends a digest whose tenant template passed a limit of its
-// box (digest.ErrLimit): nothing is sent, the slot is given back, and the
-// carrier is archived with reason template; its items stay in the digest,
-// whose state (the carrier's, GET /v1/notifications/{id}) says why.
-// Another render would pass the same limit: the digest is not tried again.
-func (w *Worker) digestFailed(ctx context.Context, n tasks.Notification, items int, c check, d throttle.Decision, err error, log *slog.Logger) error {
-	w.release(ctx, n, d.Attempt, c.Limits, log)
-	w.archived(n, tasks.ReasonTemplate)
-	w.metrics.Digested.WithLabelValues(string(n.Channel), "failed").Add(float64(items))
-	log.Warn("digest: the tenant's template passed a limit of its box; the digest is archived unsent", "items", items, "err", err)
-	return fmt.Errorf("%w: %w", tasks.Archived(tasks.ReasonTemplate, err), asynq.SkipRetry)
-}
-
-// openItem opens one item of a digest as its task was queued.
-func (w *Worker) openItem(it digest.Item) (tasks.Notification, error) {
-	return tasks.Open(w.keys, it.TaskID, it.Type, it.Payload, w.cfg.PayloadPlaintext == "accept")
-}
-
-// openItems opens a digest's items, the carrier (n, already open) first,
-// leaving out those past their expiry and, logged, any that do not open.
-func (w *Worker) openItems(n tasks.Notification, items []digest.Item, log *slog.Logger) (carried []tasks.Notification, expired int) {
-	carried = append(carried, n)
-	now := time.Now()
-	for _, it := range items[1:] {
-		m, err := w.openItem(it)
-		if err != nil {
-			log.Error("digest: an item does not open; left out", "item_task", it.TaskID, "err", err)
-			continue
-		}
-		if !m.ExpiresAt.IsZero() && m.ExpiresAt.Before(now) {
-			expired++
-			continue
-		}
-		carried = append(carried, m)
-	}
-	return carried, expired
-}
-
-// digestSpill hands the other items of the digest n carried back to the
-// queue when n ends without a send (expired, dropped, blocked, archived):
-// each is placed again on its own.
-func (w *Worker) digestSpill(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) {
-	if c.Match.Digest == nil || c.digestItem {
-		return
-	}
-	items, err := w.digests.Close(ctx, n, *c.Match.Digest)
-	if err != nil || len(items) < 2 {
-		if err != nil {
-			log.Error("digest: could not read the items of a digest that will not be sent", "err", err)
-		}
-		return
-	}
-	policy := w.currentPolicy()
-	var ids []string
-	for _, it := range items[1:] {
-		m, err := w.openItem(it)
-		if err != nil {
-			log.Error("digest: an item does not open; not handed back", "item_task", it.TaskID, "err", err)
-			continue
-		}
-		_, err = w.client.EnqueueContext(ctx, asynq.NewTask(it.Type, it.Payload), asynq.Queue(policy.Queue(w.layout, m)),
-			asynq.TaskID(it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
-		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", m.ID, "err", err)
-			return // Forget below would lose it: the carrier's re-run (if any) tries again
-		}
-		ids = append(ids, m.ID)
-	}
-	if err := w.digests.Forget(ctx, n, ids); err != nil {
-		log.Warn("digest: items handed back, but their digest's record stays until its TTL", "err", err)
-	}
-	w.metrics.Digested.WithLabelValues(string(n.Channel), "spilled").Add(float64(len(ids)))
-	log.Info(fmt.Sprintf("its digest will not be sent: %d items handed back to the queue", len(ids)))
 }

@@ -1,7 +1,8 @@
 // Package worker is Sluice's throttled Asynq server: a mux with one handler
 // per channel, each sending through the provider the configuration names
 // (sender/providers: SMTP, a Twilio-compatible HTTP API, Telnyx, or the log
-// sender), behind a throttle middleware whose stages are in send.go.
+// sender), behind the send path: stages of their own types, composed in
+// path.go, which names them and their files.
 //
 // # What happens to a task
 //

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -16,6 +17,14 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
+
+// providerSet is each channel's providers in this worker, in the order
+// they are tried, with the state of their breakers and holds as this
+// worker last read it.
+type providerSet struct {
+	*core
+	providers map[tasks.Channel][]*provider
+}
 
 // Failover. A channel may have several providers (SMS_PROVIDERS,
 // EMAIL_PROVIDERS), tried in order. Each is its own subject of provider and
@@ -60,47 +69,260 @@ type provider struct {
 // keys a single-provider deployment has always used.
 func (p *provider) named() bool { return p.name != DefaultProvider }
 
-// newProviders builds each channel's providers from the named senders.
-func (w *Worker) newProviders(list map[tasks.Channel][]sender.Named) map[tasks.Channel][]*provider {
-	out := map[tasks.Channel][]*provider{}
-	for ch, named := range list {
-		for _, s := range named {
-			p := &provider{name: s.Name, channel: ch, send: s.Sender,
-				slots:         semaphore.NewWeighted(int64(w.cfg.Concurrency)),
-				prioritySlots: semaphore.NewWeighted(int64(w.cfg.PriorityConcurrency))}
-			if len(named) > 1 {
-				p.breaker = w.limiter.BreakerKey(string(ch), s.Name)
+// pick is a send's provider for one check.
+type pick struct {
+	p *provider
+	// probe: p's breaker is half-open and this send is its probe: a
+	// success closes it.
+	probe bool
+	// wasDown: p was read as down or held (a success closes its breaker).
+	wasDown bool
+}
+
+// errProviderWait is a standard send's wait for a provider within its grace.
+type errProviderWait struct {
+	until time.Time
+	p     string
+}
+
+func (e *errProviderWait) Error() string { return "waiting for provider " + e.p }
+
+// providerKey carries the picked provider to the send handler.
+type providerKey struct{}
+
+// errFailover ends a dispatch whose provider did not take the request and
+// that goes to the next provider in the same run (a priority send).
+type errFailover struct {
+	from string
+	err  error
+}
+
+func (e *errFailover) Error() string { return "failing over from " + e.from + ": " + e.err.Error() }
+func (e *errFailover) Unwrap() error { return e.err }
+
+// giveBackProbe ends the probe pk won when the limiter did not admit its
+// send for now (booked behind the provider's earlier bookings, say):
+// another send, one whose slot comes first, may probe at once instead of
+// every send passing the provider over until the probe's lease lapses.
+func (ps *providerSet) giveBackProbe(ctx context.Context, pk pick, d throttle.Decision, log *slog.Logger) {
+	if !pk.probe {
+		return
+	}
+	if err := ps.limiter.GiveBackProbe(ctx, pk.p.breaker); err != nil {
+		log.Warn("could not give back a provider's probe; another send probes once its lease lapses", "provider", pk.p.name, "err", err)
+		return
+	}
+	log.Info("gave back a provider's probe: this send waits for its slot", "provider", pk.p.name, "status", d.Status.String())
+}
+
+// canFailOver reports whether a send that failed at p has another provider
+// (in the order its plan gives) it has not tried in this run.
+func (ps *providerSet) canFailOver(n tasks.Notification, p *provider, order, tried []string) bool {
+	for _, q := range ps.planned(n, order) {
+		if q != p && !slices.Contains(tried, q.name) {
+			return true
+		}
+	}
+	return false
+}
+
+// planned is n's channel's providers in the order a tenant plan's
+// CHANNEL:providers=A+B gives (those of them this worker has; none: the
+// configured list).
+func (ps *providerSet) planned(n tasks.Notification, order []string) []*provider {
+	all := ps.providers[n.Channel]
+	if len(order) == 0 || len(all) < 2 {
+		return all
+	}
+	var out []*provider
+	for _, name := range order {
+		if i := slices.IndexFunc(all, func(p *provider) bool { return p.name == name }); i >= 0 {
+			out = append(out, all[i])
+		}
+	}
+	if len(out) == 0 {
+		return all
+	}
+	return out
+}
+
+// noteProvider records which provider took n, where a channel has
+// several (GET /v1/notifications/{id} shows it): one write per send, only
+// then.
+func (ps *providerSet) noteProvider(ctx context.Context, n tasks.Notification, p *provider, log *slog.Logger) {
+	if len(ps.providers[n.Channel]) < 2 {
+		return
+	}
+	ctx, cancel := ps.afterSendContext(ctx)
+	defer cancel()
+	if err := ps.delivery.NoteProvider(ctx, n.Tenant, n.ID, p.name, ps.cfg.DedupeTTL); err != nil {
+		log.Warn("could not record which provider took the send", "provider", p.name, "err", err)
+	}
+}
+
+// providerRecovered closes p's breaker after a send that went through
+// while it was read as down (a probe, or a send that waited out a hold).
+func (ps *providerSet) providerRecovered(ctx context.Context, pk pick, log *slog.Logger) {
+	if !pk.wasDown || pk.p.breaker == "" {
+		return
+	}
+	ctx, cancel := ps.afterSendContext(ctx)
+	defer cancel()
+	if err := ps.limiter.ProviderRecovered(ctx, pk.p.breaker); err != nil {
+		log.Warn("could not mark a provider up again; its next probe will", "provider", pk.p.name, "err", err)
+		return
+	}
+	ps.markProvider(pk.p, true)
+	if pk.probe {
+		log.Info("provider answered its probe: back in service", "provider", pk.p.name)
+	}
+}
+
+// providerFailed counts a transient failure at p toward its breaker (with a
+// single provider there is none).
+func (ps *providerSet) providerFailed(ctx context.Context, p *provider, log *slog.Logger) {
+	if p.breaker == "" {
+		return
+	}
+	ctx, cancel := ps.afterSendContext(ctx)
+	defer cancel()
+	b, err := ps.limiter.ProviderFailed(ctx, p.breaker, throttle.BreakerPolicy{Failures: ps.cfg.ProviderFailures,
+		Window: ps.cfg.ProviderFailureWindow, Cooldown: ps.cfg.ProviderCooldown})
+	if err != nil {
+		log.Warn("could not count a provider failure toward its breaker", "provider", p.name, "err", err)
+		return
+	}
+	if b.Open {
+		ps.markProvider(p, false)
+		log.Warn("provider marked down: sends go to the next provider", "provider", p.name, "failures", b.Fails,
+			"down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
+	}
+}
+
+// providerWarnings are /readyz's lines for the providers this worker last
+// read as down: degraded, not down, while another provider serves (or,
+// when all are down, while sends wait for them).
+func (ps *providerSet) providerWarnings() []string {
+	var out []string
+	for _, ch := range Channels {
+		var down, up []string
+		for _, p := range ps.providers[ch] {
+			if p.down.Load() {
+				down = append(down, p.name)
+			} else {
+				up = append(up, p.name)
 			}
-			subject := ""
-			if p.named() {
-				subject = s.Name
-			}
-			p.hold = w.limiter.HoldKey(string(ch)+":provider", subject)
-			out[ch] = append(out[ch], p)
-			w.metrics.ProviderUp.WithLabelValues(string(ch), s.Name).Set(1)
-			w.metrics.ProviderSends.WithLabelValues(string(ch), s.Name) // served from the start, at 0
-			w.metrics.Failovers.WithLabelValues(string(ch), s.Name)
+		}
+		switch {
+		case len(down) == 0:
+		case len(up) == 0:
+			out = append(out, fmt.Sprintf("degraded: every %s provider is down or held (%s): its sends wait", ch, strings.Join(down, ", ")))
+		default:
+			out = append(out, fmt.Sprintf("degraded: %s provider %s down or held; sending through %s", ch, strings.Join(down, ", "), strings.Join(up, ", ")))
 		}
 	}
 	return out
 }
 
-// senderHoldKey is the hold key of origin o at p: the origin (a From
-// number, a sender id) belongs to the provider's account.
-func (w *Worker) senderHoldKey(p *provider, o string) string {
-	scope := string(p.channel) + ":sender"
-	if p.named() {
-		scope += ":" + p.name
+// markProvider sets sluice_provider_up for p as this worker last read it.
+func (ps *providerSet) markProvider(p *provider, up bool) {
+	p.down.Store(!up)
+	v := 0.0
+	if up {
+		v = 1
 	}
-	return w.limiter.HoldKey(scope, o)
+	ps.metrics.ProviderUp.WithLabelValues(string(p.channel), p.name).Set(v)
+}
+
+// pickProvider picks n's provider for this check among those of its
+// channel not in tried: the first that is up. Down or held ones are passed
+// over at once by a priority send, after FAILOVER_GRACE by the others,
+// which wait for it until then (errProviderWait), and wait for a hold that
+// ends within it (the check books them after it). When every one is down,
+// the first is picked: its hold books the send after it; a down breaker
+// puts the send back until its probe (errProviderWait).
+//
+// order, the tenant's plan's CHANNEL:providers=A+B, puts those providers
+// (the ones this worker has) in that order and leaves the others out; nil
+// or naming none of them: the channel's list as configured.
+func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, priority bool, order, tried []string, log *slog.Logger) (pick, error) {
+	all := ps.planned(n, order)
+	var list []*provider
+	for _, p := range all {
+		if !slices.Contains(tried, p.name) {
+			list = append(list, p)
+		}
+	}
+	if len(list) == 0 {
+		return pick{}, fmt.Errorf("%w %s: every provider was tried", sender.ErrNoSender, n.Channel)
+	}
+	if len(ps.providers[n.Channel]) == 1 {
+		return pick{p: list[0]}, nil
+	}
+	breakers, holds := make([]string, len(list)), make([]string, len(list))
+	for i, p := range list {
+		breakers[i], holds[i] = p.breaker, p.hold
+	}
+	var states []throttle.Breaker
+	var spans []throttle.HoldSpan
+	err := ps.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
+		var err error
+		states, spans, err = ps.limiter.ProviderStates(ctx, breakers, holds)
+		return err
+	})
+	if err != nil {
+		return pick{}, &UnavailableError{Err: err}
+	}
+	now := time.Now()
+	for i, p := range list {
+		b, h := states[i], spans[i]
+		held := h.Until.After(now)
+		if !b.Open && !b.HalfOpen && !held {
+			ps.markProvider(p, true)
+			if i > 0 {
+				ps.metrics.Failovers.WithLabelValues(string(n.Channel), list[0].name).Inc()
+			}
+			return pick{p: p}, nil
+		}
+		if b.HalfOpen && !b.Open && !held {
+			won, err := ps.limiter.TryProbe(ctx, p.breaker, ps.cfg.ProviderCooldown)
+			if err == nil && won {
+				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC())
+				return pick{p: p, probe: true, wasDown: true}, nil
+			}
+		}
+		ps.markProvider(p, false)
+		// Down (or held, or half-open with another worker's probe on its way).
+		since := b.Since
+		if held && (since.IsZero() || h.Since.Before(since)) {
+			since = h.Since
+		}
+		if priority {
+			continue
+		}
+		graceEnd := since.Add(ps.cfg.FailoverGrace)
+		if held && !b.Open && !b.HalfOpen && !h.Until.After(graceEnd) {
+			return pick{p: p, wasDown: true}, nil // the hold ends within the grace: booked after it
+		}
+		if now.Before(graceEnd) {
+			return pick{}, &errProviderWait{until: graceEnd, p: p.name}
+		}
+	}
+	// Every one is down: the first it is. A hold books the send after it;
+	// a down breaker puts it back until its cooldown ends.
+	p, b := list[0], states[0]
+	if b.Open {
+		return pick{}, &errProviderWait{until: b.Until, p: p.name}
+	}
+	return pick{p: p, wasDown: true}, nil
 }
 
 // bindProvider makes c a check of a send through p: its provider and
 // sender rules and caps count p's sends, and it honours p's holds.
-func (w *Worker) bindProvider(c *check, n tasks.Notification, p *provider) {
+func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider) {
 	c.opts.Holds = []string{p.hold}
-	if o := w.cfg.Origin(n); o != "" {
-		c.opts.Holds = append(c.opts.Holds, w.senderHoldKey(p, o))
+	if o := ps.cfg.Origin(n); o != "" {
+		c.opts.Holds = append(c.opts.Holds, ps.senderHoldKey(p, o))
 	}
 	if !p.named() {
 		return
@@ -125,250 +347,53 @@ func (w *Worker) bindProvider(c *check, n tasks.Notification, p *provider) {
 	}
 }
 
-// pick is a send's provider for one check.
-type pick struct {
-	p *provider
-	// probe: p's breaker is half-open and this send is its probe: a
-	// success closes it.
-	probe bool
-	// wasDown: p was read as down or held (a success closes its breaker).
-	wasDown bool
+// senderHoldKey is the hold key of origin o at p: the origin (a From
+// number, a sender id) belongs to the provider's account.
+func (ps *providerSet) senderHoldKey(p *provider, o string) string {
+	scope := string(p.channel) + ":sender"
+	if p.named() {
+		scope += ":" + p.name
+	}
+	return ps.limiter.HoldKey(scope, o)
 }
 
-// errProviderWait is a standard send's wait for a provider within its grace.
-type errProviderWait struct {
-	until time.Time
-	p     string
-}
-
-func (e *errProviderWait) Error() string { return "waiting for provider " + e.p }
-
-// pickProvider picks n's provider for this check among those of its
-// channel not in tried: the first that is up. Down or held ones are passed
-// over at once by a priority send, after FAILOVER_GRACE by the others,
-// which wait for it until then (errProviderWait), and wait for a hold that
-// ends within it (the check books them after it). When every one is down,
-// the first is picked: its hold books the send after it; a down breaker
-// puts the send back until its probe (errProviderWait).
-//
-// order, the tenant's plan's CHANNEL:providers=A+B, puts those providers
-// (the ones this worker has) in that order and leaves the others out; nil
-// or naming none of them: the channel's list as configured.
-func (w *Worker) pickProvider(ctx context.Context, n tasks.Notification, priority bool, order, tried []string, log *slog.Logger) (pick, error) {
-	all := w.planned(n, order)
-	var list []*provider
-	for _, p := range all {
-		if !slices.Contains(tried, p.name) {
-			list = append(list, p)
+// newProviders builds each channel's providers from the named senders.
+func (ps *providerSet) newProviders(list map[tasks.Channel][]sender.Named) map[tasks.Channel][]*provider {
+	out := map[tasks.Channel][]*provider{}
+	for ch, named := range list {
+		for _, s := range named {
+			p := &provider{name: s.Name, channel: ch, send: s.Sender,
+				slots:         semaphore.NewWeighted(int64(ps.cfg.Concurrency)),
+				prioritySlots: semaphore.NewWeighted(int64(ps.cfg.PriorityConcurrency))}
+			if len(named) > 1 {
+				p.breaker = ps.limiter.BreakerKey(string(ch), s.Name)
+			}
+			subject := ""
+			if p.named() {
+				subject = s.Name
+			}
+			p.hold = ps.limiter.HoldKey(string(ch)+":provider", subject)
+			out[ch] = append(out[ch], p)
+			ps.metrics.ProviderUp.WithLabelValues(string(ch), s.Name).Set(1)
+			ps.metrics.ProviderSends.WithLabelValues(string(ch), s.Name) // served from the start, at 0
+			ps.metrics.Failovers.WithLabelValues(string(ch), s.Name)
 		}
 	}
-	if len(list) == 0 {
-		return pick{}, fmt.Errorf("%w %s: every provider was tried", sender.ErrNoSender, n.Channel)
-	}
-	if len(w.providers[n.Channel]) == 1 {
-		return pick{p: list[0]}, nil
-	}
-	breakers, holds := make([]string, len(list)), make([]string, len(list))
-	for i, p := range list {
-		breakers[i], holds[i] = p.breaker, p.hold
-	}
-	var states []throttle.Breaker
-	var spans []throttle.HoldSpan
-	err := w.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
-		var err error
-		states, spans, err = w.limiter.ProviderStates(ctx, breakers, holds)
+	return out
+}
+
+// providerWait turns a provider pick that ends the run into what Asynq is
+// to do: a standard send waiting for its provider's grace, or its
+// probe, goes back for then (not a failure).
+func (ps *providerSet) providerWait(n tasks.Notification, err error, log *slog.Logger) error {
+	var pw *errProviderWait
+	if !errors.As(err, &pw) {
 		return err
-	})
-	if err != nil {
-		return pick{}, &UnavailableError{Err: err}
 	}
-	now := time.Now()
-	for i, p := range list {
-		b, h := states[i], spans[i]
-		held := h.Until.After(now)
-		if !b.Open && !b.HalfOpen && !held {
-			w.markProvider(p, true)
-			if i > 0 {
-				w.metrics.Failovers.WithLabelValues(string(n.Channel), list[0].name).Inc()
-			}
-			return pick{p: p}, nil
-		}
-		if b.HalfOpen && !b.Open && !held {
-			won, err := w.limiter.TryProbe(ctx, p.breaker, w.cfg.ProviderCooldown)
-			if err == nil && won {
-				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC())
-				return pick{p: p, probe: true, wasDown: true}, nil
-			}
-		}
-		w.markProvider(p, false)
-		// Down (or held, or half-open with another worker's probe on its way).
-		since := b.Since
-		if held && (since.IsZero() || h.Since.Before(since)) {
-			since = h.Since
-		}
-		if priority {
-			continue
-		}
-		graceEnd := since.Add(w.cfg.FailoverGrace)
-		if held && !b.Open && !b.HalfOpen && !h.Until.After(graceEnd) {
-			return pick{p: p, wasDown: true}, nil // the hold ends within the grace: booked after it
-		}
-		if now.Before(graceEnd) {
-			return pick{}, &errProviderWait{until: graceEnd, p: p.name}
-		}
+	retryAt := pw.until
+	if soon := time.Now().Add(10 * time.Millisecond); retryAt.Before(soon) {
+		retryAt = soon
 	}
-	// Every one is down: the first it is. A hold books the send after it;
-	// a down breaker puts it back until its cooldown ends.
-	p, b := list[0], states[0]
-	if b.Open {
-		return pick{}, &errProviderWait{until: b.Until, p: p.name}
-	}
-	return pick{p: p, wasDown: true}, nil
-}
-
-// markProvider sets sluice_provider_up for p as this worker last read it.
-func (w *Worker) markProvider(p *provider, up bool) {
-	p.down.Store(!up)
-	v := 0.0
-	if up {
-		v = 1
-	}
-	w.metrics.ProviderUp.WithLabelValues(string(p.channel), p.name).Set(v)
-}
-
-// providerWarnings are /readyz's lines for the providers this worker last
-// read as down: degraded, not down, while another provider serves (or,
-// when all are down, while sends wait for them).
-func (w *Worker) providerWarnings() []string {
-	var out []string
-	for _, ch := range Channels {
-		var down, up []string
-		for _, p := range w.providers[ch] {
-			if p.down.Load() {
-				down = append(down, p.name)
-			} else {
-				up = append(up, p.name)
-			}
-		}
-		switch {
-		case len(down) == 0:
-		case len(up) == 0:
-			out = append(out, fmt.Sprintf("degraded: every %s provider is down or held (%s): its sends wait", ch, strings.Join(down, ", ")))
-		default:
-			out = append(out, fmt.Sprintf("degraded: %s provider %s down or held; sending through %s", ch, strings.Join(down, ", "), strings.Join(up, ", ")))
-		}
-	}
-	return out
-}
-
-// providerFailed counts a transient failure at p toward its breaker (with a
-// single provider there is none).
-func (w *Worker) providerFailed(ctx context.Context, p *provider, log *slog.Logger) {
-	if p.breaker == "" {
-		return
-	}
-	ctx, cancel := w.afterSendContext(ctx)
-	defer cancel()
-	b, err := w.limiter.ProviderFailed(ctx, p.breaker, throttle.BreakerPolicy{Failures: w.cfg.ProviderFailures,
-		Window: w.cfg.ProviderFailureWindow, Cooldown: w.cfg.ProviderCooldown})
-	if err != nil {
-		log.Warn("could not count a provider failure toward its breaker", "provider", p.name, "err", err)
-		return
-	}
-	if b.Open {
-		w.markProvider(p, false)
-		log.Warn("provider marked down: sends go to the next provider", "provider", p.name, "failures", b.Fails,
-			"down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
-	}
-}
-
-// providerRecovered closes p's breaker after a send that went through
-// while it was read as down (a probe, or a send that waited out a hold).
-func (w *Worker) providerRecovered(ctx context.Context, pk pick, log *slog.Logger) {
-	if !pk.wasDown || pk.p.breaker == "" {
-		return
-	}
-	ctx, cancel := w.afterSendContext(ctx)
-	defer cancel()
-	if err := w.limiter.ProviderRecovered(ctx, pk.p.breaker); err != nil {
-		log.Warn("could not mark a provider up again; its next probe will", "provider", pk.p.name, "err", err)
-		return
-	}
-	w.markProvider(pk.p, true)
-	if pk.probe {
-		log.Info("provider answered its probe: back in service", "provider", pk.p.name)
-	}
-}
-
-// noteProvider records which provider took n, where a channel has
-// several (GET /v1/notifications/{id} shows it): one write per send, only
-// then.
-func (w *Worker) noteProvider(ctx context.Context, n tasks.Notification, p *provider, log *slog.Logger) {
-	if len(w.providers[n.Channel]) < 2 {
-		return
-	}
-	ctx, cancel := w.afterSendContext(ctx)
-	defer cancel()
-	if err := w.delivery.NoteProvider(ctx, n.Tenant, n.ID, p.name, w.cfg.DedupeTTL); err != nil {
-		log.Warn("could not record which provider took the send", "provider", p.name, "err", err)
-	}
-}
-
-// planned is n's channel's providers in the order a tenant plan's
-// CHANNEL:providers=A+B gives (those of them this worker has; none: the
-// configured list).
-func (w *Worker) planned(n tasks.Notification, order []string) []*provider {
-	all := w.providers[n.Channel]
-	if len(order) == 0 || len(all) < 2 {
-		return all
-	}
-	var out []*provider
-	for _, name := range order {
-		if i := slices.IndexFunc(all, func(p *provider) bool { return p.name == name }); i >= 0 {
-			out = append(out, all[i])
-		}
-	}
-	if len(out) == 0 {
-		return all
-	}
-	return out
-}
-
-// canFailOver reports whether a send that failed at p has another provider
-// (in the order its plan gives) it has not tried in this run.
-func (w *Worker) canFailOver(n tasks.Notification, p *provider, order, tried []string) bool {
-	for _, q := range w.planned(n, order) {
-		if q != p && !slices.Contains(tried, q.name) {
-			return true
-		}
-	}
-	return false
-}
-
-// providerKey carries the picked provider to the send handler.
-type providerKey struct{}
-
-// errFailover ends a dispatch whose provider did not take the request and
-// that goes to the next provider in the same run (a priority send).
-type errFailover struct {
-	from string
-	err  error
-}
-
-func (e *errFailover) Error() string { return "failing over from " + e.from + ": " + e.err.Error() }
-func (e *errFailover) Unwrap() error { return e.err }
-
-// giveBackProbe ends the probe pk won when the limiter did not admit its
-// send for now (booked behind the provider's earlier bookings, say):
-// another send, one whose slot comes first, may probe at once instead of
-// every send passing the provider over until the probe's lease lapses.
-func (w *Worker) giveBackProbe(ctx context.Context, pk pick, d throttle.Decision, log *slog.Logger) {
-	if !pk.probe {
-		return
-	}
-	if err := w.limiter.GiveBackProbe(ctx, pk.p.breaker); err != nil {
-		log.Warn("could not give back a provider's probe; another send probes once its lease lapses", "provider", pk.p.name, "err", err)
-		return
-	}
-	log.Info("gave back a provider's probe: this send waits for its slot", "provider", pk.p.name, "status", d.Status.String())
+	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC())
+	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/pollgate"
+	"github.com/sluicehq/sluice/tasks"
 )
 
 // Metrics are the worker's Prometheus metrics.
@@ -192,4 +193,16 @@ func (m *Metrics) registerProviders(reg prometheus.Registerer) {
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 	}, []string{"channel"})
 	reg.MustRegister(m.Digested, m.DigestItems)
+}
+
+func channelLabel(taskType string) string {
+	switch taskType {
+	case tasks.TypeEmail:
+		return string(tasks.Email)
+	case tasks.TypeSMS:
+		return string(tasks.SMS)
+	case tasks.TypeWhatsApp:
+		return string(tasks.WhatsApp)
+	}
+	return "unknown"
 }

@@ -50,47 +50,10 @@ const (
 	AttrNotSent   = attribute.Key("sluice.not_sent")     // a failed send that certainly did not reach the provider
 )
 
-// traceMiddleware starts the task's span, as a child of the producer's span
-// carried in the task headers, and ends it with the run's outcome.
-func (w *Worker) traceMiddleware(next asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		taskID, _ := asynq.GetTaskID(ctx)
-		queue, _ := asynq.GetQueueName(ctx)
-		retried, _ := asynq.GetRetryCount(ctx)
-		ctx, span := w.tracer.Start(tasks.ExtractTrace(ctx, t.Headers()), SpanTask,
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(
-				attribute.String("messaging.system", "asynq"),
-				attribute.String("messaging.operation.type", "process"),
-				attribute.String("messaging.destination.name", queue),
-				attribute.String("messaging.message.id", taskID),
-				AttrChannel.String(channelLabel(t.Type())),
-				AttrRetried.Int(retried),
-			))
-		defer span.End()
-		err := next.ProcessTask(ctx, t)
-		span.SetAttributes(AttrOutcome.String(taskOutcome(err)))
-		var te *ThrottledError
-		if errors.As(err, &te) {
-			span.SetAttributes(AttrWaitFor.String(te.Rule), AttrWakeAt.String(te.WakeAt.UTC().Format(time.RFC3339Nano)))
-		}
-		if err != nil && isFailure(err) && !errors.Is(err, asynq.RevokeTask) {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		return err
-	})
-}
-
 // traceNotification names the decoded notification on the task's span.
 func traceNotification(ctx context.Context, n tasks.Notification) {
 	trace.SpanFromContext(ctx).SetAttributes(AttrID.String(n.ID), AttrTenant.String(n.Tenant),
 		AttrChannel.String(string(n.Channel)), AttrCategory.String(n.CategoryOrDefault()))
-}
-
-// startCheck starts the quota check's span.
-func (w *Worker) startCheck(ctx context.Context, limits []throttle.Limit) (context.Context, trace.Span) {
-	return w.tracer.Start(ctx, SpanQuotaCheck, trace.WithAttributes(AttrRules.Int(len(limits))))
 }
 
 // endCheck ends the quota check's span with the decision (or the error);
@@ -110,12 +73,6 @@ func endCheck(span trace.Span, d throttle.Decision, why string, err error) {
 	if why != "" {
 		span.SetAttributes(AttrWaitFor.String(why))
 	}
-}
-
-// startSend starts the send's span: the provider call and its record.
-func (w *Worker) startSend(ctx context.Context, n tasks.Notification, d throttle.Decision) (context.Context, trace.Span) {
-	return w.tracer.Start(ctx, SpanSend, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(AttrChannel.String(string(n.Channel)), AttrAttempt.Int(d.Attempt), AttrWaitMS.Int64(d.Wait.Milliseconds())))
 }
 
 // endSend ends the send's span; err is send's result, already redacted.
@@ -153,4 +110,47 @@ func taskOutcome(err error) string {
 		return "archived"
 	}
 	return "retry"
+}
+
+// startSend starts the send's span: the provider call and its record.
+func (co *core) startSend(ctx context.Context, n tasks.Notification, d throttle.Decision) (context.Context, trace.Span) {
+	return co.tracer.Start(ctx, SpanSend, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(AttrChannel.String(string(n.Channel)), AttrAttempt.Int(d.Attempt), AttrWaitMS.Int64(d.Wait.Milliseconds())))
+}
+
+// startCheck starts the quota check's span.
+func (co *core) startCheck(ctx context.Context, limits []throttle.Limit) (context.Context, trace.Span) {
+	return co.tracer.Start(ctx, SpanQuotaCheck, trace.WithAttributes(AttrRules.Int(len(limits))))
+}
+
+// traceMiddleware starts the task's span, as a child of the producer's span
+// carried in the task headers, and ends it with the run's outcome.
+func (co *core) traceMiddleware(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		taskID, _ := asynq.GetTaskID(ctx)
+		queue, _ := asynq.GetQueueName(ctx)
+		retried, _ := asynq.GetRetryCount(ctx)
+		ctx, span := co.tracer.Start(tasks.ExtractTrace(ctx, t.Headers()), SpanTask,
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attribute.String("messaging.system", "asynq"),
+				attribute.String("messaging.operation.type", "process"),
+				attribute.String("messaging.destination.name", queue),
+				attribute.String("messaging.message.id", taskID),
+				AttrChannel.String(channelLabel(t.Type())),
+				AttrRetried.Int(retried),
+			))
+		defer span.End()
+		err := next.ProcessTask(ctx, t)
+		span.SetAttributes(AttrOutcome.String(taskOutcome(err)))
+		var te *ThrottledError
+		if errors.As(err, &te) {
+			span.SetAttributes(AttrWaitFor.String(te.Rule), AttrWakeAt.String(te.WakeAt.UTC().Format(time.RFC3339Nano)))
+		}
+		if err != nil && isFailure(err) && !errors.Is(err, asynq.RevokeTask) {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return err
+	})
 }
