@@ -148,7 +148,7 @@ func (dp *dispatcher) backPressure(ctx context.Context, n tasks.Notification, p 
 	}
 	dp.metrics.Sends.WithLabelValues(string(n.Channel), "throttled").Inc()
 	retryAt := time.Now().Add(time.Until(h.Until))
-	if len(dp.prov.providers[n.Channel]) > 1 {
+	if dp.prov.several(n.Channel) {
 		// Another provider may take it once the grace is over (pickProvider).
 		if graceEnd := time.Now().Add(max(dp.cfg.FailoverGrace, 100*time.Millisecond)); graceEnd.Before(retryAt) {
 			retryAt = graceEnd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -396,4 +397,18 @@ func (ps *providerSet) providerWait(n tasks.Notification, err error, log *slog.L
 	}
 	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC())
 	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
+}
+
+// several reports whether ch has more than one provider (one to fail over to).
+func (ps *providerSet) several(ch tasks.Channel) bool { return len(ps.providers[ch]) > 1 }
+
+// close closes the senders that hold pools (SMTP connections).
+func (ps *providerSet) close() {
+	for _, list := range ps.providers {
+		for _, p := range list {
+			if c, ok := p.send.(io.Closer); ok {
+				_ = c.Close()
+			}
+		}
+	}
 }

@@ -335,3 +335,10 @@ func isFailure(err error) bool {
 	var ue *UnavailableError
 	return !errors.As(err, &te) && !errors.As(err, &ue)
 }
+
+// close closes the servers' client, once they stopped.
+func (in *intake) close() {
+	if in.asynqRDB != nil && in.asynqRDB != in.rdb {
+		_ = in.asynqRDB.Close()
+	}
+}

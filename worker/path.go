@@ -94,3 +94,10 @@ func (sp *sendPath) throttleMiddleware(next asynq.Handler) asynq.Handler {
 		}
 	})
 }
+
+// close writes the removals of what was sent from the queued-work counts,
+// then closes the senders' pools.
+func (sp *sendPath) close() {
+	sp.rec.released.wait()
+	sp.prov.close()
+}

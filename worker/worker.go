@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -205,21 +204,12 @@ func (w *Worker) HTTPHandler() http.Handler {
 	return mux
 }
 
-// closeOwn closes what New opened: the removals of what was sent are
-// written first (before the Redis client goes), then the senders' pools
-// and the gate's client.
+// closeOwn closes what New opened: the send path's (the removals of what
+// was sent are written first, before the Redis client goes; then the
+// senders' pools), then the servers' client.
 func (w *Worker) closeOwn(context.Context) error {
-	w.path.rec.released.wait()
-	for _, ps := range w.path.prov.providers {
-		for _, p := range ps {
-			if c, ok := p.send.(io.Closer); ok {
-				_ = c.Close()
-			}
-		}
-	}
-	if w.intake.asynqRDB != nil && w.intake.asynqRDB != w.core.rdb {
-		_ = w.intake.asynqRDB.Close()
-	}
+	w.path.close()
+	w.intake.close()
 	return nil
 }
 
