@@ -170,6 +170,9 @@ func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, l
 		opts.Horizon = 0
 	}
 	opts.Seat = takeSeat(ctx)
+	place := placeOf(ctx)
+	place.wait(ctx) // one recipient's checks in the order their tasks were handed out
+	defer place.done()
 	checkCtx, span := ad.startCheck(ctx, c.Limits)
 	err = ad.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 		var err error

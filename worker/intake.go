@@ -39,6 +39,7 @@ type intake struct {
 	mux       *asynq.ServeMux
 	busy      [2]atomic.Int64 // tasks on their way to a send (idle): the priority lane's, the others
 	seats     sync.Map        // task id → throttle.Seat: the cohort of a batched dequeue
+	order     *recipientOrder // one recipient's checks in hand-out order
 }
 
 // retryDelay is Asynq's RetryDelayFunc.
@@ -174,6 +175,11 @@ func (in *intake) countMiddleware(next asynq.Handler) asynq.Handler {
 			ctx = context.WithValue(ctx, seatKey{}, h)
 			defer h.seat.Leave() // a task that ends before its check frees the others
 		}
+		if seq, ok := in.order.start(id); ok {
+			p := &orderPlace{o: in.order, seq: seq}
+			ctx = context.WithValue(ctx, orderKey{}, p)
+			defer p.done() // a task that ends before its check frees its place
+		}
 		return next.ProcessTask(ctx, t)
 	})
 }
@@ -248,6 +254,14 @@ type seatHolder struct {
 
 type seatKey struct{}
 
+// seatOf returns the task's cohort seat, if it has one, without using it.
+func seatOf(ctx context.Context) throttle.Seat {
+	if h, ok := ctx.Value(seatKey{}).(*seatHolder); ok {
+		return h.seat
+	}
+	return throttle.Seat{}
+}
+
 // takeSeat returns the task's cohort seat the first time it is asked.
 func takeSeat(ctx context.Context) throttle.Seat {
 	h, ok := ctx.Value(seatKey{}).(*seatHolder)
@@ -302,8 +316,8 @@ func asynqLevel(s string) asynq.LogLevel {
 // without a round trip) — and the servers on it.
 func newIntake(co *core, reg prometheus.Registerer) (*intake, error) {
 	cfg := co.cfg
-	in := &intake{core: co, mux: asynq.NewServeMux()}
-	fo := fairq.Options{Queues: co.layout.Queues(), Layout: co.layout, Batch: in.idle, OnTake: in.seatCohort, Target: max(16, cfg.DequeueBatch),
+	in := &intake{core: co, mux: asynq.NewServeMux(), order: newRecipientOrder()}
+	fo := fairq.Options{Queues: co.layout.Queues(), Layout: co.layout, Batch: in.idle, OnTake: in.seatCohort, OnHand: in.order.handed, Target: max(16, cfg.DequeueBatch),
 		Weights: func() map[string]int { return co.plans.Policy().Weights() },
 		Recheck: cfg.PollInterval, Logger: co.log.With("component", "fair")}
 	if cfg.QueueRecheck > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/hibiken/asynq"
+	"github.com/sluicehq/sluice/tasks"
 )
 
 // The send path. Every task runs through these stages, in this order,
@@ -56,6 +57,7 @@ func (sp *sendPath) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			return err
 		}
 		traceNotification(ctx, n)
+		placeOf(ctx).known(sp.recipientKey(ctx, n), seatOf(ctx))
 		log := sp.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
 		if moved, err := sp.adm.route(ctx, t, n, log); moved {
 			return err
@@ -100,4 +102,12 @@ func (sp *sendPath) throttleMiddleware(next asynq.Handler) asynq.Handler {
 func (sp *sendPath) close() {
 	sp.rec.released.wait()
 	sp.prov.close()
+}
+
+// recipientKey names whom n goes to, for the order of one recipient's
+// checks: its tenant, its lane and its recipient.
+func (sp *sendPath) recipientKey(ctx context.Context, n tasks.Notification) string {
+	q, _ := asynq.GetQueueName(ctx)
+	lane, _, _ := sp.layout.Parse(q)
+	return n.Tenant + "\x00" + string(lane) + "\x00" + string(n.Channel) + "\x00" + n.To
 }

@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
@@ -90,6 +91,11 @@ type Options struct {
 	// answers the lane's next dequeues with the rest. Nil, or below 2: one
 	// task a call, as Asynq's own dequeue.
 	Batch func(lane tasks.Lane) int
+	// OnHand, if set, hears the id of every task a dequeue hands to Asynq's
+	// processor, in the order they are handed out (each then runs at once):
+	// the worker keeps one recipient's checks in that order. It must not
+	// block.
+	OnHand func(id string)
 	// OnTake, if set, hears the ids of the tasks one dequeue took together
 	// (two or more), in the order they will run: the worker checks them in
 	// one call (a throttle.Cohort). It must not block.
@@ -280,7 +286,11 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if s == nil {
 			return next(ctx, cmd)
 		}
-		return h.d.dequeue(ctx, c, s, next)
+		err := h.d.dequeue(ctx, c, s, next)
+		if msg, ok := c.Val().(string); ok && err == nil && h.d.o.OnHand != nil {
+			h.d.o.OnHand(TaskID([]byte(msg)))
+		}
+		return err
 	}
 }
 
@@ -717,4 +727,28 @@ func (d *Dispatcher) learn(s *shard, epoch uint64, r *refillReply, empty bool, t
 	default:
 		s.pending = max(0, s.pending-taken)
 	}
+}
+
+// TaskID reads the id of an Asynq task message (asynq v0.26's TaskMessage,
+// protocol buffers: id is field 3); "" when it has none.
+func TaskID(msg []byte) string {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return ""
+		}
+		msg = msg[n:]
+		if num == 3 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(msg)
+			if n < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
+			return ""
+		}
+		msg = msg[n:]
+	}
+	return ""
 }
