@@ -37,10 +37,13 @@ import (
 
 // Delivery is one message a fake provider accepted.
 type Delivery struct {
-	At   time.Time // when the request arrived (the SMS API: before the latency it adds)
-	ID   string    // Idempotency-Key (SMS) or Message-ID local part (email)
-	To   string
-	Body string
+	At time.Time // when the request arrived (the SMS API: before the latency it adds)
+	// Answered is when the SMS API answered it, after the latency it adds
+	// (zero for the other fakes).
+	Answered time.Time
+	ID       string // Idempotency-Key (SMS) or Message-ID local part (email)
+	To       string
+	Body     string
 	// SMS only: the origin as posted — From, or MessagingServiceSID for a
 	// message sent through a Messaging Service (a request names at least
 	// one) —, the StatusCallback URL it asked for ("" if none), the SID the
@@ -222,7 +225,7 @@ func NewSMSAPI(tb testing.TB) *SMSAPI {
 			f.wake()
 			return
 		}
-		d := Delivery{At: arrived, ID: r.Header.Get("Idempotency-Key"), To: to, Body: body,
+		d := Delivery{At: arrived, Answered: time.Now(), ID: r.Header.Get("Idempotency-Key"), To: to, Body: body,
 			From: form.Get("From"), MessagingServiceSID: form.Get("MessagingServiceSid"), StatusCallback: form.Get("StatusCallback"),
 			SID: newSID("SM"), Form: form}
 		f.record(d)
