@@ -26,16 +26,17 @@ import (
 )
 
 var (
-	quick      = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
-	rounds     = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
-	dur        = flag.Duration("dur", 2*time.Second, "length of one micro run")
-	docs       = flag.String("docs", "../docs", "where figures are written")
-	cpuProf    = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
-	workerEnv  = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment and to the binaries' (to try settings; a baseline binary refuses one it does not know: skip it with -fair-baseline= or -baseline=)")
-	withFloors = flag.Bool("floors", false, "worker section: also run issue 38's floors (Asynq with Sluice's check alone, with its record, the full check, the poll gate)")
-	cmdStats   = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
-	monitorOn  = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
-	only       = flag.String("only", "", "comma-separated sections to run: check,throttled,booked,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
+	quick       = flag.Bool("quick", false, "a few-minute subset: short micro runs, the short backlog only")
+	rounds      = flag.Int("rounds", 3, "interleaved rounds (A B A B …) per micro scenario")
+	dur         = flag.Duration("dur", 2*time.Second, "length of one micro run")
+	docs        = flag.String("docs", "../docs", "where figures are written")
+	cpuProf     = flag.String("cpuprofile", "", "write the harness process's CPU profile here (workers and peers run in it)")
+	workerEnv   = flag.String("worker-env", "", "comma-separated KEY=VALUE settings applied to every in-process worker's environment and to the binaries' (to try settings; a baseline binary refuses one it does not know: skip it with -fair-baseline= or -baseline=)")
+	workerPeers = flag.String("worker-peers", "", "worker section: run only these peers (comma-separated: sluice, asynq, asynq+redis_rate); the ratio rows need all three")
+	withFloors  = flag.Bool("floors", false, "worker section: also run issue 38's floors (Asynq with Sluice's check alone, with its record, the full check, the poll gate)")
+	cmdStats    = flag.Bool("commandstats", false, "print the worker runs' Redis commands per task, by command (INFO commandstats)")
+	monitorOn   = flag.Bool("monitor", false, "count the commands clients send per task in the worker runs (MONITOR through redis-cli; it slows Redis, so the runs' rates and CPU are not comparable)")
+	only        = flag.String("only", "", "comma-separated sections to run: check,throttled,booked,depth,tune,calls,worker,backlog,multi,coincide,issue15,lanes,enqueue,digest,fair,memory,counters,replicas,figures")
 )
 
 type row struct {

@@ -212,6 +212,9 @@ func workerOverhead(ctx context.Context, addr string) {
 	o := overheadBench{addr: addr, rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), rl: redis_rate.NewLimiter(rdb), lim: lim, rlim: rlim,
 		consent: cs, delivery: delivery.NewStore(rdb, rlim), n: n}
 	peers := []string{"sluice", "asynq", "asynq+redis_rate"}
+	if *workerPeers != "" {
+		peers = strings.Split(*workerPeers, ",")
+	}
 	if *withFloors {
 		for _, f := range floors {
 			peers = append(peers, f.peer)
@@ -236,6 +239,13 @@ func workerOverhead(ctx context.Context, addr string) {
 					runs.ratios[f.peer] = append(runs.ratios[f.peer], got[f.peer]/got["asynq+redis_rate"])
 				}
 			}
+		}
+		if *workerPeers != "" { // some peers only: their rates and costs, no ratios
+			for _, p := range peers {
+				fmt.Printf("  concurrency %d: %s %.0f/s; per task process CPU %.0f µs, Redis CPU %.0f µs, round trips %.2f\n", conc, p,
+					median(runs.rates[p]), median(runs.owns[p])*1e6, median(runs.cpus[p])*1e6, median(runs.trips[p]))
+			}
+			continue
 		}
 		reportOverhead(conc, peers, runs)
 	}

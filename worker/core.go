@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -37,7 +38,25 @@ type core struct {
 	consent       *consent.Store
 	suppressCodes map[int]bool  // SMS_SUPPRESS_CODES; nil: no suppression list
 	stopping      chan struct{} // closed when shutdown starts
+	pace          atomic.Int64  // the providers' recent request time, ns (an average of the last few dozen)
 }
+
+// paced records a provider request's time in the recent pace.
+func (co *core) paced(d time.Duration) {
+	for {
+		old := co.pace.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/32
+		}
+		if co.pace.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// paceOf is the providers' recent request time (0: none yet).
+func (co *core) paceOf() time.Duration { return time.Duration(co.pace.Load()) }
 
 func (co *core) archived(n tasks.Notification, reason string) {
 	co.metrics.Archived.WithLabelValues(string(n.Channel), co.categoryLabel(n), reason).Inc()

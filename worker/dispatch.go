@@ -310,7 +310,9 @@ func (dp *dispatcher) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notif
 	inflight.Dec()
 	slots.Release(1) // the request is over: what follows (the done record, a hold) holds no request slot
 	sent(ctx)
-	dp.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	dp.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(took.Seconds())
+	dp.paced(took)
 	if err == nil {
 		dp.metrics.Sends.WithLabelValues(string(n.Channel), "sent").Inc()
 		dp.metrics.ProviderSends.WithLabelValues(string(n.Channel), p.name).Inc()

@@ -146,16 +146,22 @@ func waiting(ctx context.Context) func() {
 // dispatch's Batch): its send slots (CONCURRENCY, PRIORITY_CONCURRENCY)
 // less the tasks on their way to a send — being checked, or holding or
 // waiting for a request slot; not those waiting in process for their slot,
-// nor those whose request is over — and those already taken ahead, between
-// 1 and DEQUEUE_BATCH. Taking more than can be sent soon would only age
-// their admissions: a send that begins later than half the send slack after
-// its slot gives it back and asks again.
+// nor those whose request is over — and those already taken ahead, plus
+// the tasks those slots will send within a quarter of the send slack at the
+// providers' recent pace (lookahead), between 1 and DEQUEUE_BATCH. Taking
+// more than can be sent soon would only age their admissions: a send that
+// begins later than half the send slack after its slot gives it back and
+// asks again. Against a provider that answers in 100 µs that is a whole
+// batch; against one that takes 300 ms, only the idle slots.
 func (in *intake) idle(lane tasks.Lane) int {
-	var n int
+	slots, class := in.cfg.Concurrency, 1
+	ahead := in.fair.Ahead(tasks.LaneStandard) + in.fair.Ahead(tasks.LaneBulk)
 	if lane == tasks.LanePriority {
-		n = in.cfg.PriorityConcurrency - int(in.busy[0].Load()) - in.fair.Ahead(lane)
-	} else {
-		n = in.cfg.Concurrency - int(in.busy[1].Load()) - in.fair.Ahead(tasks.LaneStandard) - in.fair.Ahead(tasks.LaneBulk)
+		slots, class, ahead = in.cfg.PriorityConcurrency, 0, in.fair.Ahead(lane)
+	}
+	n := slots - int(in.busy[class].Load()) - ahead
+	if l := in.paceOf(); l > 0 && in.cfg.SendSlack > 0 {
+		n += int(int64(slots) * int64(in.cfg.SendSlack/4) / int64(l))
 	}
 	return max(1, min(in.cfg.DequeueBatch, n))
 }
@@ -314,7 +320,7 @@ func asynqLevel(s string) asynq.LogLevel {
 // (each lane's waiting rooms served fairly between tenants, in batches),
 // then the batched completions, then the queue gate (idle queues answered
 // without a round trip) — and the servers on it.
-func newIntake(co *core, reg prometheus.Registerer) (*intake, error) {
+func newIntake(co *core, reg prometheus.Registerer, before func(context.Context, redis.Pipeliner, []string) func()) (*intake, error) {
 	cfg := co.cfg
 	in := &intake{core: co, mux: asynq.NewServeMux(), order: newRecipientOrder()}
 	fo := fairq.Options{Queues: co.layout.Queues(), Layout: co.layout, Batch: in.idle, OnTake: in.seatCohort, OnHand: in.order.handed, Target: max(16, cfg.DequeueBatch),
@@ -327,7 +333,7 @@ func newIntake(co *core, reg prometheus.Registerer) (*intake, error) {
 		fo.Notified, fo.Confirm = in.gate.Active, in.gate.Confirm
 	}
 	in.fair = fairq.New(co.rdb, fo)
-	in.completer = completer.New(co.rdb, cfg.ShutdownTimeout)
+	in.completer = completer.New(co.rdb, completer.Options{Timeout: cfg.ShutdownTimeout, Before: before})
 	var err error
 	if in.gate != nil {
 		if in.asynqRDB, err = in.gate.Client(in.fair.Hook(), in.completer.Hook()); err != nil {

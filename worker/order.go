@@ -26,10 +26,13 @@ import (
 // order.
 type recipientOrder struct {
 	mu      sync.Mutex
-	next    uint64
+	next    uint64            // the place the next task handed out gets
+	low     uint64            // every place below it is known or free
 	seqs    map[string]uint64 // task id → its place, until its run starts
-	open    map[uint64]*turn  // places handed out whose task has not checked yet
-	changed chan struct{}     // closed and replaced at every change of open
+	open    map[uint64]*turn  // places whose task has not checked yet
+	byKey   map[string][]uint64
+	waiting int           // tasks in wait
+	changed chan struct{} // closed and replaced at a change, when a task waits
 }
 
 // turn is one handed-out task until its check.
@@ -46,7 +49,7 @@ type turn struct {
 const maxTurnWait = time.Second
 
 func newRecipientOrder() *recipientOrder {
-	return &recipientOrder{seqs: map[string]uint64{}, open: map[uint64]*turn{}, changed: make(chan struct{})}
+	return &recipientOrder{seqs: map[string]uint64{}, open: map[uint64]*turn{}, byKey: map[string][]uint64{}, changed: make(chan struct{})}
 }
 
 // handed records that the task id was handed to a processor, next in turn.
@@ -74,61 +77,117 @@ func (o *recipientOrder) start(id string) (uint64, bool) {
 	return seq, ok
 }
 
-// broadcastLocked wakes every waiting task. o.mu held.
-func (o *recipientOrder) broadcastLocked() {
-	close(o.changed)
-	o.changed = make(chan struct{})
+// changedLocked wakes the waiting tasks, if any. o.mu held.
+func (o *recipientOrder) changedLocked() {
+	if o.waiting > 0 {
+		close(o.changed)
+		o.changed = make(chan struct{})
+	}
 }
 
 // known records whom the task at seq goes to, and its cohort (nil: none).
 func (o *recipientOrder) known(seq uint64, key string, cohort *throttle.Cohort) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if t := o.open[seq]; t != nil {
-		t.known, t.key, t.cohort = true, key, cohort
-		o.broadcastLocked()
+	t := o.open[seq]
+	if t == nil || t.known {
+		return
 	}
+	t.known, t.key, t.cohort = true, key, cohort
+	q := o.byKey[key]
+	i := len(q)
+	for i > 0 && q[i-1] > seq { // places mostly come known in order
+		i--
+	}
+	o.byKey[key] = append(q[:i], append([]uint64{seq}, q[i:]...)...)
+	o.changedLocked()
 }
 
 // done frees the task at seq's place: it checked, or ended before a check.
 func (o *recipientOrder) done(seq uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.open[seq]; ok {
-		delete(o.open, seq)
-		o.broadcastLocked()
+	o.freeLocked(seq)
+	o.changedLocked()
+}
+
+// freeLocked drops seq's place. o.mu held.
+func (o *recipientOrder) freeLocked(seq uint64) {
+	t := o.open[seq]
+	if t == nil {
+		return
 	}
+	delete(o.open, seq)
+	if !t.known {
+		return
+	}
+	q := o.byKey[t.key]
+	for i, s := range q {
+		if s == seq {
+			q = append(q[:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(o.byKey, t.key)
+	} else {
+		o.byKey[t.key] = q
+	}
+}
+
+// mayCheckLocked reports whether the task at seq may check now. o.mu held.
+func (o *recipientOrder) mayCheckLocked(seq uint64) bool {
+	me := o.open[seq]
+	if me == nil || !me.known {
+		return true
+	}
+	for o.low < seq { // every place below seq known or free?
+		t := o.open[o.low]
+		switch {
+		case t == nil, t.known:
+			o.low++
+		case time.Since(t.handed) > maxTurnWait:
+			// Handed out, never run (its processor gave up on it: a
+			// shutdown, a deadline already past): it holds no one back.
+			delete(o.seqs, t.id)
+			o.freeLocked(o.low)
+			o.low++
+		default:
+			return false
+		}
+	}
+	for _, s := range o.byKey[me.key] {
+		if s >= seq {
+			return true
+		}
+		if t := o.open[s]; t.cohort == nil || t.cohort != me.cohort {
+			return false // an earlier one to the same recipient, not in my cohort, still before its check
+		}
+	}
+	return true
 }
 
 // wait returns once the task at seq may check (see recipientOrder), ctx
 // ends, or maxTurnWait passed.
 func (o *recipientOrder) wait(ctx context.Context, seq uint64) {
+	o.mu.Lock()
+	if o.mayCheckLocked(seq) {
+		o.mu.Unlock()
+		return
+	}
+	o.waiting++
+	defer func() { o.mu.Lock(); o.waiting--; o.mu.Unlock() }()
+	o.mu.Unlock()
 	timer := time.NewTimer(maxTurnWait)
 	defer timer.Stop()
 	for {
 		o.mu.Lock()
-		me := o.open[seq]
-		blocked := false
-		for s, t := range o.open {
-			if s >= seq || me == nil {
-				continue
-			}
-			if !t.known && time.Since(t.handed) > maxTurnWait {
-				// Handed out, never run (its processor gave up on it: a
-				// shutdown, a deadline already past): it holds no one back.
-				delete(o.open, s)
-				delete(o.seqs, t.id)
-				continue
-			}
-			if !t.known || t.key == me.key && (t.cohort == nil || t.cohort != me.cohort) {
-				blocked = true
-			}
+		if o.mayCheckLocked(seq) {
+			o.mu.Unlock()
+			return
 		}
 		changed := o.changed
 		o.mu.Unlock()
-		if !blocked {
-			return
-		}
 		select {
 		case <-changed:
 		case <-ctx.Done():

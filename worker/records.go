@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
@@ -21,7 +23,8 @@ import (
 // left the queue.
 type records struct {
 	*core
-	released *releaser // queued-work removals, in the background
+	released *releaser   // queued-work removals, in the background
+	dones    doneRecords // done records waiting for their tasks' completions
 }
 
 // suppress records what a provider's refusal says of the recipient: it
@@ -153,17 +156,123 @@ func (rc *records) release(ctx context.Context, n tasks.Notification, attempt in
 	}
 }
 
-// markDone records a completed send, retrying while Redis is away until the
-// task's deadline: a send without its record would be sent again by a re-run.
+// markDone records a completed send. The record goes with the task's
+// completion (Asynq's, in the next batch of the completer: donesBefore),
+// ahead of it in the same pipeline, so a send costs no round trip of its
+// own for it; one not carried within doneCarry (a task Asynq does not
+// complete through the batches: a retention, a uniqueness lock) is written
+// by flushDone, which retries while Redis is away until the task's
+// deadline: a send without its record would be sent again by a re-run.
 func (rc *records) markDone(ctx context.Context, n tasks.Notification, attempt int, log *slog.Logger) {
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		rc.writeDone(ctx, []throttle.DoneItem{{Group: n.Tenant, ID: n.ID, Attempt: attempt, TTL: rc.cfg.DedupeTTL}}, log)
+		return
+	}
+	deadline, _ := ctx.Deadline()
+	rc.dones.Lock()
+	rc.dones.m[id] = pendingDone{item: throttle.DoneItem{Group: n.Tenant, ID: n.ID, Attempt: attempt, TTL: rc.cfg.DedupeTTL},
+		at: time.Now(), deadline: deadline, log: log}
+	rc.dones.Unlock()
+}
+
+// pendingDone is a done record waiting for its task's completion.
+type pendingDone struct {
+	item     throttle.DoneItem
+	at       time.Time
+	deadline time.Time // the task's: flushDone retries until then
+	log      *slog.Logger
+}
+
+// doneRecords are the done records of sends whose tasks are not completed
+// yet, by task id.
+type doneRecords struct {
+	sync.Mutex
+	m map[string]pendingDone
+}
+
+// doneCarry is how long a done record waits for its task's completion to
+// carry it before flushDone writes it alone.
+const doneCarry = 50 * time.Millisecond
+
+// donesBefore is the completer's Before: it adds the done records of the
+// tasks ids to the batch's pipeline, ahead of their completions, and drops
+// those written once it ran (those not written wait for Asynq's retry of
+// the completion, or flushDone).
+func (rc *records) donesBefore(ctx context.Context, p redis.Pipeliner, ids []string) func() {
+	rc.dones.Lock()
+	var taken []string
+	var items []throttle.DoneItem
+	for _, id := range ids {
+		if d, ok := rc.dones.m[id]; ok {
+			taken = append(taken, id)
+			items = append(items, d.item)
+		}
+	}
+	rc.dones.Unlock()
+	if len(items) == 0 {
+		return nil
+	}
+	result := rc.limiter.QueueDone(ctx, p, items)
+	return func() {
+		errs := result()
+		rc.dones.Lock()
+		defer rc.dones.Unlock()
+		for i, id := range taken {
+			if errs[i] == nil {
+				delete(rc.dones.m, id)
+			}
+		}
+	}
+}
+
+// flushDone writes the done records no completion carried within
+// doneCarry, every doneCarry, until ctx ends; then every one left.
+func (rc *records) flushDone(ctx context.Context) {
+	t := time.NewTicker(doneCarry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rc.flushDoneOlder(context.WithoutCancel(ctx), time.Now().Add(time.Hour))
+			return
+		case now := <-t.C:
+			rc.flushDoneOlder(ctx, now.Add(-doneCarry))
+		}
+	}
+}
+
+// flushDoneOlder writes the done records waiting since before cutoff.
+func (rc *records) flushDoneOlder(ctx context.Context, cutoff time.Time) {
+	rc.dones.Lock()
+	var old []pendingDone
+	for id, d := range rc.dones.m {
+		if d.at.Before(cutoff) {
+			old = append(old, d)
+			delete(rc.dones.m, id)
+		}
+	}
+	rc.dones.Unlock()
+	for _, d := range old {
+		dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(d.deadline, time.Now().Add(rc.cfg.ShutdownTimeout)))
+		rc.writeDone(dctx, []throttle.DoneItem{d.item}, d.log)
+		cancel()
+	}
+}
+
+// writeDone writes done records now, retrying while Redis is away until
+// ctx's deadline.
+func (rc *records) writeDone(ctx context.Context, items []throttle.DoneItem, log *slog.Logger) {
 	ctx, cancel := rc.afterSendContext(ctx)
 	defer cancel()
-	err := rc.withRedis(ctx, log, "recording the send", func(ctx context.Context) error {
-		return rc.limiter.MarkDone(ctx, n.Tenant, n.ID, attempt, rc.cfg.DedupeTTL)
-	})
-	if err != nil {
-		rc.metrics.DoneLost.Inc()
-		log.Error("sent, but could not record it; a re-run will count as a fresh send (at-least-once) or be archived (at-most-once)", "err", err)
+	for _, it := range items {
+		err := rc.withRedis(ctx, log, "recording the send", func(ctx context.Context) error {
+			return rc.limiter.MarkDone(ctx, it.Group, it.ID, it.Attempt, it.TTL)
+		})
+		if err != nil {
+			rc.metrics.DoneLost.Inc()
+			log.Error("sent, but could not record it; a re-run will count as a fresh send (at-least-once) or be archived (at-most-once)", "err", err)
+		}
 	}
 }
 

@@ -98,7 +98,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := newIntake(co, svc.Registry)
+	in, err := newIntake(co, svc.Registry, path.rec.donesBefore)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func newCore(cfg Config, svc *services.Set, tp trace.TracerProvider) (*core, err
 // newSendPath builds the send path's stages, each with the others it hands
 // a task to.
 func newSendPath(co *core, list map[tasks.Channel][]sender.Named, onDecide func(tasks.Notification, throttle.Decision), svc *services.Set) (*sendPath, error) {
-	rec := &records{core: co, released: newReleaser(svc.Queued, co.log.With("component", "queued"))}
+	rec := &records{core: co, released: newReleaser(svc.Queued, co.log.With("component", "queued")), dones: doneRecords{m: map[string]pendingDone{}}}
 	prov := &providerSet{core: co}
 	prov.providers = prov.newProviders(list)
 	fb := &fallbacks{core: co, inspector: asynq.NewInspectorFromRedisClient(co.rdb)}
@@ -319,6 +319,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	parts = append(parts,
 		lifecycle.Func("limiter", w.loadLimiter, nil),
+		// Done records no completion carried; stopped after the servers, it
+		// writes those their last sends left.
+		lifecycle.Go("done-records", w.path.rec.flushDone),
 		lifecycle.Func("asynq", w.intake.startServers, w.intake.stopServers),
 		// The suppression lists of Sluice before consent move into the
 		// consent store once (the limiter reads both meanwhile).

@@ -41,11 +41,23 @@ type Stats struct {
 	Batches   uint64 // batches written (each one round trip)
 }
 
+// Options configure a Completer; the zero value of each field is its default.
+type Options struct {
+	// Timeout bounds each batch's round trip. Default 5s.
+	Timeout time.Duration
+	// Before, if set, adds to a batch's pipeline, ahead of the
+	// completions, what must be written before the tasks ids are completed
+	// (the worker's done records); its result runs once the pipeline ran.
+	// Redis runs a pipeline's commands in order on each node.
+	Before func(ctx context.Context, p redis.Pipeliner, ids []string) func()
+}
+
 // Completer batches the completions of the Asynq servers whose client
 // carries its Hook.
 type Completer struct {
 	rdb     redis.UniversalClient // unhooked: for the batches
 	timeout time.Duration
+	before  func(ctx context.Context, p redis.Pipeliner, ids []string) func()
 	mu      sync.Mutex
 	queued  []*completion
 	busy    bool // a batch is on the wire: new completions wait for the next
@@ -54,13 +66,12 @@ type Completer struct {
 }
 
 // New returns a completer writing its batches through rdb, which must not
-// carry the completer's own hook. timeout bounds each batch's round trip
-// (default 5s).
-func New(rdb redis.UniversalClient, timeout time.Duration) *Completer {
-	if timeout <= 0 {
-		timeout = 5 * time.Second
+// carry the completer's own hook.
+func New(rdb redis.UniversalClient, o Options) *Completer {
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
 	}
-	return &Completer{rdb: rdb, timeout: timeout}
+	return &Completer{rdb: rdb, timeout: o.Timeout, before: o.Before}
 }
 
 // Stats returns the counts so far.
@@ -204,8 +215,19 @@ func (c *Completer) write(batch []*completion) {
 		}
 		g.items = append(g.items, p)
 	}
+	var ids []string
+	if c.before != nil {
+		ids = make([]string, len(batch))
+		for i, p := range batch {
+			ids[i] = p.id
+		}
+	}
 	for attempt := 0; ; attempt++ {
+		var after func()
 		_, _ = c.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			if c.before != nil {
+				after = c.before(ctx, pipe, ids)
+			}
 			for _, g := range order {
 				first := g.items[0]
 				args := []any{first.expireAt, strconv.FormatInt(1<<63-1, 10), "asynq:{" + first.queue + "}:t:"}
@@ -217,6 +239,9 @@ func (c *Completer) write(batch []*completion) {
 			}
 			return nil
 		})
+		if after != nil {
+			after()
+		}
 		if attempt == 0 && anyNoScript(order) {
 			if err := c.load(ctx, order); err == nil {
 				continue

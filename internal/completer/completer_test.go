@@ -63,7 +63,7 @@ func TestCompletionsAsAsynqsInBatches(t *testing.T) {
 	_ = srvA
 	srvB, rdb := redistest.New(t)
 	_ = srvB
-	c := completer.New(rdb, 0)
+	c := completer.New(rdb, completer.Options{})
 	hooked, err := pollgate.Clone(rdb, c.Hook())
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestNotFoundIsAnsweredPerTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, rdb := redistest.New(t)
-	c := completer.New(rdb, 0)
+	c := completer.New(rdb, completer.Options{})
 	hooked, err := pollgate.Clone(rdb, c.Hook())
 	if err != nil {
 		t.Fatal(err)
