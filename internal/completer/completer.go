@@ -48,7 +48,8 @@ type Options struct {
 	// Before, if set, adds to a batch's pipeline, ahead of the
 	// completions, what must be written before the tasks ids are completed
 	// (the worker's done records); its result runs once the pipeline ran.
-	// Redis runs a pipeline's commands in order on each node.
+	// Redis runs a pipeline's commands in order on each node. A batch sent
+	// again (its script had to be loaded first) runs Before again.
 	Before func(ctx context.Context, p redis.Pipeliner, ids []string) func()
 }
 

@@ -150,3 +150,40 @@ func TestNotFoundIsAnsweredPerTask(t *testing.T) {
 		t.Fatalf("%d completed, want 1 (b)", got)
 	}
 }
+
+// Before adds its writes to the batch's pipeline ahead of the completions:
+// every task completed has its write, and each batch's result runs once.
+func TestBeforeGoesWithTheBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	var mu sync.Mutex
+	var batches, results int
+	c := completer.New(rdb, completer.Options{Before: func(ctx context.Context, p redis.Pipeliner, ids []string) func() {
+		mu.Lock()
+		batches++
+		mu.Unlock()
+		for _, id := range ids {
+			p.Set(ctx, "before:"+id, "1", time.Minute)
+		}
+		return func() { mu.Lock(); results++; mu.Unlock() }
+	}})
+	hooked, err := pollgate.Clone(rdb, c.Hook())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hooked.Close() })
+	const n = 200
+	run(t, hooked, rdb, "q", n, 20)
+	keys, err := rdb.Keys(ctx, "before:*").Result()
+	if err != nil || len(keys) != n {
+		t.Fatalf("%d writes of Before (%v), want one per task completed (%d)", len(keys), err, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// A batch that found fair_done.lua missing is sent again once it is
+	// loaded, Before's writes with it.
+	if results != batches || batches == 0 || uint64(batches) < c.Stats().Batches || uint64(batches) > c.Stats().Batches+1 {
+		t.Fatalf("Before called %d times, its results %d, batches %d", batches, results, c.Stats().Batches)
+	}
+}
