@@ -99,13 +99,14 @@ const (
 
 // state is what the gate knows of one key.
 type state struct {
-	kind  kind
-	epoch uint64 // bumped by every invalidation of the key
-	known bool
-	at    time.Time // when known was set
-	empty bool      // kPending: the list was empty
-	due   int64     // kDelayed, kHouse: lowest score (Unix s); math.MaxInt64 when empty
-	queue *state    // kPaused: the queue's pending list
+	kind    kind
+	epoch   uint64 // bumped by every invalidation of the key
+	tracked bool   // read on a tracking connection since its last invalidation: Redis will report its next write
+	known   bool
+	at      time.Time // when known was set
+	empty   bool      // kPending: the list was empty
+	due     int64     // kDelayed, kHouse: lowest score (Unix s); math.MaxInt64 when empty
+	queue   *state    // kPaused: the queue's pending list
 }
 
 // Gate answers Asynq's polls of keys it knows the state of. Use Hook on
@@ -176,7 +177,7 @@ func (g *Gate) forgetAll() {
 	g.mu.Lock()
 	for _, s := range g.keys {
 		s.epoch++
-		s.known = false
+		s.known, s.tracked = false, false
 	}
 	g.mu.Unlock()
 	if g.onForget != nil {
@@ -197,7 +198,7 @@ func (g *Gate) invalidate(keys []string) {
 			s = s.queue
 		}
 		s.epoch++
-		s.known = false
+		s.known, s.tracked = false, false
 	}
 	g.mu.Unlock()
 	if g.onWrite != nil {
@@ -222,7 +223,7 @@ func (g *Gate) fresh(s *state, now time.Time) bool {
 func (g *Gate) observe(s *state, epoch uint64, empty bool, due int64) {
 	g.mu.Lock()
 	if s.epoch == epoch {
-		s.known, s.at, s.empty, s.due = true, g.now(), empty, due
+		s.known, s.at, s.empty, s.due, s.tracked = true, g.now(), empty, due, true
 	}
 	g.mu.Unlock()
 }
@@ -280,7 +281,7 @@ func (g *Gate) ConfirmEmpty(ctx context.Context, keys ...string) {
 		g.mu.Lock()
 		for _, rd := range reads {
 			if n, err := rd.cmd.Result(); err == nil && n == 0 && rd.s.epoch == rd.epoch {
-				rd.s.known, rd.s.at, rd.s.empty, rd.s.due = true, g.now(), true, math.MaxInt64
+				rd.s.known, rd.s.at, rd.s.empty, rd.s.due, rd.s.tracked = true, g.now(), true, math.MaxInt64, true
 			}
 		}
 		g.mu.Unlock()
@@ -302,7 +303,7 @@ func (g *Gate) confirmEmpty(ctx context.Context, s *state, key string) bool {
 	if s.epoch != epoch {
 		return false
 	}
-	s.known, s.at, s.empty, s.due = true, g.now(), true, math.MaxInt64
+	s.known, s.at, s.empty, s.due, s.tracked = true, g.now(), true, math.MaxInt64, true
 	return true
 }
 
@@ -509,7 +510,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			// Learn the lowest score first: most sets have nothing due.
 			due, err := g.probe(ctx, p.key)
 			if err == nil {
-				g.observe(s, epoch, due == math.MaxInt64, due)
+				g.observe(s, epoch, due == math.MaxInt64, due) // and tracked: the probe read it on its master's tracking connection
 				if due > p.cutoff {
 					g.mu.Lock()
 					stillKnown := s.epoch == epoch
@@ -530,8 +531,18 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch {
 		case s.kind == kPending && err == redis.Nil:
 			// Empty: read on the tracking connection, so that Redis reports
-			// the next write (a busy queue is never read there).
-			g.confirmEmpty(ctx, s, p.key)
+			// the next write (a busy queue is never read there) — unless it
+			// still is tracked (its knowledge only aged past Recheck), which
+			// the epoch tells.
+			g.mu.Lock()
+			still := s.tracked && s.epoch == epoch
+			if still {
+				s.known, s.at, s.empty = true, g.now(), true
+			}
+			g.mu.Unlock()
+			if !still {
+				g.confirmEmpty(ctx, s, p.key)
+			}
 		case s.kind == kPending:
 			// A task, or an error: nothing learnt (it may hold more).
 		case err == nil:
