@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/sluicetest"
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 // failNthEnqueue fails the n-th script that enqueues a batch's items held

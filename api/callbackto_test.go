@@ -6,9 +6,9 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 // A signed status callback marks a number undeliverable only when it is

@@ -25,7 +25,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // Environment of TestOpenAPIConformance: its seed (default: a new one,

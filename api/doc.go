@@ -5,9 +5,9 @@
 //
 // # Endpoints
 //
-// Every route `sluice api` serves, the ones internal/app mounts beside the
+// Every route `sluice api` serves, the ones app mounts beside the
 // API's own included, one line each: methods, then paths, then what it
-// does (TestRoutesDoc in internal/app keeps the list equal to the routes
+// does (TestRoutesDoc in app keeps the list equal to the routes
 // the built server registers; ANY is a pattern without a method). The
 // dashboard's pages, under /ui, are listed in package dashboard.
 //
@@ -20,7 +20,7 @@
 //	DELETE /v1/suppressions/{channel}/{recipient}      opt back in to every category; the ledger keeps what was
 //	POST /v1/events/{channel}      up to 1000 events, each with its recipient (a provider's reports, an import), all checked first
 //	POST /v1/callbacks/sms/{tenant}/{id}      the Twilio-compatible provider's status callbacks, signed (X-Twilio-Signature) → 204
-//	POST /v1/inbound/sms/{tenant}             its incoming messages (STOP, START, HELP: package consent/inbound), signed alike
+//	POST /v1/inbound/sms/{tenant}             its incoming messages (STOP, START, HELP: package sender/inbound), signed alike
 //	POST /v1/callbacks/telnyx/{tenant}/{id}   Telnyx's delivery reports, signed (Ed25519)
 //	POST /v1/inbound/telnyx/{tenant}          Telnyx's incoming messages, signed alike
 //	POST /v1/webhooks/{provider}/{tenant}     an email provider's signed bounces and complaints (package webhook):
@@ -47,7 +47,7 @@
 //
 // # Routes mounted beside the API
 //
-// The API knows no other product: internal/app, which builds the process
+// The API knows no other product: app, which builds the process
 // `sluice api` runs, mounts the SMS providers' callbacks and incoming
 // messages (sender/twilio, sender/telnyx), the email providers' webhooks
 // (webhook/providers), the unsubscribe links (package unsubscribe) and the

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 func smsBatch(n int) map[string]any {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-openapi/jsonpointer"
 
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
 )
 

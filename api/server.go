@@ -28,7 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/connlimit"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/redisguard"
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -88,7 +88,7 @@ type Server struct {
 }
 
 // New builds the API server from its configuration (validated) on svc
-// (internal/app opens it). It does not connect until Run (or WatchPlans);
+// (app opens it). It does not connect until Run (or WatchPlans);
 // Run closes svc when it returns, Close when it will not run.
 func New(cfg Config, svc *services.Set, opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {

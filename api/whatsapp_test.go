@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )

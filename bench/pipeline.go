@@ -21,7 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"

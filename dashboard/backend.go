@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/digest"
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -124,7 +124,7 @@ type Mounter interface {
 }
 
 // NewBackend fills a Backend from the services of the process the
-// dashboard is mounted in (internal/services), with its server's token
+// dashboard is mounted in (services), with its server's token
 // checks and shutdown state.
 func NewBackend(base config.Base, deps *services.Set, auth Auth, stopping func() bool, maxConns int) Backend {
 	return Backend{MaxConns: maxConns, Settings: base, Log: deps.Log, Limiter: deps.Limiter, Plans: deps.Plans,

@@ -19,9 +19,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/sluicetest"
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )

@@ -8,7 +8,7 @@
 //
 // Every route the dashboard mounts, one line each (methods, paths, what it
 // shows; ANY is a pattern without a method), kept equal to what it
-// registers by TestRoutesDoc in internal/app:
+// registers by TestRoutesDoc in app:
 //
 //	GET  /ui                          the admin's overview: every tenant's plan and tenant-wide windows, queue depths, what waits or was lost
 //	GET  /ui/tenant?tenant=…          the overview's "open a tenant" form: to that tenant's page
@@ -31,7 +31,7 @@
 // holds no Redis client, builds no key and parses no stored value: the
 // packages that own them do. The deadline a waiting message shows is the
 // one the worker holds it to (plans.Planner, less SLUICE_SEND_SLACK).
-// The package does not import api; internal/app, which builds the API
+// The package does not import api; app, which builds the API
 // process `sluice api` runs, wires the two:
 //
 //	d, err := dashboard.New(dashboard.NewBackend(cfg.Base, srv.Services(), srv.Auth(), srv.Stopping))

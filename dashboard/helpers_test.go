@@ -3,7 +3,7 @@ package dashboard_test
 import (
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 const adminToken = apienv.AdminToken

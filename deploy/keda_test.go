@@ -30,8 +30,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
@@ -251,7 +251,7 @@ func (noSend) Send(context.Context, tasks.Notification) error {
 // it, exactly the work waiting for a worker: every notification in a
 // tenant's waiting room or a pending list of the workers' queues, and the
 // priority lane's alone; nothing scheduled for later. The worker is built
-// as `sluice worker` builds it (internal/app), from the environment the
+// as `sluice worker` builds it (app), from the environment the
 // chart gives the worker pods (cluster-tls.yaml: queue "notify", 16 shards
 // per lane), on a real redis-server. It is not started: a running worker
 // would dispatch and send the tasks while they are counted, and

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )

@@ -19,9 +19,9 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/sluicetest"
-	"github.com/sluicehq/sluice/internal/sluicetest/apienv"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // The SMS delivery loop with the real binaries: `sluice api` takes three

@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 // startExampleRedis starts the private redis-server the examples use; the

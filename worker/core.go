@@ -20,7 +20,7 @@ import (
 )
 
 // core is what every stage of the send path shares: the settings, what
-// every process opens (internal/services: Redis, the limiter, the plans,
+// every process opens (services: Redis, the limiter, the plans,
 // the key ring, consent), the stores the stages read and write, the
 // metrics and the log. It owns no state but the shutdown signal.
 type core struct {

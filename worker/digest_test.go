@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/digest"
-	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 )
 

@@ -33,7 +33,7 @@ import (
 	"github.com/emersion/go-msgauth/dkim"
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // redisClients counts the connections the test's redis-server holds.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/app"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"

@@ -15,14 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/app"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"

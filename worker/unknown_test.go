@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )

@@ -24,7 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/redisguard"
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
@@ -35,7 +35,7 @@ import (
 // Options are what a Worker takes besides Config and the shared services.
 type Options struct {
 	// Providers deliver each channel's notifications, in the order they
-	// are tried (internal/app opens those Config names). Senders is the
+	// are tried (app opens those Config names). Senders is the
 	// short form: one provider per channel, named DefaultProvider. One of
 	// the two is required.
 	Providers map[tasks.Channel][]sender.Named
@@ -74,7 +74,7 @@ type Worker struct {
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 }
 
-// New builds a worker on svc (internal/app opens it); it does not connect
+// New builds a worker on svc (app opens it); it does not connect
 // until Run, which closes svc when it returns.
 func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/emersion/go-msgauth/dkim"
 
-	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
 )

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 
 	"github.com/hibiken/asynq"
 	"github.com/mattn/go-isatty"

@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 )
 
 // readBase reads the shared settings from the environment, checking only

@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/telemetry"
 )
 
-// process is a Sluice process (internal/app builds them): it runs until
+// process is a Sluice process (app builds them): it runs until
 // its context ends.
 type process interface {
 	Run(ctx context.Context) error

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 
 	"github.com/spf13/cobra"
 

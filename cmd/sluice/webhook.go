@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/webhook"
-	webhooks "github.com/sluicehq/sluice/webhook/providers"
 )
 
 // newWebhookCmd is `sluice webhook set|show|remove`: a tenant's credentials
@@ -22,7 +22,7 @@ func newWebhookCmd() *cobra.Command {
 		Use:   "webhook",
 		Short: "Manage a tenant's provider webhooks (email bounces and complaints, WhatsApp)",
 		Long: `sluice api takes each provider's bounce and complaint webhooks per tenant at
-/v1/webhooks/PROVIDER/TENANT (` + strings.Join(webhooks.Names(), ", ") + `), verified with the
+/v1/webhooks/PROVIDER/TENANT (` + strings.Join(app.WebhookNames(), ", ") + `), verified with the
 credentials set here: SendGrid's verification key, Mailgun's webhook signing
 key, Postmark's basic-auth user and password (and client addresses), the SNS
 topics of SES, WhatsApp's app secret, phone-number ids and verify token. They are kept in Redis sealed with SLUICE_PAYLOAD_KEYS, which
@@ -99,9 +99,9 @@ func webhookTarget(args []string) (string, webhook.Provider, error) {
 	if err := tasks.CheckTenant(args[0]); err != nil {
 		return "", nil, usageError{err}
 	}
-	p, ok := webhooks.Lookup(args[1])
+	p, ok := app.LookupWebhook(args[1])
 	if !ok {
-		return "", nil, usageError{fmt.Errorf("no webhook provider %q: want one of %s", args[1], strings.Join(webhooks.Names(), ", "))}
+		return "", nil, usageError{fmt.Errorf("no webhook provider %q: want one of %s", args[1], strings.Join(app.WebhookNames(), ", "))}
 	}
 	return args[0], p, nil
 }

@@ -29,14 +29,14 @@ type layer struct {
 // every layer it imports: where its imports put it.
 var layers = []layer{
 	{"the binary, and the tests of the whole", []string{"cmd/sluice", "e2e", "internal/codecheck"}},
-	{"where each process is built", []string{"internal/app"}},
+	{"where each process is built", []string{"app"}},
 	{"the processes' parts", []string{"worker", "api", "dashboard"}},
 	{"the provider registries", []string{"sender/providers", "webhook/providers"}},
 	{"one package per provider; the unsubscribe links", []string{"sender/logsender", "sender/smtp", "sender/twilio",
 		"sender/telnyx", "sender/whatsapp", "sender/providers/internal/webhooksms", "webhook/ses", "webhook/sendgrid", "webhook/postmark",
 		"webhook/mailgun", "unsubscribe"}},
-	{"what providers share; what every process shares", []string{"sender", "webhook", "internal/services"}},
-	{"settings; the quota read model; inbound replies; delivery records; digests; the fair dispatch; batched completions", []string{"config", "report", "consent/inbound",
+	{"what providers share; what every process shares", []string{"sender", "webhook", "services"}},
+	{"settings; the quota read model; inbound replies; delivery records; digests; the fair dispatch; batched completions", []string{"config", "report", "sender/inbound",
 		"delivery", "digest", "internal/fairq", "internal/completer"}},
 	{"rules, plans, quiet hours", []string{"plans"}},
 	{"suppressions and the consent ledger", []string{"consent"}},
@@ -50,8 +50,8 @@ var layers = []layer{
 // harness are the test harness's packages, beside the layers: tests and
 // other harness packages import them, nothing else does; they may import
 // any package of the layers.
-var harness = []string{"internal/redistest", "internal/tlstest", "internal/fakes", "webhook/internal/webhooktest",
-	"internal/sluicetest", "internal/sluicetest/apienv"}
+var harness = []string{"testkit/redistest", "testkit/tlstest", "testkit/fakes", "testkit/webhooktest",
+	"testkit/sluicetest", "testkit/apienv"}
 
 // No package of the root module imports one of its own layer or of a
 // layer above, or the test harness; every package has its place.
@@ -233,4 +233,32 @@ func TestLayersDoc(t *testing.T) {
 		return
 	}
 	t.Fatal("docs/architecture.md's layer table is not the one layers_test.go checks; run: SLUICE_UPDATE_DOCS=1 go test ./internal/codecheck -run TestLayersDoc")
+}
+
+// internal/ holds only utilities below the domain's processes: no package
+// under it imports the processes' parts (api, worker, dashboard), a sender,
+// the unsubscribe links, what builds or opens a process (app, services) or
+// the harness; and of the production packages only the binary builds a
+// process (imports app). Tests and the harness (testkit) may.
+func TestInternalIsBelowTheProcesses(t *testing.T) {
+	t.Parallel()
+	graph, err := importGraph(repositoryRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	above := []string{"api", "worker", "dashboard", "sender", "unsubscribe", "app", "services", "testkit"}
+	for pkg, imps := range graph {
+		for _, imp := range imps {
+			if strings.HasPrefix(pkg, "internal/") {
+				for _, a := range above {
+					if imp == a || strings.HasPrefix(imp, a+"/") {
+						t.Errorf("%s imports %s: internal/ holds utilities below the processes", pkg, imp)
+					}
+				}
+			}
+			if imp == "app" && pkg != "cmd/sluice" && !strings.HasPrefix(pkg, "testkit/") {
+				t.Errorf("%s imports app: only the binary (and the harness) build a process", pkg)
+			}
+		}
+	}
 }

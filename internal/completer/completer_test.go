@@ -13,8 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/completer"
 	"github.com/sluicehq/sluice/internal/pollgate"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 type quiet struct{}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/consent/inbound"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
@@ -20,7 +20,7 @@ import (
 )
 
 // Deps are what the webhook routes work with, from the API process
-// (internal/app builds them).
+// (app builds them).
 type Deps struct {
 	Redis    redis.UniversalClient
 	Limiter  *throttle.Limiter

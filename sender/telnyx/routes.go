@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/consent/inbound"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
@@ -219,7 +219,7 @@ func (h *Webhooks) suppress(ctx context.Context, tenant, id, to string, code int
 }
 
 // Inbound is POST /v1/inbound/telnyx/{tenant}: a message.received webhook
-// (the messaging profile's webhook URL), handed to consent/inbound: STOP
+// (the messaging profile's webhook URL), handed to sender/inbound: STOP
 // opts the sender out, START opts back in, HELP gets the help text. Other
 // events are answered 200 and change nothing.
 func (h *Webhooks) Inbound(w http.ResponseWriter, r *http.Request) {

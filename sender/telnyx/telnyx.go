@@ -2,7 +2,7 @@
 // (SLUICE_SMS_SENDER=telnyx): the sender, its settings (SLUICE_TELNYX_*),
 // and the two webhook routes it owns, which `sluice api` mounts: delivery
 // reports (Callbacks), recorded on the notification like Twilio's status
-// callbacks, and inbound messages (Inbound), handed to consent/inbound
+// callbacks, and inbound messages (Inbound), handed to sender/inbound
 // (STOP opts the number out).
 //
 // Telnyx signs every webhook with Ed25519: telnyx-signature-ed25519 is the

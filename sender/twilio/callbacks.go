@@ -297,7 +297,7 @@ func portVariants(fullURL string) []string {
 // process environment) and checks those the callback routes need
 // (SLUICE_SMS_AUTH_TOKEN, SLUICE_SMS_STATUS_CALLBACK_URL), for the API
 // process, which mounts NewCallbacks at CallbackRoute and NewInbound at
-// InboundRoute (internal/app).
+// InboundRoute (app).
 func CallbackSettings(environ map[string]string) (Settings, error) {
 	return sender.ReadShared[Settings](Provider, environ)
 }

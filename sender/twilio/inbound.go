@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/consent/inbound"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/tasks"
@@ -31,7 +31,7 @@ const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response></Response>`
 
 // Inbound is the provider's incoming-message webhook: each SMS a
 // recipient sends to a tenant's number, authenticated by its
-// X-Twilio-Signature like the status callbacks, handed to consent/inbound.
+// X-Twilio-Signature like the status callbacks, handed to sender/inbound.
 type Inbound struct {
 	authToken, baseURL string
 	handler            *inbound.Handler

@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/sender/whatsapp"
 	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/webhook/mailgun"
 	"github.com/sluicehq/sluice/webhook/postmark"
@@ -19,30 +18,6 @@ import (
 // All returns the providers, each new (SES's keeps a certificate cache).
 func All() []webhook.Provider {
 	return []webhook.Provider{ses.New(), sendgrid.Provider{}, postmark.Provider{}, mailgun.Provider{}}
-}
-
-// Settable are the providers whose credentials `sluice webhook set` takes:
-// All, and WhatsApp, whose deliveries sender/whatsapp serves itself (its
-// routes carry messages and statuses, not only consent events).
-func Settable() []webhook.Provider { return append(All(), whatsapp.CredentialsChecker{}) }
-
-// Lookup finds the provider named name among Settable.
-func Lookup(name string) (webhook.Provider, bool) {
-	for _, p := range Settable() {
-		if p.Name() == name {
-			return p, true
-		}
-	}
-	return nil, false
-}
-
-// Names lists the names of Settable.
-func Names() []string {
-	var out []string
-	for _, p := range Settable() {
-		out = append(out, p.Name())
-	}
-	return out
 }
 
 // Mounter is where Mount puts the routes: `sluice api`'s server.

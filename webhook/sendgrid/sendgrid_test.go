@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/webhook"
-	"github.com/sluicehq/sluice/webhook/internal/webhooktest"
+	"github.com/sluicehq/sluice/testkit/webhooktest"
 	"github.com/sluicehq/sluice/webhook/sendgrid"
 )
 

@@ -1,7 +1,7 @@
 // Package services opens what every Sluice process shares — one Redis
 // client, the limiter, the payload key ring, the logger, the metrics
 // registry, the rules in force, the consent store and the queued-work caps
-// — from the shared settings (config.Base). internal/app opens one Set per
+// — from the shared settings (config.Base). app opens one Set per
 // process and hands it to the parts it builds; a tool of cmd/sluice opens
 // one for itself. config holds the settings only.
 package services

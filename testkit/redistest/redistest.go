@@ -26,7 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/testkit/tlstest"
 )
 
 // InstallHint tells a developer how to get redis-server.

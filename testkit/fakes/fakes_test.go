@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/fakes"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // The fake signs status callbacks as Twilio does: Twilio's published

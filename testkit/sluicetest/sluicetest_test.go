@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // fakeTB records the failures of a helper under test and its cleanups (run

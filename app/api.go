@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/consent/inbound"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/dashboard"
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/sender/telnyx"
 	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/sender/whatsapp"
@@ -44,7 +44,7 @@ type APIOptions struct {
 // NewAPI builds the API process: the shared services, the ingest API, and
 // the routes other packages own mounted beside it — the SMS providers'
 // status callbacks and incoming messages (sender/twilio, sender/telnyx,
-// consent/inbound), the email providers' bounce and complaint webhooks
+// sender/inbound), the email providers' bounce and complaint webhooks
 // (webhook/...), the one-click unsubscribe links (/u/) and the dashboard
 // (/ui). environ
 // is where the mounted packages read their own settings (nil: the process
@@ -142,7 +142,7 @@ func mountAPIRoutes(s *api.Server, cfg api.Config, environ map[string]string, sv
 }
 
 // enqueuer enqueues a notification into the lane and shard the rules in
-// force route it to (the replies of consent/inbound: a HELP answer).
+// force route it to (the replies of sender/inbound: a HELP answer).
 func enqueuer(svc *services.Set, layout tasks.Layout) func(context.Context, tasks.Notification) error {
 	client := asynq.NewClientFromRedisClient(svc.Redis)
 	return func(ctx context.Context, n tasks.Notification) error {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/testkit/tlstest"
 )
 
 // The certificates are what the TLS tests rely on: the server one verifies

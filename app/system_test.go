@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/webhook"
@@ -34,7 +34,7 @@ const (
 )
 
 // system is a worker and the API as `sluice worker` and `sluice api` run
-// them (internal/app), each with its own Redis client, against a fake SMS
+// them (app), each with its own Redis client, against a fake SMS
 // API and SMTP server.
 type system struct {
 	rdb   redis.UniversalClient

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/consent/inbound"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sender/inbound"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"

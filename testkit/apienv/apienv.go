@@ -1,5 +1,5 @@
 // Package apienv runs the API process for tests as `sluice api` assembles
-// it (internal/app.NewAPI: the ingest API, the dashboard, the providers'
+// it (app.NewAPI: the ingest API, the dashboard, the providers'
 // callbacks and webhooks), on a private redis-server, with a fake SMS API
 // for the workers a test may run, tokens for two tenants and the admin.
 // The api and dashboard tests share it; each keeps its own extras.
@@ -22,10 +22,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/app"
-	"github.com/sluicehq/sluice/internal/fakes"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/sluicetest"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/worker"
 )

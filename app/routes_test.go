@@ -12,9 +12,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/app"
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/tasks"
-	webhooks "github.com/sluicehq/sluice/webhook/providers"
 )
 
 // The endpoint lists of api/doc.go and dashboard/doc.go are the routes
@@ -53,7 +52,7 @@ func TestRoutesDoc(t *testing.T) {
 			t.Error(err)
 		}
 		if !doc.ui {
-			for _, name := range webhooks.Names() {
+			for _, name := range app.WebhookNames() {
 				if !regexp.MustCompile(`\b` + name + `\b`).MatchString(text) {
 					t.Errorf("%s does not name the webhook provider %s beside /v1/webhooks/{provider}/{tenant}", doc.file, name)
 				}
@@ -149,7 +148,7 @@ func compareRoutes(file string, documented map[string]bool, served []string) []e
 // foldWebhookRoute writes an email provider's webhook route as the API's
 // doc lists them all, with {provider} for its name.
 func foldWebhookRoute(pattern string) string {
-	for _, name := range webhooks.Names() {
+	for _, name := range app.WebhookNames() {
 		if pattern == "POST /v1/webhooks/"+name+"/{tenant}" {
 			return "POST /v1/webhooks/{provider}/{tenant}"
 		}

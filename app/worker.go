@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/services"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/providers"
 	"github.com/sluicehq/sluice/tasks"
