@@ -13,8 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/testkit/apienv"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // failNthEnqueue fails the n-th script that enqueues a batch's items held

@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 // BenchmarkCreateBatch: POST /v1/notifications with 500 SMS per request to

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // Bulk mail without a List-Unsubscribe is refused at the door (422 naming

@@ -13,9 +13,9 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 const service = "MG0123456789abcdef0123456789abcdef"

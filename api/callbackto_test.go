@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/apienv"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // A signed status callback marks a number undeliverable only when it is

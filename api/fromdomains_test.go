@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // With SLUICE_EMAIL_FROM_DOMAINS a tenant may send only From its own

@@ -15,8 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/unsubscribe"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/go-openapi/jsonpointer"
 
-	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/apienv"
 )
 
 // newPointer is the RFC 6901 implementation the tests resolve pointers with.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/testkit/apienv"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // A tenant's plan sets its own cap on queued work (max-queued), live:

@@ -28,8 +28,8 @@ import (
 	"github.com/sluicehq/sluice/internal/connlimit"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/redisguard"
-	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )

@@ -6,8 +6,8 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/testkit/apienv"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // A throttled notification reads as waiting, with the rule that holds it

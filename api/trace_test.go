@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/testkit/apienv"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // A producer that is not Go sends a W3C traceparent with its request: the

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/throttle"
 )
 

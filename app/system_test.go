@@ -19,10 +19,10 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/fakes"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/webhook/postmark"
 	"github.com/sluicehq/sluice/worker"

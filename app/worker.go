@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/providers"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 // Issue 15: 150 SMS of one tenant to 15 numbers (10 each, shuffled), sent by

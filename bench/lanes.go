@@ -21,8 +21,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 // Issue 19: lanes and shards in the queue. Every scenario runs the real

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"

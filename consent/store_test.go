@@ -19,8 +19,8 @@ import (
 
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 

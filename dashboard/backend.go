@@ -14,8 +14,8 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/digest"
-	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )

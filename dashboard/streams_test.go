@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/dashboard"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/testkit/apienv"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // openStream opens a live stream and reads its first event; close ends it.

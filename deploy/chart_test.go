@@ -22,10 +22,10 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/testkit/redistest"
-	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/worker"
 )
 

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/digest"
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 

@@ -19,10 +19,10 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/apienv"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/testkit/apienv"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 const (

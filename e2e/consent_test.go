@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 // STOP through the provider's signed incoming-message webhook, with the

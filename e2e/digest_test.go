@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 // Digests with the real binaries, audited at the fake SMTP server. Two

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // backupVars configure a second Twilio-compatible provider, "backup", after

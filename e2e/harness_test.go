@@ -23,9 +23,9 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/redistest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 var sluiceBin string // built once by TestMain

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 // WhatsApp's limits enforced before the send (issue 54), against a fake

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // metaInbound is Meta's published sample of an inbound text message (the

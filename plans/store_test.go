@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))

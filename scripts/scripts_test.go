@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/scripts"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 // maxLines bounds a Lua file: one that grows past it is split, so every

@@ -7,8 +7,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 func TestEnqueueRejectsDuplicateID(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 func queuedSMS(tenant string, i int) tasks.Notification {

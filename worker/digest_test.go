@@ -13,9 +13,9 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/digest"
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 // digestModel is the brute-force answer for n items of one recipient that

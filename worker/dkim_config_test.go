@@ -16,8 +16,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/sender/smtp"
+	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/worker"
 )
 

@@ -33,10 +33,10 @@ import (
 	"github.com/emersion/go-msgauth/dkim"
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // richEmail uses every email-only field; the text has a line over 76

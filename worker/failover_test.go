@@ -8,9 +8,9 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/delivery"
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
-	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )

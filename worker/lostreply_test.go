@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/redistest"
-	"github.com/sluicehq/sluice/tasks"
 )
 
 // Redis runs a check and dies before its reply arrives (here: the reply is

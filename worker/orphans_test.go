@@ -8,8 +8,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // loseDequeue leaves Redis as Asynq's dequeue script does when Redis dies

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // What leaves the queue leaves its tenant's count of queued work, and

@@ -9,12 +9,12 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/throttle"
 )
 

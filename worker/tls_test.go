@@ -20,12 +20,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
-	"github.com/sluicehq/sluice/testkit/redistest"
-	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/worker"
 )
 

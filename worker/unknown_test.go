@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )

@@ -4,8 +4,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/config"
 )
 
 func newAPICmd() *cobra.Command {

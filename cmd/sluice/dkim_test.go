@@ -20,9 +20,9 @@ import (
 
 	"github.com/emersion/go-msgauth/dkim"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // zoneString is one quoted character-string of a zone-file line.

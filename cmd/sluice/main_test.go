@@ -21,10 +21,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )

@@ -16,10 +16,10 @@ import (
 
 	"github.com/sluicehq/sluice/internal/fairq"
 	"github.com/sluicehq/sluice/internal/pollgate"
-	"github.com/sluicehq/sluice/testkit/redistest"
-	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 var layout = tasks.Layout{Base: "fairtest", Shards: 4}

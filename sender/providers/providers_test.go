@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/sender/providers"
 	"github.com/sluicehq/sluice/sender/providers/internal/webhooksms"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/worker"
 )
 

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/smtp"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // A hard bounce — any 5xx to RCPT TO, or 550, 551, 553 at the end of DATA —

@@ -10,10 +10,10 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/webhook"

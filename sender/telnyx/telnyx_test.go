@@ -17,12 +17,12 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/testkit/fakes"
-	"github.com/sluicehq/sluice/testkit/redistest"
-	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/telnyx"
+	"github.com/sluicehq/sluice/services"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/redistest"
 )
 
 // The sender speaks Telnyx's wire format (the fake checks the bearer key

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/twilio"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // Throttling answers hold a scope: 429 and Twilio 20429 the provider, 30001

@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/webhook"

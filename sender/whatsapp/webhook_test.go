@@ -15,12 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/delivery"
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/sender/inbound"
 	"github.com/sluicehq/sluice/sender/whatsapp"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/webhook"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/webhook"
 )

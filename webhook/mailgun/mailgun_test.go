@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/testkit/webhooktest"
+	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/webhook/mailgun"
 )
 

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/consent"
-	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/testkit/webhooktest"
+	"github.com/sluicehq/sluice/webhook"
 	"github.com/sluicehq/sluice/webhook/sendgrid"
 )
 
