@@ -67,6 +67,7 @@ func heldEnqueue(cmd redis.Cmder) bool {
 // first's. The answer is 503; nothing of the batch reaches the provider (a
 // notification sent after it arrives alone) and no task of it is left.
 func TestBatchAllOrNothingWithAWorkerRunning(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m,sms.otp:exempt", map[string]string{"SLUICE_POLL_INTERVAL": "20ms"})
 	b.RunWorker(t, app.WorkerOptions{})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // Environment of TestOpenAPIConformance: its seed (default: a new one,
@@ -60,6 +61,7 @@ const conformanceRules = "sms:recipient=100000/1m,email:recipient=100000/1m,emai
 // SLUICE_CONFORMANCE_SEED replays a run; SLUICE_CONFORMANCE_CASES (default
 // 2000) makes it longer.
 func TestOpenAPIConformance(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv(envConformanceSeed); v != "" {

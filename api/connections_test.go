@@ -224,6 +224,7 @@ func TestConnectionsPerClient(t *testing.T) {
 // head timeout (5 s) at most: never closed to make room (a slow client may
 // be on its way), a legitimate request waits for them at worst that long.
 func TestHeadlessConnectionsHoldAtMostTheHeadTimeout(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:tenant=100/1h", nil)
 	cfg := b.Config

@@ -13,6 +13,7 @@ import (
 // A throttled notification reads as waiting, with the rule that holds it
 // and the slot the limiter booked for it; once it went, as sent.
 func TestStatusWaitingThenSent(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/3s", map[string]string{"SLUICE_DELAYED_CHECK_INTERVAL": "100ms", "SLUICE_POLL_INTERVAL": "50ms"})
 	b.RunWorker(t, app.WorkerOptions{})

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // permanentKeys are the keys that may live without a TTL, as patterns
@@ -61,6 +62,7 @@ var leftByTheRun = []string{
 // credentials, has a TTL, unless docs/architecture.md lists it as
 // permanent: on one node and on a 3-master Cluster.
 func TestKeysExpire(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Run("SingleNode", func(t *testing.T) {
 		srv, rdb := redistest.New(t)
 		checkKeysExpire(t, map[string]string{"SLUICE_REDIS_URL": srv.URL()}, rdb)
@@ -94,7 +96,7 @@ func checkKeysExpire(t *testing.T, redisVars map[string]string, rdb redis.Univer
 // the keys the scan allows to.
 func TestKeysDoc(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../docs/architecture.md")
+	raw, err := os.ReadFile("../docs/architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}

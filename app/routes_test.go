@@ -46,7 +46,7 @@ func TestRoutesDoc(t *testing.T) {
 	for _, doc := range []struct {
 		file string
 		ui   bool
-	}{{"../../api/doc.go", false}, {"../../dashboard/doc.go", true}} {
+	}{{"../api/doc.go", false}, {"../dashboard/doc.go", true}} {
 		text := packageDoc(t, doc.file)
 		for _, err := range compareRoutes(doc.file, documentedRoutes(text), served[doc.ui]) {
 			t.Error(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // What suppressions and ledger events cost in Redis memory: INFO
@@ -18,6 +19,7 @@ import (
 // TestMemoryCost ./consent) for the documentation; the bounds only catch a
 // format that bloats.
 func TestMemoryCost(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, nil, consent.Options{})
 	ctx := context.Background()

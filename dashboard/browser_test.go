@@ -166,6 +166,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // token cannot see another tenant, and use the read-only views with
 // JavaScript disabled.
 func TestDashboardInBrowser(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1m,sms:tenant=20/1h,email:tenant=2/1h drop", map[string]string{
 		"SLUICE_DELAYED_CHECK_INTERVAL": "100ms", "SLUICE_POLL_INTERVAL": "50ms"})

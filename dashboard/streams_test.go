@@ -143,6 +143,7 @@ func TestUITenantPageShowsQueuedCaps(t *testing.T) {
 // A live stream open when its session signs out, or its token is revoked,
 // receives nothing more than a second later and ends.
 func TestUILiveStreamEndsWithItsSession(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, uiRules, nil)
 	for _, how := range []string{"logout", "revoke"} {

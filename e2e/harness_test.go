@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -31,6 +32,14 @@ import (
 var sluiceBin string // built once by TestMain
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// The contributor's loop (go test -short ./..., ./scripts/test.sh
+		// --quick) leaves out the real binaries under faults and load:
+		// ./scripts/test.sh, which CI runs, runs them all.
+		fmt.Println("e2e: not run with -short (./scripts/test.sh runs it)")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "sluice-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

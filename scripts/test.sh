@@ -2,7 +2,7 @@
 # The test command: makes sure redis-server and Chromium exist (installing
 # Debian's packages when run as root with apt and they are missing), runs every test with
 # the race detector (e2e and the deploy/ module without it, below).
-#   ./scripts/test.sh --quick                the edit-test loop: no race detector, no e2e, no deploy/
+#   ./scripts/test.sh --quick                the edit-test loop (go test -short): no slow tests, no race detector, no e2e, no deploy/, no Chromium
 #   ./scripts/test.sh --fuzz                 then fuzzes every parser (scripts/fuzz.sh; SLUICE_FUZZTIME=200000x for longer)
 #   ./scripts/test.sh -run TestBoundary     extra arguments go to `go test`
 # Where the time goes, and why the phases are split as they are: docs/development.md.
@@ -33,26 +33,27 @@ if ! command -v redis-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
-# The dashboard's browser test (dashboard: TestDashboardInBrowser) drives a headless Chromium.
+# The dashboard's browser test (dashboard: TestDashboardInBrowser) drives a headless Chromium;
+# --quick (-short) leaves it out, and needs none.
 chromium_bin() { command -v chromium || command -v chromium-browser || command -v google-chrome || command -v google-chrome-stable; }
-if [ -z "${SLUICE_CHROMIUM:-}" ] && ! chromium_bin >/dev/null 2>&1; then
+if [ -z "$quick" ] && [ -z "${SLUICE_CHROMIUM:-}" ] && ! chromium_bin >/dev/null 2>&1; then
   if ! apt_install chromium || ! chromium_bin >/dev/null 2>&1; then
     echo "test.sh: Chromium not found; the dashboard's browser test needs it. Install it (Debian/Ubuntu: sudo apt-get install chromium; macOS: brew install --cask chromium), or point SLUICE_CHROMIUM at a Chrome or Chromium binary, and run again." >&2
     exit 1
   fi
 fi
 echo "test.sh: $(redis-server --version)"
-echo "test.sh: $("${SLUICE_CHROMIUM:-$(chromium_bin)}" --version 2>/dev/null || echo "browser at ${SLUICE_CHROMIUM:-$(chromium_bin)}")"
+[ -n "$quick" ] || echo "test.sh: $("${SLUICE_CHROMIUM:-$(chromium_bin)}" --version 2>/dev/null || echo "browser at ${SLUICE_CHROMIUM:-$(chromium_bin)}")"
 
 # worker first: its tests wait longest (140 s, 24 s of it CPU), and go test
 # builds and starts packages in the order it is given them, so it starts
 # while the others compile instead of after them.
 packages=$(go list ./... | grep -v '/e2e$' | awk '/\/worker$/ { print; next } { rest = rest $0 "\n" } END { printf "%s", rest }')
 if [ -n "$quick" ]; then
-  # Every package but e2e, without the race detector's 5-10x; the full run
-  # below is what CI runs. -parallel 6 as below: with the two cores'
-  # default of 2, worker's waiting tests alone took 207 s.
-  exec go test -count=1 -p 4 -parallel 6 "$@" $packages
+  # The contributor's loop: -short (the tests that take seconds, sluicetest.Slow,
+  # and e2e are left out), no race detector; the full run below is what CI
+  # runs. About 50 s warm on two cores.
+  exec go test -short -count=1 -p 4 -parallel 8 "$@" ./...
 fi
 
 # What the later phases compile is built in the background, so that a

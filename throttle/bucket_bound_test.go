@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -15,6 +16,7 @@ import (
 // behaves at worst as a log one bucket longer; the model test checks that
 // bound slot by slot).
 func TestBucketedUnderAdmissionBound(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, true)
 	for _, c := range []struct {

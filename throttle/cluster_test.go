@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -82,6 +83,7 @@ func TestCluster(t *testing.T) {
 // The booking path on a Cluster: the model trials run against a 3-master
 // Cluster client, each trial's group on its own slot.
 func TestReserveMatchesModelOnCluster(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	_, cc := redistest.NewCluster(t, 3, 0)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))

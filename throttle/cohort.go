@@ -56,9 +56,6 @@ func (c *Cohort) Seat(i int) Seat {
 	return Seat{c, i}
 }
 
-// Cohort returns the seat's cohort (nil for no seat).
-func (s Seat) Cohort() *Cohort { return s.c }
-
 // Leave says the seat's member will not ask (its task ended before its
 // check); one that asked, or a cohort already sent, is left alone.
 func (s Seat) Leave() {

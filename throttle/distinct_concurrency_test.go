@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -19,6 +20,7 @@ import (
 // distinct recipients sent to in its window than the limit, a recipient's
 // repeats never count twice, and every send goes in the end.
 func TestDistinctConcurrent(t *testing.T) {
+	sluicetest.Slow(t)
 	b := setup(t, false)
 	other, err := throttle.New(b.client, throttle.Options{Secret: testSecret})
 	if err != nil {

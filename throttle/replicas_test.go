@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -19,6 +20,7 @@ import (
 // and done records do not wait, and the same run asking again once the
 // replica is back gets its own admission — counted once.
 func TestWaitReplicas(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
@@ -154,6 +156,7 @@ func TestWaitReplicasOptions(t *testing.T) {
 // master's replica cut off, admissions of groups on that master fail with
 // ErrNotReplicated and those on the other masters go through.
 func TestWaitReplicasCluster(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	cl, cc := redistest.NewCluster(t, 3, 1)
 	lim, err := throttle.New(cc, throttle.Options{Secret: testSecret, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})

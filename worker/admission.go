@@ -170,9 +170,11 @@ func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, l
 		opts.Horizon = 0
 	}
 	opts.Seat = takeSeat(ctx)
-	place := placeOf(ctx)
-	place.wait(ctx) // one recipient's checks in the order their tasks were handed out
-	defer place.done()
+	// One recipient's checks in the order their tasks were handed out: the
+	// place is freed when the run ends (sent, deferred or settled), so a
+	// later task to the recipient does not take a slot an earlier one gave
+	// back to ask again (a late wake-up).
+	placeOf(ctx).wait(ctx)
 	checkCtx, span := ad.startCheck(ctx, c.Limits)
 	err = ad.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 		var err error

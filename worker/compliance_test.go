@@ -107,6 +107,7 @@ func TestDropAndExpire(t *testing.T) {
 // A sender rule holds across tenants and recipients: the provider never
 // sees two messages of one sender closer than the window.
 func TestSenderThroughput(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:sender=1/500ms,sms:recipient=100/1m")
 	// The slack is what keeps the window at the provider when sends take

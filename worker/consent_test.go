@@ -215,6 +215,7 @@ func TestWorkerMigratesOldSuppressionsAtStart(t *testing.T) {
 // just before the slot, the slot is given back and the task archived,
 // reason suppressed — the SMS never reaches the provider.
 func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1s")
 	store := b.consentStore(t)

@@ -96,6 +96,7 @@ func checkAgainstModel(t *testing.T, offs, at []int64, l int, slack time.Duratio
 // the messages the fake provider receives, their items (each exactly once)
 // and their times from the first (checkAgainstModel).
 func TestDigestMatchesModel(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 37))
@@ -166,6 +167,7 @@ func sorted(xs []int) []int { out := slices.Clone(xs); slices.Sort(out); return 
 // thread, each carrying its thread's items, about the window after the
 // burst began — not 7 messages at once.
 func TestDigestWindowAndKey(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=10/1m,sms.alerts:digest=max:10+window:1s+key:thread")
 	b.start(t, b.cfg)
@@ -207,6 +209,7 @@ func TestDigestWindowAndKey(t *testing.T) {
 // millisecond at which the window before it holds fewer than L of the
 // person's messages, whatever their channel — every one exactly once.
 func TestPersonCapMatchesModel(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 41))
@@ -269,6 +272,7 @@ func TestPersonCapMatchesModel(t *testing.T) {
 // 3 at the next slots, every item once, and no carrier asked round after
 // round until its slot opens.
 func TestDigestNaiveReschedule(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1s,sms.alerts:digest=max:3")
 	cfg := b.cfg
@@ -315,6 +319,7 @@ func TestDigestNaiveReschedule(t *testing.T) {
 // reason template, its slot given back, nothing sent; the worker goes on
 // (issue 50).
 func TestDigestTemplatePastItsLimitIsArchived(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "email.comment:recipient=1/2s,email.comment:digest=max:50")
 	tmpl := digest.Template{Text: "{{range .Items}}{{.Body}}{{.Body}}{{.Body}}{{end}}"}

@@ -35,6 +35,7 @@ func withBackup(cfg worker.Config, f *fakes.SMSAPI, kv ...string) worker.Config 
 // a request. The primary comes back: after the cooldown one send probes
 // it, and traffic returns to it.
 func TestPriorityFailsOverAtOnceAndComesBack(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms.otp:exempt")
 	backup := fakes.NewSMSAPI(t)
@@ -136,6 +137,7 @@ func TestPermanentRefusalDoesNotFailOver(t *testing.T) {
 // before it goes to the backup (a blip does not move bulk traffic to a
 // dearer provider); no retry budget is spent meanwhile.
 func TestStandardWaitsTheGraceThenFailsOver(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "")
 	backup := fakes.NewSMSAPI(t)

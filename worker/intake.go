@@ -260,14 +260,6 @@ type seatHolder struct {
 
 type seatKey struct{}
 
-// seatOf returns the task's cohort seat, if it has one, without using it.
-func seatOf(ctx context.Context) throttle.Seat {
-	if h, ok := ctx.Value(seatKey{}).(*seatHolder); ok {
-		return h.seat
-	}
-	return throttle.Seat{}
-}
-
 // takeSeat returns the task's cohort seat the first time it is asked.
 func takeSeat(ctx context.Context) throttle.Seat {
 	h, ok := ctx.Value(seatKey{}).(*seatHolder)

@@ -91,6 +91,7 @@ func TestDequeuersShareTheSlots(t *testing.T) {
 // lands reaches the provider before the third standard one (sharing the
 // slot, it would wait for the second and arrive with the third).
 func TestPriorityLaneHasItsOwnSlots(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms.otp:exempt, sms:recipient=5/1m")
 	b.sms.SetLatency(2 * time.Second)

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // Redis runs a check and dies before its reply arrives (here: the reply is
@@ -20,6 +21,7 @@ import (
 // provider sees the two a whole window apart. (TestRedisCrash in e2e saw
 // 4 receipts within 1.8 s under a 3/2 s rule before this.)
 func TestLostReplyDoesNotSendOnAStaleSlot(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/2s")
 	proxy := redistest.NewProxy(t, b.redis)
@@ -67,6 +69,7 @@ func TestLostReplyDoesNotSendOnAStaleSlot(t *testing.T) {
 // the next send to the same number — a window after the slot — less than
 // a window after the receipt. Every receipt to a number is a window apart.
 func TestCapWaitDoesNotSendOnAStaleSlot(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1s,sms:tenant:concurrency=1")
 	b.sms.SetLatency(300 * time.Millisecond)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/sluicehq/sluice/throttle"
 )
 
 // recipientOrder keeps one recipient's checks in the order this worker's
@@ -13,17 +11,23 @@ import (
 // follow each tenant's enqueue order in its lane). A task checks only once
 // every task handed out before it has said whom it goes to (decoded) or
 // left, and none of those to the same tenant, lane and recipient is still
-// before its check — unless that one is in the same cohort, whose checks
-// run in seat order in one call anyway. So of two notifications to one
+// running (it is freed once sent, deferred or settled, so a later task does
+// not take a slot an earlier one gave back to ask again). Not even one of
+// the same cohort goes first: a member that comes late to its cohort's call
+// goes alone after it. (Two of one recipient's tasks in one batch thus cost
+// the later the cohort's wait.) So of two notifications to one
 // recipient, the later is never admitted ahead of the earlier when the
 // rules would admit the earlier: a starved goroutine no longer lets #6
 // overtake #5.
 //
 // It orders this worker's tasks only: two workers that took tasks of one
 // recipient do not wait for each other. A task waits at most maxTurnWait
-// for those before it (a processor that never runs its task — a shutdown —
-// must not stall the others): past it, it checks as it would without the
-// order.
+// for those before it, a safety net (a processor that never runs its task —
+// a shutdown — must not stall the others for good): past it, it checks as
+// it would without the order. An earlier run of the recipient lasts at most
+// its in-process wait (MAX_INLINE_WAIT) and a send; a task handed out is
+// decoded within milliseconds, and within seconds on a machine loaded far
+// beyond its cores.
 type recipientOrder struct {
 	mu      sync.Mutex
 	next    uint64            // the place the next task handed out gets
@@ -41,12 +45,10 @@ type turn struct {
 	handed time.Time
 	known  bool // its task said whom it goes to
 	key    string
-	cohort *throttle.Cohort
 }
 
-// maxTurnWait bounds a task's wait for the checks of those handed out
-// before it.
-const maxTurnWait = time.Second
+// maxTurnWait bounds a task's wait for those handed out before it.
+const maxTurnWait = 10 * time.Second
 
 func newRecipientOrder() *recipientOrder {
 	return &recipientOrder{seqs: map[string]uint64{}, open: map[uint64]*turn{}, byKey: map[string][]uint64{}, changed: make(chan struct{})}
@@ -85,15 +87,15 @@ func (o *recipientOrder) changedLocked() {
 	}
 }
 
-// known records whom the task at seq goes to, and its cohort (nil: none).
-func (o *recipientOrder) known(seq uint64, key string, cohort *throttle.Cohort) {
+// known records whom the task at seq goes to.
+func (o *recipientOrder) known(seq uint64, key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t := o.open[seq]
 	if t == nil || t.known {
 		return
 	}
-	t.known, t.key, t.cohort = true, key, cohort
+	t.known, t.key = true, key
 	q := o.byKey[key]
 	i := len(q)
 	for i > 0 && q[i-1] > seq { // places mostly come known in order
@@ -157,12 +159,7 @@ func (o *recipientOrder) mayCheckLocked(seq uint64) bool {
 		}
 	}
 	for _, s := range o.byKey[me.key] {
-		if s >= seq {
-			return true
-		}
-		if t := o.open[s]; t.cohort == nil || t.cohort != me.cohort {
-			return false // an earlier one to the same recipient, not in my cohort, still before its check
-		}
+		return s >= seq // an earlier one to the same recipient still running holds me back
 	}
 	return true
 }
@@ -216,9 +213,9 @@ func placeOf(ctx context.Context) *orderPlace {
 }
 
 // known says whom the task goes to: its tenant, lane and recipient.
-func (p *orderPlace) known(key string, seat throttle.Seat) {
+func (p *orderPlace) known(key string) {
 	if p != nil && !p.over {
-		p.o.known(p.seq, key, seat.Cohort())
+		p.o.known(p.seq, key)
 	}
 }
 

@@ -29,6 +29,7 @@ return id
 // ORPHAN_AFTER, not after Asynq's 60–120 s lease recovery, and is sent
 // once.
 func TestOrphanedTaskIsRequeued(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m")
 	n := tasks.NewSMS("acme", "+14155550190", "orphaned by a lost dequeue")
@@ -61,6 +62,7 @@ func TestOrphanedTaskIsRequeued(t *testing.T) {
 // A live task whose send takes longer than ORPHAN_AFTER is never taken for
 // an orphan: its server's heartbeat moves its lease. Two workers sweep.
 func TestSlowLiveTaskIsNotRequeued(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=5/1m")
 	b.sms.SetLatency(16 * time.Second)

@@ -57,7 +57,7 @@ func (sp *sendPath) throttleMiddleware(next asynq.Handler) asynq.Handler {
 			return err
 		}
 		traceNotification(ctx, n)
-		placeOf(ctx).known(sp.recipientKey(ctx, n), seatOf(ctx))
+		placeOf(ctx).known(sp.recipientKey(ctx, n))
 		log := sp.log.With("id", n.ID, "tenant", n.Tenant, "channel", n.Channel, "category", n.CategoryOrDefault())
 		if moved, err := sp.adm.route(ctx, t, n, log); moved {
 			return err

@@ -24,6 +24,7 @@ import (
 // timeline never has two sends within one window. (1 s, not 2 s: the burst's
 // 100 s were the longest path of the package's tests, and of --quick.)
 func TestBurstTwoWorkers(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		ch         tasks.Channel
@@ -112,6 +113,7 @@ func TestBurstTwoWorkers(t *testing.T) {
 // move, a MaxRetry(0) task is delivered later, and a task with one real
 // failure behind it keeps exactly its remaining budget.
 func TestDeniedIsNotFailure(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/3s")
 	b.cfg.RetryBase = 3 * time.Second
@@ -173,6 +175,7 @@ func TestDeniedIsNotFailure(t *testing.T) {
 // A task built outside tasks.NewTask with MaxRetry(0) would be archived by
 // Asynq on its first denial; the worker reschedules it as a copy.
 func TestRawMaxRetryZeroIsRescheduled(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/2s")
 	b.start(t, b.cfg)
@@ -278,6 +281,7 @@ func TestUnreadablePayloadsAreArchived(t *testing.T) {
 // Provider errors: permanent ones archive at once and release the slot;
 // transient ones retry (honouring Retry-After) and deliver.
 func TestProviderErrors(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:recipient=1/1h,email:recipient=1/1h")
 	r := b.start(t, b.cfg)

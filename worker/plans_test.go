@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
@@ -19,6 +20,7 @@ import (
 // within 2 s, every window after that holds the new limit, and no window
 // ever holds more than the old one.
 func TestPlanChangeUnderLoad(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	b := setup(t, "sms:tenant=20/2s,sms:recipient=100/1m")
 	// The receipts are audited against the limits exactly; a send may reach

@@ -38,6 +38,7 @@ import (
 // restarted) acknowledges, and no window holds more receipts than its
 // limit, counting every receipt.
 func TestWaitReplicasKeepWindowsThroughFailover(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	cl, cc := redistest.NewCluster(t, 3, 1)
 	sms := fakes.NewSMSAPI(t)

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/testkit/tlstest"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -109,6 +110,7 @@ func TestTLSWorkerOverRedissAndSMTPStartTLSWithAuth(t *testing.T) {
 // replication all use TLS. REDIS_URL's host names no node: each node's
 // certificate is checked against the address it is dialed at.
 func TestTLSWorkerOverRedisCluster(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	certs := tlstest.New(t)
 	cl, cc := redistest.NewTLSCluster(t, certs, 3, 0)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -276,6 +277,7 @@ func TestTraceFollowsTheNotification(t *testing.T) {
 // ends as rescheduled (not an error), and the run that sends later is in the
 // same trace, again a child of the producer's span.
 func TestTraceOfABookedNotification(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	const window = 4 * time.Second
 	b := setup(t, "sms:recipient=1/4s")

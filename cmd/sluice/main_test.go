@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/report"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -392,6 +393,7 @@ func (s *syncBuffer) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Durat
 // sluice dev delivers the classic sliding-log demo — 5 at once, 3 after the window —
 // and serves /metrics with the throttle counters moving.
 func TestDev(t *testing.T) {
+	sluicetest.Slow(t)
 	out := &syncBuffer{notify: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)

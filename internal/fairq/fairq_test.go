@@ -285,6 +285,7 @@ func jain(xs []float64) float64 {
 // pending list, into the legacy queue, or scheduled — are served, each
 // once, beside the rooms.
 func TestTasksOutsideTheRoomsAreServed(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	_, rdb := redistest.New(t)
 	ctx := context.Background()

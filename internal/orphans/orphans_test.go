@@ -247,6 +247,7 @@ func TestUnansweredSweepRestartsTheClock(t *testing.T) {
 // A task a live server lists among its active workers is never requeued,
 // even with a lease that did not move (a heartbeat not yet due).
 func TestListedTaskIsKept(t *testing.T) {
+	sluicetest.Slow(t)
 	ctx := context.Background()
 	_, rdb := redistest.New(t)
 	id := enqueue(t, rdb)

@@ -268,6 +268,17 @@ func (b *bell) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	ps := b.client.Subscribe(ctx, invalidations)
 	defer ps.Close()
+	// A read blocks for up to readerCheck whatever ctx says: closing the
+	// subscription when ctx ends lets Run stop at once.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = ps.Close()
+		case <-stopped:
+		}
+	}()
 	checked := time.Now()
 	for ctx.Err() == nil {
 		if time.Since(checked) >= readerCheck {

@@ -135,6 +135,7 @@ func evalshas(t *testing.T, rdb *redis.Client) int {
 // less than without it, and still takes a task the moment a producer that
 // knows nothing of the gate enqueues it.
 func TestIdleServerPollsLittleAndWakesOnEnqueue(t *testing.T) {
+	sluicetest.Slow(t)
 	qs := queues(12)
 	b := setup(t, qs, pollgate.Options{Recheck: time.Minute})
 	got := make(chan string, 16)
@@ -187,6 +188,7 @@ func TestIdleServerPollsLittleAndWakesOnEnqueue(t *testing.T) {
 // Delayed tasks (scheduled by a producer, or retried after a failure) are
 // forwarded when due, though the gate skips the forwarder's polls between.
 func TestDelayedTasksForwardedWhenDue(t *testing.T) {
+	sluicetest.Slow(t)
 	qs := queues(4)
 	b := setup(t, qs, pollgate.Options{Recheck: time.Minute})
 	got := make(chan string, 16)
@@ -247,6 +249,7 @@ func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // gate decides). Every kind of poll must be recognised, and no script that
 // writes a task (enqueue, schedule, done, complete, retry, archive) ever is.
 func TestRecognisesTheAsynqVersionInUse(t *testing.T) {
+	sluicetest.Slow(t)
 	qs := queues(2)
 	srv, rdb := redistest.New(t)
 	g := pollgate.New(rdb, qs, pollgate.Options{Recheck: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

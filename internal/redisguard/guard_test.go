@@ -294,6 +294,7 @@ func TestRuntimeChanges(t *testing.T) {
 // master's connected replicas; masters with fewer replicas than admissions
 // wait for are warned about.
 func TestClusterEveryNode(t *testing.T) {
+	sluicetest.Slow(t)
 	t.Parallel()
 	cl, cc := redistest.NewCluster(t, 3, 1)
 	b := &bundle{log: &sluicetest.LogBuffer{}, reg: prometheus.NewRegistry()}
