@@ -87,13 +87,11 @@ type Server struct {
 	tracing     trace.TracerProvider
 }
 
-// New builds the API server from its configuration (validated) on svc
+// New builds the API server from its configuration, which its caller
+// validated (app.NewAPI does, once: Config.Validate), on svc
 // (app opens it). It does not connect until Run (or WatchPlans);
 // Run closes svc when it returns, Close when it will not run.
 func New(cfg Config, svc *services.Set, opts Options) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	rate, err := cfg.RateRule()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %sAPI_RATE: %w", ErrConfig, config.EnvPrefix, err)
@@ -111,7 +109,7 @@ func New(cfg Config, svc *services.Set, opts Options) (*Server, error) {
 	}
 	s.fail = cfg.failures(s.lim)
 	s.notifRate, _ = cfg.NotificationRule()
-	s.fromDomains, _ = config.ParseFromDomains(cfg.EmailFromDomains)
+	s.fromDomains = cfg.EmailFromDomains
 	s.idem = &idemStore{rdb: s.rdb, ttl: cfg.IdempotencyTTL, lockTTL: cfg.lockTTL()}
 	s.client = asynq.NewClientFromRedisClient(s.rdb)
 	s.producer = tasks.NewProducer(s.rdb, s.keys)

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,7 +61,7 @@ type Base struct {
 	WhatsAppFrom           string `env:"WHATSAPP_PHONE_NUMBER_ID" desc:"Default WhatsApp business number of WhatsApp messages: its Cloud API phone-number id (digits); a notification's from names another. Sender rules (whatsapp:sender=...) count by it."`
 	SMSMessagingServiceSID string `env:"SMS_MESSAGING_SERVICE_SID" desc:"Default Messaging Service of SMS (MG + 32 hex digits), instead of SMS_FROM: messages are posted with MessagingServiceSid and no From, and the provider picks the number from the service's sender pool. Sender rules (sms:sender=...) count the service as the sender. A notification's own from or messaging_service_sid overrides it."`
 
-	SMSSuppressCodes string        `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
+	SMSSuppressCodes SuppressCodes `env:"SMS_SUPPRESS_CODES" envDefault:"21211,21610,21614,30005,30006" desc:"Provider error codes that put the recipient on the tenant's SMS suppression list for SMS_SUPPRESS_TTL: a later SMS to it is archived unsent, reason suppressed. The codes come from status callbacks (undelivered, failed) and from the provider's refusal of a send. Default: invalid number, unsubscribed (STOP), not a mobile number, unknown handset, landline or unreachable carrier. none: no suppression list (and no check before each SMS)."`
 	SMSSuppressTTL   time.Duration `env:"SMS_SUPPRESS_TTL" envDefault:"720h" desc:"How long a recipient stays on a tenant's SMS suppression list after its last permanent failure (numbers get reassigned)."`
 
 	EmailSuppressTTL time.Duration `env:"EMAIL_SUPPRESS_TTL" envDefault:"720h" desc:"How long an email address stays undeliverable for a tenant after a hard bounce (SMTP 5xx on RCPT, or on DATA saying the mailbox does not exist) or a bounce event; a later email to it is archived unsent, reason suppressed."`
@@ -68,7 +69,7 @@ type Base struct {
 	ConsentMaxEvents int           `env:"CONSENT_MAX_EVENTS" envDefault:"1000" desc:"Most events kept in one recipient's consent ledger (the oldest go first), 1-100000."`
 	UnsubscribeURL   string        `env:"UNSUBSCRIBE_URL" desc:"Base URL of sluice api as recipients reach it (e.g. https://sluice.example.com), for the one-click unsubscribe links of email[.CATEGORY]:unsubscribe=hosted rules: /u/TOKEN is added to it. Required when a rule asks for hosted links; workers and the API need the same value."`
 
-	EmailFromDomains string `env:"EMAIL_FROM_DOMAINS" desc:"The domains each tenant may send email from (the From address, which DKIM signs): TENANT=DOMAIN[|DOMAIN...] entries, comma-separated, with * as TENANT for every tenant not named. Set, a tenant named by no entry (and no *) may use only SMTP_FROM's domain; the API refuses another From (422) and workers archive it unsent (reason invalid). Empty: any domain."`
+	EmailFromDomains FromDomains `env:"EMAIL_FROM_DOMAINS" desc:"The domains each tenant may send email from (the From address, which DKIM signs): TENANT=DOMAIN[|DOMAIN...] entries, comma-separated, with * as TENANT for every tenant not named. Set, a tenant named by no entry (and no *) may use only SMTP_FROM's domain; the API refuses another From (422) and workers archive it unsent (reason invalid). Empty: any domain."`
 
 	TenantMaxQueued      int64         `env:"TENANT_MAX_QUEUED" envDefault:"100000" desc:"Most notifications one tenant may have queued (waiting, scheduled, retrying) at once, counted at enqueue by the API, sluice enqueue and tasks.QueueQuota; past it the API answers 429 (problem queue-full, Retry-After) and nothing of the request is enqueued. About 1.5 KB of Redis each (a small SMS measured 1,435-1,527 B): the default holds ~150 MB per tenant. 0: no cap."`
 	TenantMaxQueuedBytes int64         `env:"TENANT_MAX_QUEUED_BYTES" envDefault:"268435456" desc:"Most bytes of queued notifications one tenant may hold in Redis (payload plus 1,600 B per task, measured), counted and refused like TENANT_MAX_QUEUED. Size the sum over tenants within Redis's maxmemory. 0: no cap."`
@@ -164,9 +165,6 @@ func (b Base) validateSends(p *Problems) {
 	if b.SendSlack < 0 || b.SendSlack > time.Minute {
 		p.Add("SEND_SLACK", "must be between 0 and 1m, got %v", b.SendSlack)
 	}
-	if _, err := ParseFromDomains(b.EmailFromDomains); err != nil {
-		p.Add("EMAIL_FROM_DOMAINS", "%v", err)
-	}
 }
 
 // validateQueuedCaps checks the caps on a tenant's queued work:
@@ -211,9 +209,6 @@ func (b Base) validateSMSOrigin(p *Problems) {
 // SMS_SUPPRESS_TTL, EMAIL_SUPPRESS_TTL, CONSENT_RETENTION and
 // CONSENT_MAX_EVENTS.
 func (b Base) validateSuppression(p *Problems) {
-	if _, err := b.SuppressCodes(); err != nil {
-		p.Add("SMS_SUPPRESS_CODES", "%v", err)
-	}
 	if b.SMSSuppressTTL < time.Hour || b.SMSSuppressTTL > 3650*24*time.Hour {
 		p.Add("SMS_SUPPRESS_TTL", "must be between 1h and 87600h (10 years), got %v", b.SMSSuppressTTL)
 	}
@@ -272,22 +267,46 @@ func (b Base) Origin(n tasks.Notification) string {
 	return b.SMTPFrom
 }
 
-// SuppressCodes are the provider error codes of SMS_SUPPRESS_CODES; nil
-// when it is none (no suppression list, and no check before each SMS).
-func (b Base) SuppressCodes() (map[int]bool, error) {
-	if strings.TrimSpace(b.SMSSuppressCodes) == "none" {
-		return nil, nil
+// SuppressCodes are the provider error codes of SMS_SUPPRESS_CODES, parsed
+// when the settings are read; nil when it is none (no suppression list, and
+// no check before each SMS).
+type SuppressCodes map[int]bool
+
+// UnmarshalText reads SMS_SUPPRESS_CODES: comma-separated codes, or none.
+func (c *SuppressCodes) UnmarshalText(b []byte) error {
+	s := string(b)
+	if strings.TrimSpace(s) == "none" {
+		*c = nil
+		return nil
 	}
-	out := map[int]bool{}
-	for _, f := range strings.Split(b.SMSSuppressCodes, ",") {
+	out := SuppressCodes{}
+	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 || n > 999999 || len(f) > 6 {
-			return nil, fmt.Errorf("must be comma-separated provider error codes (1 to 6 digits, e.g. 21211,30005) or none, got %q", f)
+			return fmt.Errorf("must be comma-separated provider error codes (1 to 6 digits, e.g. 21211,30005) or none, got %q", f)
 		}
 		out[n] = true
 	}
-	return out, nil
+	*c = out
+	return nil
+}
+
+// String writes the codes as SMS_SUPPRESS_CODES takes them.
+func (c SuppressCodes) String() string {
+	if c == nil {
+		return "none"
+	}
+	codes := make([]int, 0, len(c))
+	for n := range c {
+		codes = append(codes, n)
+	}
+	slices.Sort(codes)
+	parts := make([]string, len(codes))
+	for i, n := range codes {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
 }
 
 // DefaultZone is SLUICE_DEFAULT_TZ as a location (UTC if it does not load).
@@ -390,8 +409,32 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 }
 
 // FromDomains are the From domains tenants may send email from
-// (EMAIL_FROM_DOMAINS); nil: any.
+// (EMAIL_FROM_DOMAINS), parsed when the settings are read; nil: any.
 type FromDomains map[string][]string
+
+// UnmarshalText reads EMAIL_FROM_DOMAINS (ParseFromDomains).
+func (d *FromDomains) UnmarshalText(b []byte) error {
+	v, err := ParseFromDomains(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// String writes the entries as EMAIL_FROM_DOMAINS takes them, tenants in order.
+func (d FromDomains) String() string {
+	tenants := make([]string, 0, len(d))
+	for t := range d {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	parts := make([]string, len(tenants))
+	for i, t := range tenants {
+		parts[i] = t + "=" + strings.Join(d[t], "|")
+	}
+	return strings.Join(parts, ",")
+}
 
 // ParseFromDomains reads EMAIL_FROM_DOMAINS: TENANT=DOMAIN[|DOMAIN...],...
 func ParseFromDomains(s string) (FromDomains, error) {

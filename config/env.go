@@ -28,9 +28,32 @@ func Read(environ map[string]string, cfg any) error {
 		opts.Environment = environ
 	}
 	if err := env.ParseWithOptions(cfg, opts); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
+		return fmt.Errorf("%w: %w", ErrConfig, named(cfg, err))
 	}
 	return nil
+}
+
+// named rewrites env's parse errors, which name a struct field, to name the
+// variable instead (SLUICE_EMAIL_FROM_DOMAINS entry "x": …).
+func named(cfg any, err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	vars := map[string]string{} // field name → variable
+	walk(reflect.ValueOf(cfg).Elem(), func(f reflect.StructField, _ reflect.Value) {
+		vars[f.Name] = EnvPrefix + f.Tag.Get("env")
+	})
+	out := make([]error, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) && vars[pe.Name] != "" {
+			out = append(out, fmt.Errorf("%s %w", vars[pe.Name], pe.Err))
+			continue
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
 }
 
 // Problems collects a configuration's errors, each naming its variable.

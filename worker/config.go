@@ -57,8 +57,9 @@ type Config struct {
 	Environ map[string]string `env:"-"`
 }
 
-// LoadConfig reads the configuration from the environment (SLUICE_*) and validates it.
-func LoadConfig() (Config, error) { return ParseConfig(nil) }
+// LoadConfig reads the configuration from the environment (SLUICE_*); every
+// value parses, and app.NewWorker validates it (once: Config.Validate).
+func LoadConfig() (Config, error) { return ReadConfig(nil) }
 
 // ParseConfig reads the configuration from environ (KEY=VALUE pairs, nil for
 // the process environment) and validates it, the selected senders' settings

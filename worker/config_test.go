@@ -162,13 +162,13 @@ func TestConfigCrossChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if codes, err := cfg.SuppressCodes(); err != nil || codes != nil {
-		t.Errorf("SLUICE_SMS_SUPPRESS_CODES=none: %v, %v; want no codes", codes, err)
+	if codes := cfg.SMSSuppressCodes; codes != nil {
+		t.Errorf("SLUICE_SMS_SUPPRESS_CODES=none: %v; want no codes", codes)
 	}
 	if cfg, err = worker.ParseConfig(base()); err != nil {
 		t.Fatal(err)
 	}
-	if codes, _ := cfg.SuppressCodes(); len(codes) != 5 || !codes[21211] || !codes[30005] || codes[30003] || codes[30007] {
+	if codes := cfg.SMSSuppressCodes; len(codes) != 5 || !codes[21211] || !codes[30005] || codes[30003] || codes[30007] {
 		t.Errorf("default suppress codes %v", codes)
 	}
 }

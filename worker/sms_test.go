@@ -153,7 +153,7 @@ func TestPermanentFailureSuppressesTheRecipient(t *testing.T) {
 			b := setup(t, "sms:recipient=5/1m")
 			cfg := b.cfg
 			if !on {
-				cfg.SMSSuppressCodes = "none"
+				cfg.SMSSuppressCodes = nil // SMS_SUPPRESS_CODES=none
 			}
 			r := b.start(t, cfg)
 			const bad = "+14155550190"

@@ -74,12 +74,10 @@ type Worker struct {
 	redisGuard    atomic.Pointer[redisguard.Guard] // Redis's settings, watched once running
 }
 
-// New builds a worker on svc (app opens it); it does not connect
-// until Run, which closes svc when it returns.
+// New builds a worker on svc (app opens it) from cfg, which its caller
+// validated (app.NewWorker does, once: Config.Validate); it does not
+// connect until Run, which closes svc when it returns.
 func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	list := opts.Providers
 	if len(list) == 0 {
 		list = map[tasks.Channel][]sender.Named{}
@@ -122,10 +120,7 @@ func newCore(cfg Config, svc *services.Set, tp trace.TracerProvider) (*core, err
 	co := &core{cfg: cfg, log: svc.Log, rdb: svc.Redis, limiter: svc.Limiter, plans: svc.Plans, keys: svc.Keys,
 		tracer: tp.Tracer(TracerName), metrics: NewMetrics(svc.Registry), layout: cfg.Layout(), consent: svc.Consent,
 		client: asynq.NewClientFromRedisClient(svc.Redis), delivery: delivery.NewStore(svc.Redis, svc.Limiter), stopping: make(chan struct{})}
-	var err error
-	if co.suppressCodes, err = cfg.SuppressCodes(); err != nil {
-		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
-	}
+	co.suppressCodes = cfg.SMSSuppressCodes // parsed as the settings were read
 	return co, nil
 }
 
@@ -139,7 +134,7 @@ func newSendPath(co *core, list map[tasks.Channel][]sender.Named, onDecide func(
 	wait := &waiter{core: co, waiters: make(chan struct{}, co.cfg.MaxWaiters), rec: rec}
 	dig := &digester{core: co, digests: digest.New(co.rdb, co.limiter), templates: digest.NewTemplates(co.rdb), rec: rec}
 	adm := &admission{core: co, planner: co.cfg.Planner(), onDecide: onDecide, prov: prov, dig: dig, wait: wait, rec: rec, fb: fb}
-	adm.fromDomains, _ = config.ParseFromDomains(co.cfg.EmailFromDomains) // validated
+	adm.fromDomains = co.cfg.EmailFromDomains
 	if co.cfg.UnsubscribeURL != "" {
 		var err error
 		if adm.unsubscribe, err = unsubscribe.NewSigner(co.cfg.SubjectSecret); err != nil {

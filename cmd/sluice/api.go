@@ -26,7 +26,7 @@ console; a request's W3C traceparent is continued into the tasks it enqueues.`,
 			if err := config.UnknownVariables(nil, knownVariables()); err != nil {
 				return err
 			}
-			cfg, err := api.ParseConfig(nil)
+			cfg, err := api.ReadConfig(nil) // app.NewAPI validates it
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package telnyx
 
 import (
 	"context"
+	"crypto/ed25519"
 	"log/slog"
 	"time"
 
@@ -43,7 +44,7 @@ func WebhookSettings(environ map[string]string) (Settings, error) {
 // InboundRoute (h.Inbound). Without SLUICE_TELNYX_PUBLIC_KEY they answer
 // 404 saying so.
 func NewWebhooks(s Settings, base config.Base, d Deps) (*Webhooks, error) {
-	codes, _ := s.codes() // validated
+	codes := s.SuppressCodes
 	h := &Webhooks{ttl: base.DedupeTTL, suppressFor: base.SMSSuppressTTL, codes: codes,
 		delivery: delivery.NewStore(d.Redis, d.Limiter), consent: d.Consent, lim: d.Limiter,
 		guard: webhook.NewGuard(d.Redis), log: d.Log.With("component", "telnyx"), now: time.Now, notOwnedLog: webhook.NewLogEvery(10 * time.Second),
@@ -51,8 +52,8 @@ func NewWebhooks(s Settings, base config.Base, d Deps) (*Webhooks, error) {
 			Name: "sluice_telnyx_webhooks_total",
 			Help: "Telnyx webhooks by route (callback, inbound) and outcome: recorded, ignored, duplicate, unsigned, forged, stale, malformed, not_owned (authentic, but not the tenant's: another number than the notification's, or an inbound message to a number or profile the tenant does not own), or the inbound message's intent.",
 		}, []string{"route", "outcome"})}
-	if s.PublicKey != "" {
-		h.key, _ = ParsePublicKey(s.PublicKey) // validated
+	if len(s.PublicKey) != 0 {
+		h.key = ed25519.PublicKey(s.PublicKey)
 	}
 	if err := d.Registry.Register(h.events); err != nil {
 		return nil, err

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,13 +16,13 @@ import (
 // Settings are the provider's SLUICE_TELNYX_* variables (the default
 // origin, SMS_FROM, is config.Base's).
 type Settings struct {
-	APIKey             string        `env:"TELNYX_API_KEY" desc:"Telnyx API key (Bearer) of the Messages API v2, when SLUICE_SMS_SENDER=telnyx." secret:"true"`
-	BaseURL            string        `env:"TELNYX_BASE_URL" envDefault:"https://api.telnyx.com" desc:"Base URL of the Telnyx API; messages are POSTed to BASE/v2/messages."`
-	MessagingProfileID string        `env:"TELNYX_MESSAGING_PROFILE_ID" desc:"Messaging profile of the messages (sent as messaging_profile_id); with a number pool on the profile, messages may name no from."`
-	PublicKey          string        `env:"TELNYX_PUBLIC_KEY" desc:"The account's Ed25519 public key (base64, Mission Control: Keys & Credentials): the API checks the telnyx-signature-ed25519 of delivery reports and inbound messages with it."`
-	WebhookURL         string        `env:"TELNYX_WEBHOOK_URL" desc:"Base URL of sluice api as Telnyx reaches it (e.g. https://sluice.example.com). When set, each SMS asks for its delivery reports at BASE/v1/callbacks/telnyx/TENANT/ID; inbound messages go to BASE/v1/inbound/telnyx/TENANT (the messaging profile's webhook). Workers and the API need the same value; needs TELNYX_PUBLIC_KEY."`
-	SuppressCodes      string        `env:"TELNYX_SUPPRESS_CODES" envDefault:"40001,40300" desc:"Telnyx delivery error codes that mark the recipient undeliverable for the tenant for SMS_SUPPRESS_TTL (from a delivery report, or a refused send): 40001 not routable (a landline), 40300 the recipient texted STOP to the number. none: no code does."`
-	Timeout            time.Duration `env:"TELNYX_TIMEOUT" envDefault:"10s" desc:"Timeout of one Telnyx API request."`
+	APIKey             string               `env:"TELNYX_API_KEY" desc:"Telnyx API key (Bearer) of the Messages API v2, when SLUICE_SMS_SENDER=telnyx." secret:"true"`
+	BaseURL            string               `env:"TELNYX_BASE_URL" envDefault:"https://api.telnyx.com" desc:"Base URL of the Telnyx API; messages are POSTed to BASE/v2/messages."`
+	MessagingProfileID string               `env:"TELNYX_MESSAGING_PROFILE_ID" desc:"Messaging profile of the messages (sent as messaging_profile_id); with a number pool on the profile, messages may name no from."`
+	PublicKey          PublicKey            `env:"TELNYX_PUBLIC_KEY" desc:"The account's Ed25519 public key (base64, Mission Control: Keys & Credentials): the API checks the telnyx-signature-ed25519 of delivery reports and inbound messages with it."`
+	WebhookURL         string               `env:"TELNYX_WEBHOOK_URL" desc:"Base URL of sluice api as Telnyx reaches it (e.g. https://sluice.example.com). When set, each SMS asks for its delivery reports at BASE/v1/callbacks/telnyx/TENANT/ID; inbound messages go to BASE/v1/inbound/telnyx/TENANT (the messaging profile's webhook). Workers and the API need the same value; needs TELNYX_PUBLIC_KEY."`
+	SuppressCodes      config.SuppressCodes `env:"TELNYX_SUPPRESS_CODES" envDefault:"40001,40300" desc:"Telnyx delivery error codes that mark the recipient undeliverable for the tenant for SMS_SUPPRESS_TTL (from a delivery report, or a refused send): 40001 not routable (a landline), 40300 the recipient texted STOP to the number. none: no code does."`
+	Timeout            time.Duration        `env:"TELNYX_TIMEOUT" envDefault:"10s" desc:"Timeout of one Telnyx API request."`
 }
 
 // Provider is the entry of sender/providers: SLUICE_SMS_SENDER=telnyx.
@@ -55,14 +54,6 @@ func (s *Settings) Validate(base config.Base, p *config.Problems) {
 // ValidateShared records the problems of what the API reads too: the
 // webhook base URL, the public key and the suppression codes.
 func (s *Settings) ValidateShared(p *config.Problems) {
-	if _, err := s.codes(); err != nil {
-		p.Add("TELNYX_SUPPRESS_CODES", "%v", err)
-	}
-	if s.PublicKey != "" {
-		if _, err := ParsePublicKey(s.PublicKey); err != nil {
-			p.Add("TELNYX_PUBLIC_KEY", "%v", err)
-		}
-	}
 	if s.WebhookURL == "" {
 		return
 	}
@@ -70,42 +61,39 @@ func (s *Settings) ValidateShared(p *config.Problems) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		p.Add("TELNYX_WEBHOOK_URL", "must be a base URL like https://sluice.example.com (no user info, query or fragment), got %q", s.WebhookURL)
 	}
-	if s.PublicKey == "" {
+	if len(s.PublicKey) == 0 {
 		p.Add("TELNYX_WEBHOOK_URL", "is set but %sTELNYX_PUBLIC_KEY is not: the API checks every webhook's Ed25519 signature with it", config.EnvPrefix)
 	}
 }
 
-// ParsePublicKey reads a base64 Ed25519 public key (32 bytes).
-func ParsePublicKey(b64 string) (ed25519.PublicKey, error) {
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
-	if err != nil || len(raw) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("must be the base64 of a 32-byte Ed25519 public key")
+// PublicKey is TELNYX_PUBLIC_KEY, parsed when the settings are read: the
+// account's Ed25519 public key (its base64 in the variable; empty: none).
+type PublicKey ed25519.PublicKey
+
+// UnmarshalText reads a base64 Ed25519 public key (32 bytes).
+func (k *PublicKey) UnmarshalText(b []byte) error {
+	if strings.TrimSpace(string(b)) == "" {
+		*k = nil
+		return nil
 	}
-	return ed25519.PublicKey(raw), nil
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(raw) != ed25519.PublicKeySize {
+		return fmt.Errorf("must be the base64 of a 32-byte Ed25519 public key")
+	}
+	*k = PublicKey(raw)
+	return nil
 }
 
-// codes reads SuppressCodes.
-func (s *Settings) codes() (map[int]bool, error) {
-	out := map[int]bool{}
-	if s.SuppressCodes == "none" {
-		return out, nil
+// String writes the key as TELNYX_PUBLIC_KEY takes it.
+func (k PublicKey) String() string {
+	if len(k) == 0 {
+		return ""
 	}
-	for _, f := range strings.Split(s.SuppressCodes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 999999 {
-			return nil, fmt.Errorf("must be codes separated by commas, or none; got %q", s.SuppressCodes)
-		}
-		out[n] = true
-	}
-	return out, nil
+	return base64.StdEncoding.EncodeToString(k)
 }
 
 // Open returns the sender of the settings.
 func (s *Settings) Open(env sender.Env) (sender.Sender, error) {
-	codes, err := s.codes()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %sTELNYX_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
-	}
 	return NewSender(Config{BaseURL: s.BaseURL, APIKey: s.APIKey, From: env.Base.SMSFrom, MessagingProfileID: s.MessagingProfileID,
-		WebhookURL: s.WebhookURL, Timeout: s.Timeout, Suppress: codes, SuppressFor: env.Base.SMSSuppressTTL})
+		WebhookURL: s.WebhookURL, Timeout: s.Timeout, Suppress: s.SuppressCodes, SuppressFor: env.Base.SMSSuppressTTL})
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha1"
 	"crypto/subtle"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -54,10 +53,7 @@ type Callbacks struct {
 // NewCallbacks returns the route's handler; its metric
 // (sluice_delivery_outcomes_total) is registered on reg.
 func NewCallbacks(s Settings, base config.Base, store *delivery.Store, cs *consent.Store, lim *throttle.Limiter, log *slog.Logger, reg prometheus.Registerer) (*Callbacks, error) {
-	codes, err := base.SuppressCodes()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
-	}
+	codes := base.SMSSuppressCodes
 	c := &Callbacks{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, ttl: base.DedupeTTL, suppressFor: base.SMSSuppressTTL,
 		codes: codes, delivery: store, consent: cs, lim: lim, log: log,
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{

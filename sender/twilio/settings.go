@@ -63,10 +63,7 @@ func (s *Settings) ValidateShared(p *config.Problems) {
 
 // Open returns the sender of the settings.
 func (s *Settings) Open(env sender.Env) (sender.Sender, error) {
-	codes, err := env.Base.SuppressCodes()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %sSMS_SUPPRESS_CODES %w", config.ErrConfig, config.EnvPrefix, err)
-	}
+	codes := env.Base.SMSSuppressCodes
 	return NewSender(Config{BaseURL: s.BaseURL, AccountSID: s.AccountSID, AuthToken: s.AuthToken, From: env.Base.SMSFrom,
 		MessagingServiceSID: env.Base.SMSMessagingServiceSID, StatusCallback: s.StatusCallbackURL, Timeout: s.Timeout,
 		Suppress: codes, SuppressFor: env.Base.SMSSuppressTTL})
