@@ -560,7 +560,7 @@ func parseProviders(e Entry, t entryText) (Entry, error) {
 	seen := map[string]bool{}
 	for _, name := range strings.Split(t.value, "+") {
 		name = strings.TrimSpace(name)
-		if !providerName(name) || seen[name] {
+		if !ValidProviderName(name) || seen[name] {
 			return e, fmt.Errorf("providers %q: want distinct names of a lower-case letter then letters and digits (at most 16), joined by +", t.value)
 		}
 		seen[name] = true
@@ -570,7 +570,10 @@ func parseProviders(e Entry, t entryText) (Entry, error) {
 	return e, nil
 }
 
-func providerName(s string) bool {
+// ValidProviderName reports whether s can name a provider: 1 to 16
+// lowercase letters and digits, starting with a letter. Plans'
+// CHANNEL:providers= lists and the deployment's SLUICE_*_PROVIDERS share it.
+func ValidProviderName(s string) bool {
 	if len(s) == 0 || len(s) > 16 || s[0] < 'a' || s[0] > 'z' {
 		return false
 	}

@@ -83,8 +83,8 @@ type Handler struct {
 	p              Provider
 	cfg            Config
 	m              *Metrics
-	warnLog        *warnEvery
-	unavailableLog *warnEvery
+	warnLog        *LogEvery
+	unavailableLog *LogEvery
 }
 
 // NewHandler returns p's route over cfg, counting in m.
@@ -95,7 +95,7 @@ func NewHandler(p Provider, cfg Config, m *Metrics) *Handler {
 	if cfg.ClientIP == nil {
 		cfg.ClientIP = PeerIP
 	}
-	return &Handler{p: p, cfg: cfg, m: m, warnLog: &warnEvery{interval: 10 * time.Second}, unavailableLog: &warnEvery{interval: 10 * time.Second}}
+	return &Handler{p: p, cfg: cfg, m: m, warnLog: NewLogEvery(10 * time.Second), unavailableLog: NewLogEvery(10 * time.Second)}
 }
 
 // Answer is a recorded delivery's answer.
@@ -220,14 +220,14 @@ func (h *Handler) refuse(w http.ResponseWriter, tenant string, err error) {
 		// Sampled like every refusal: anyone can post a delivery naming a
 		// certificate that cannot be fetched.
 		h.m.refused.WithLabelValues(name, "unavailable").Inc()
-		h.unavailableLog.warn(h.cfg.Log, "webhook could not be checked now; the provider retries", "provider", name, "tenant", tenant, "err", err)
+		h.unavailableLog.Warn(h.cfg.Log, "webhook could not be checked now; the provider retries", "provider", name, "tenant", tenant, "err", err)
 		w.Header().Set("Retry-After", "5")
 		problem.Write(w, http.StatusServiceUnavailable, "check-unavailable", "nothing was recorded: "+err.Error())
 		return
 	}
 	h.m.refused.WithLabelValues(name, reason).Inc()
 	if status == http.StatusForbidden {
-		h.warnLog.warn(h.cfg.Log, "webhook delivery refused", "provider", name, "tenant", tenant, "reason", reason)
+		h.warnLog.Warn(h.cfg.Log, "webhook delivery refused", "provider", name, "tenant", tenant, "reason", reason)
 	}
 	problem.Write(w, status, kind, "nothing was recorded: "+err.Error())
 }
@@ -287,23 +287,20 @@ func HeaderIP(header string) func(*http.Request) netip.Addr {
 }
 
 // LogEvery logs one WARN per interval for a repeated event (a refused
-// delivery: anyone can send them), naming how many were not logged.
-type LogEvery = warnEvery
-
-// NewLogEvery returns a LogEvery of interval.
-func NewLogEvery(interval time.Duration) *LogEvery { return &warnEvery{interval: interval} }
-
-// Warn logs msg unless another was logged within the interval.
-func (s *warnEvery) Warn(log *slog.Logger, msg string, args ...any) { s.warn(log, msg, args...) }
-
-type warnEvery struct {
+// delivery or signature: anyone can send them, and one line each would let
+// them fill the log), naming how many were not logged since the last line.
+type LogEvery struct {
 	interval time.Duration
 	mu       sync.Mutex
 	last     time.Time
 	skipped  int
 }
 
-func (s *warnEvery) warn(log *slog.Logger, msg string, args ...any) {
+// NewLogEvery returns a LogEvery of interval.
+func NewLogEvery(interval time.Duration) *LogEvery { return &LogEvery{interval: interval} }
+
+// Warn logs msg unless another was logged within the interval.
+func (s *LogEvery) Warn(log *slog.Logger, msg string, args ...any) {
 	s.mu.Lock()
 	now := time.Now()
 	if !s.last.IsZero() && now.Sub(s.last) < s.interval {
@@ -314,5 +311,5 @@ func (s *warnEvery) warn(log *slog.Logger, msg string, args ...any) {
 	skipped := s.skipped
 	s.last, s.skipped = now, 0
 	s.mu.Unlock()
-	log.Warn(msg, append(args, "not_logged_since_last", skipped)...)
+	log.Warn(msg, append(args, "not_logged_since_last", skipped, "logged_at_most_every", s.interval)...)
 }

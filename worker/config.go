@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/sender/providers"
 	"github.com/sluicehq/sluice/tasks"
@@ -227,7 +228,7 @@ func (c Config) Providers(ch tasks.Channel) ([]ProviderSpec, error) {
 	var out []ProviderSpec
 	for _, name := range names {
 		name = strings.TrimSpace(name)
-		if !validProviderName(name) {
+		if !plans.ValidProviderName(name) {
 			p.Add(listVar, "has %q: a provider's name is a lower-case letter, then up to 15 lower-case letters and digits", name)
 			continue
 		}
@@ -282,18 +283,6 @@ func senderVar(ch tasks.Channel) string {
 	return "SMS_SENDER"
 }
 
-func validProviderName(s string) bool {
-	if len(s) == 0 || len(s) > 16 || s[0] < 'a' || s[0] > 'z' {
-		return false
-	}
-	for _, r := range s {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
-			return false
-		}
-	}
-	return true
-}
-
 // ProviderVariables are the variables of the named providers environ's
 // lists configure (SLUICE_PROVIDER_BACKUP_SMS_SENDER, and every variable of
 // the channel's provider packages under that scope): names the unknown
@@ -308,7 +297,7 @@ func ProviderVariables(environ map[string]string) []string {
 		names, _, _ := c.channelProviders(ch)
 		for _, name := range names {
 			name = strings.TrimSpace(name)
-			if !validProviderName(name) || name == DefaultProvider {
+			if !plans.ValidProviderName(name) || name == DefaultProvider {
 				continue
 			}
 			scope := config.EnvPrefix + "PROVIDER_" + strings.ToUpper(name) + "_"

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/webhook"
 )
 
 // CallbackRoute is the pattern `sluice api` mounts Callbacks on.
@@ -47,7 +48,7 @@ type Callbacks struct {
 	log                *slog.Logger
 	outcomes           *prometheus.CounterVec
 	badSignatures      prometheus.Counter
-	badSigLog          warnEvery
+	badSigLog          *webhook.LogEvery
 }
 
 // NewCallbacks returns the route's handler; its metric
@@ -64,7 +65,7 @@ func NewCallbacks(s Settings, base config.Base, store *delivery.Store, cs *conse
 			Name: "sluice_callback_bad_signatures_total",
 			Help: "SMS status callbacks refused because their X-Twilio-Signature does not match (logged at most once every 10 s).",
 		}),
-		badSigLog: warnEvery{interval: 10 * time.Second}}
+		badSigLog: webhook.NewLogEvery(10 * time.Second)}
 	if err := reg.Register(c.outcomes); err != nil {
 		return nil, err
 	}
@@ -94,7 +95,7 @@ func (s *Callbacks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	params, ok := readSignedForm(w, r, s.authToken, s.baseURL, "a status callback", func() {
 		s.badSignatures.Inc()
-		s.badSigLog.warn(s.log, "SMS status callback refused: its signature does not match", "route", r.Pattern)
+		s.badSigLog.Warn(s.log, "SMS status callback refused: its signature does not match", "route", r.Pattern)
 	})
 	if !ok {
 		return

@@ -38,7 +38,7 @@ type Inbound struct {
 	guard              *webhook.Guard
 	log                *slog.Logger
 	received           *prometheus.CounterVec
-	badSigLog          warnEvery // anyone can send bad signatures: one WARN per 10 s
+	badSigLog          *webhook.LogEvery // anyone can send bad signatures: one WARN per 10 s
 }
 
 // InboundReplayTTL is how long a message's MessageSid is remembered: the
@@ -49,7 +49,7 @@ const InboundReplayTTL = 30 * 24 * time.Hour
 // NewInbound returns the route's handler, its replay guard on guard;
 // sluice_inbound_sms_total is registered on reg.
 func NewInbound(s Settings, h *inbound.Handler, guard *webhook.Guard, log *slog.Logger, reg prometheus.Registerer) (*Inbound, error) {
-	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, guard: guard, log: log, badSigLog: warnEvery{interval: 10 * time.Second},
+	in := &Inbound{authToken: s.AuthToken, baseURL: s.StatusCallbackURL, handler: h, guard: guard, log: log, badSigLog: webhook.NewLogEvery(10 * time.Second),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_inbound_sms_total",
 			Help: "SMS recipients sent to tenants' numbers, by what they were read as (opt_out, opt_in, help, review, none), and refused webhooks (bad_signature; not_owned: sent to a number or Messaging Service the tenant does not own; duplicate: a MessageSid seen before).",
@@ -116,7 +116,7 @@ func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	params, ok := readSignedForm(w, r, in.authToken, in.baseURL, "an incoming-message webhook", func() {
 		in.received.WithLabelValues("bad_signature").Inc()
-		in.badSigLog.warn(in.log, "inbound SMS refused: its signature does not match", "route", r.Pattern)
+		in.badSigLog.Warn(in.log, "inbound SMS refused: its signature does not match", "route", r.Pattern)
 	})
 	if !ok {
 		return
@@ -137,7 +137,7 @@ func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// replay guard spends the MessageSid.
 	if err := in.handler.Owns(msg); err != nil {
 		in.received.WithLabelValues("not_owned").Inc()
-		in.badSigLog.warn(in.log, "inbound SMS refused: not sent to one of the tenant's numbers", "tenant", tenant, "why", err.Error())
+		in.badSigLog.Warn(in.log, "inbound SMS refused: not sent to one of the tenant's numbers", "tenant", tenant, "why", err.Error())
 		problem.Write(w, http.StatusForbidden, "forbidden", "nothing was recorded: "+err.Error())
 		return
 	}

@@ -1,4 +1,4 @@
-package twilio
+package webhook
 
 import (
 	"bytes"
@@ -11,16 +11,16 @@ import (
 
 // 100 refused signatures at once log one WARN; the next line, once the
 // interval passed, says how many were not logged.
-func TestBadSignatureWarnsAreBounded(t *testing.T) {
+func TestRepeatedWarnsAreBounded(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
-	s := &warnEvery{interval: time.Hour}
+	s := NewLogEvery(time.Hour)
 	var wg sync.WaitGroup
 	for range 100 {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.warn(log, "refused", "route", "x") }()
+		go func() { defer wg.Done(); s.Warn(log, "refused", "route", "x") }()
 	}
 	wg.Wait()
 	if n := strings.Count(buf.String(), "level=WARN"); n != 1 {
@@ -29,7 +29,7 @@ func TestBadSignatureWarnsAreBounded(t *testing.T) {
 	s.mu.Lock()
 	s.last = time.Now().Add(-2 * time.Hour) // the interval passed
 	s.mu.Unlock()
-	s.warn(log, "refused", "route", "x")
+	s.Warn(log, "refused", "route", "x")
 	if n := strings.Count(buf.String(), "level=WARN"); n != 2 || !strings.Contains(buf.String(), "not_logged_since_last=99") {
 		t.Fatalf("after the interval: %d lines:\n%s", n, buf.String())
 	}
