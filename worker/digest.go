@@ -245,6 +245,9 @@ func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Noti
 		dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
 		log.Info("carried by a digest", "digest", carrier)
 	case digest.Started:
+		// Its carrier now: the recipient's later items go on (recipientOrder)
+		// while it waits for its slot, and join it.
+		placeOf(ctx).done()
 		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
 		if dg.Window > 0 {
 			c.opts.NotBefore = later(c.opts.NotBefore, time.Now().Add(dg.Window))

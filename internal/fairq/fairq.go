@@ -161,6 +161,9 @@ type shard struct {
 	at      time.Time // when known was set
 	weight  float64   // the sum of the weights of the tenants waiting in its rooms
 	pending int       // its pending list's length
+	// taking is held from a take of the queue until its tasks are handed
+	// out or kept ahead (handOut): not guarded by mu.
+	taking sync.Mutex
 }
 
 // New returns a dispatcher for the queues of o. rdb is used for the
@@ -286,11 +289,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if s == nil {
 			return next(ctx, cmd)
 		}
-		err := h.d.dequeue(ctx, c, s, next)
-		if msg, ok := c.Val().(string); ok && err == nil && h.d.o.OnHand != nil {
-			h.d.o.OnHand(TaskID([]byte(msg)))
-		}
-		return err
+		return h.d.dequeue(ctx, c, s, next)
 	}
 }
 
@@ -331,14 +330,18 @@ func (d *Dispatcher) dequeue(ctx context.Context, c *redis.Cmd, asked *shard, ne
 		if s == nil {
 			break
 		}
-		val, err := d.take(ctx, c, s, refill, next)
+		s.taking.Lock()
+		got, err := d.take(ctx, c, s, refill, next)
 		if err == nil {
+			t := d.handOut(s.lane, got)
+			s.taking.Unlock()
 			if s != asked {
 				d.redirect.Add(1)
 			}
-			c.SetVal(val)
+			c.SetVal(t.msg)
 			return nil
 		}
+		s.taking.Unlock()
 		if !errors.Is(err, redis.Nil) {
 			c.SetErr(err)
 			return err
@@ -347,7 +350,36 @@ func (d *Dispatcher) dequeue(ctx context.Context, c *redis.Cmd, asked *shard, ne
 			tried[s] = true // empty even after a refill: not again this time
 		}
 	}
-	return next(ctx, c)
+	asked.taking.Lock()
+	defer asked.taking.Unlock()
+	if err := next(ctx, c); err != nil {
+		return err
+	}
+	if msg, ok := c.Val().(string); ok {
+		t := d.handOut(asked.lane, []takenTask{{queue: asked.queue, id: TaskID([]byte(msg)), msg: msg, at: d.o.Now()}})
+		c.SetVal(t.msg)
+	}
+	return nil
+}
+
+// handOut hands the oldest task of lane out, of those taken ahead and got
+// (just taken, in their queue's order; appended to the ones taken ahead),
+// and tells OnHand, in one critical section: so the order OnHand hears is
+// each queue's order in Redis, as long as the takes of one queue and the
+// hand-outs that follow them are not interleaved (shard.taking).
+func (d *Dispatcher) handOut(lane tasks.Lane, got []takenTask) takenTask {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := got[0]
+	if lane != "" {
+		q := append(d.ahead[lane], got...)
+		t, q[0] = q[0], takenTask{}
+		d.ahead[lane] = q[1:]
+	}
+	if d.o.OnHand != nil {
+		d.o.OnHand(t.id)
+	}
+	return t
 }
 
 // pick draws the shard to dequeue from: asked itself for a queue that is
@@ -396,8 +428,9 @@ func (d *Dispatcher) pick(asked *shard, tried map[*shard]bool) (*shard, bool) {
 }
 
 // take runs Asynq's dequeue (c's script, on s's keys), after a refill of s
-// when refill, and returns its reply: a task's message or redis.Nil.
-func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bool, next redis.ProcessHook) (any, error) {
+// when refill, and returns the tasks it took (several: takeMany), in their
+// queue's order, or redis.Nil.
+func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bool, next redis.ProcessHook) ([]takenTask, error) {
 	args := append([]any(nil), c.Args()...)
 	p := "asynq:{" + s.queue + "}:"
 	args[3], args[4], args[5], args[6], args[8] = p+"pending", p+"paused", p+"active", p+"lease", p+"t:"
@@ -414,7 +447,7 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 			return nil, err
 		}
 		d.learn(s, epoch, nil, false, 1)
-		return deq.Val(), nil
+		return d.took(s, deq)
 	}
 	r, err := d.refill(ctx, s, deq)
 	if err != nil {
@@ -429,7 +462,16 @@ func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bo
 		return nil, err
 	}
 	d.learn(s, epoch, r, false, 1)
-	return deq.Val(), nil
+	return d.took(s, deq)
+}
+
+// took is the task Asynq's dequeue deq took of s.
+func (d *Dispatcher) took(s *shard, deq *redis.Cmd) ([]takenTask, error) {
+	msg, err := deq.Text()
+	if err != nil {
+		return nil, err
+	}
+	return []takenTask{{queue: s.queue, id: TaskID([]byte(msg)), msg: msg, at: d.o.Now()}}, nil
 }
 
 // learnEmpty records a dequeue of s that found nothing (after the refill
@@ -530,10 +572,11 @@ func (d *Dispatcher) batchOf(s *shard) int {
 }
 
 // takeMany takes up to k tasks of s in one call (after a refill of s when
-// refill; one round trip for both), returns the first message and keeps the
-// others for the lane's next dequeues; redis.Nil when s has none. args are
-// Asynq's dequeue's, on s's keys: its lease expiry and task key prefix.
-func (d *Dispatcher) takeMany(ctx context.Context, s *shard, refill bool, args []any, k int) (any, error) {
+// refill; one round trip for both) and returns them in their queue's order
+// (handOut keeps those not handed out for the lane's next dequeues);
+// redis.Nil when s has none. args are Asynq's dequeue's, on s's keys: its
+// lease expiry and task key prefix.
+func (d *Dispatcher) takeMany(ctx context.Context, s *shard, refill bool, args []any, k int) ([]takenTask, error) {
 	keys := []any{args[3], args[4], args[5], args[6]}
 	take := redis.NewCmd(ctx, append(append([]any{"evalsha", scripts.FairTake.Hash(), 4}, keys...), args[7], args[8], k)...)
 	epoch := d.epochOf(s)
@@ -577,12 +620,7 @@ func (d *Dispatcher) takeMany(ctx context.Context, s *shard, refill bool, args [
 		d.o.OnTake(s.lane, ids)
 	}
 	d.learn(s, epoch, r, false, len(got))
-	if len(got) > 1 {
-		d.mu.Lock()
-		d.ahead[s.lane] = append(d.ahead[s.lane], got[1:]...)
-		d.mu.Unlock()
-	}
-	return got[0].msg, nil
+	return got, nil
 }
 
 // runLoading runs cmd (an EVALSHA of one of the dispatcher's scripts) on
@@ -640,6 +678,9 @@ func (d *Dispatcher) popAhead(ctx context.Context, lane tasks.Lane) (takenTask, 
 		t = q[0]
 		q[0] = takenTask{}
 		q = q[1:]
+		if d.o.OnHand != nil {
+			d.o.OnHand(t.id) // under mu: in the order they were taken (handOut)
+		}
 	}
 	d.ahead[lane] = q
 	d.mu.Unlock()
