@@ -190,6 +190,7 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "email:recipient=100/1m,email.newsletter:unsubscribe=hosted,email.signin:consent=exempt")
 	smtp := fakes.NewSMTPServer(t)
+	smtp.SetSlots(e.slotOf)
 	addr := freeAddr(t)
 	mail := smtpVars(smtp, "news@example.com", map[string]string{"SLUICE_UNSUBSCRIBE_URL": "https://unsub.example.com"})
 	for k, v := range mail {

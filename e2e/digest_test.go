@@ -45,6 +45,7 @@ func digestFolds(t *testing.T, topology string) {
 		e.onCluster(0)
 	}
 	smtp := fakes.NewSMTPServer(t)
+	smtp.SetSlots(e.slotOf)
 	mail := smtpVars(smtp, "notify@example.com", nil)
 	a := e.startAPI(nil, "acme")
 	// omar's digests use acme's own template (the subject; the text is the built-in one).

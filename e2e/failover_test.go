@@ -40,6 +40,7 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:provider=20/1s,sms:recipient=30/1m,sms.otp:exempt,sms.otp:recipient=10/1h")
 	backup := fakes.NewSMSAPI(t)
+	backup.SetSlots(e.slotOf)
 	vars := backupVars(backup)
 	w0, w1 := e.worker("w0", vars), e.worker("w1", vars)
 	ids := e.enqueueSMS(260, recipients(20), []string{"acme"})
@@ -174,6 +175,7 @@ func TestLongHoldMovesStandardTrafficToTheBackup(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:provider=50/1s")
 	backup := fakes.NewSMSAPI(t)
+	backup.SetSlots(e.slotOf)
 	var mu sync.Mutex
 	var first time.Time
 	e.sms.SetReply(func(string, string) (int, string) {

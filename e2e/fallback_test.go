@@ -32,6 +32,7 @@ func TestChannelFallback(t *testing.T) {
 	addr := freeAddr(t)
 	e.vars["SLUICE_SMS_STATUS_CALLBACK_URL"] = "http://" + addr
 	smtp := fakes.NewSMTPServer(t)
+	smtp.SetSlots(e.slotOf)
 	mail := smtpVars(smtp, "alerts@example.com", nil)
 	undelivered := []fakes.StatusUpdate{{Status: "sent"}, {Status: "undelivered", ErrorCode: 30003}}
 	fates := map[string][]fakes.StatusUpdate{

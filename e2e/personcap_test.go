@@ -33,6 +33,7 @@ func TestPersonCapAcrossChannels(t *testing.T) {
 				e.onCluster(0)
 			}
 			smtp := fakes.NewSMTPServer(t)
+			smtp.SetSlots(e.slotOf)
 			mail := smtpVars(smtp, "news@example.com", nil)
 			e.worker("w0", mail)
 			e.worker("w1", mail)

@@ -134,6 +134,7 @@ func TestSoak(t *testing.T) {
 	const slack = 1500 * time.Millisecond
 	e := newEnv(t, "sms:recipient=2/10s,sms:tenant=100/10s,email:recipient=1/10s,email:tenant=100/10s")
 	smtp := fakes.NewSMTPServer(t)
+	smtp.SetSlots(e.slotOf)
 	mail := smtpVars(smtp, "soak@example.com", map[string]string{"SLUICE_CONCURRENCY": "16", "SLUICE_SEND_SLACK": slack.String()})
 	e.worker("w0", mail)
 	e.worker("w1", mail)

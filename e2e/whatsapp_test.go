@@ -32,6 +32,7 @@ func TestWhatsAppPortfolioLimit(t *testing.T) {
 	window, pair := 60*time.Second, 6*time.Second
 	e := newEnv(t, "whatsapp:tenant=250/60s@distinct, whatsapp:recipient=1/6s, whatsapp:sender=20/1s~10")
 	wa := fakes.NewWhatsAppAPI(t, fakes.WhatsAppLimits{Portfolio: limit, Window: window, PairCount: 1, PairWindow: pair, Throughput: 20})
+	wa.SetSlots(e.slotOf)
 	numbers := []string{"106540352242922", "106540352242923"}
 	vars := map[string]string{"SLUICE_WHATSAPP_SENDER": "cloud", "SLUICE_WHATSAPP_BASE_URL": wa.URL,
 		"SLUICE_WHATSAPP_ACCESS_TOKEN": wa.Token, "SLUICE_WHATSAPP_PHONE_NUMBER_ID": numbers[0]}
@@ -57,7 +58,10 @@ func TestWhatsAppPortfolioLimit(t *testing.T) {
 	// it holds tasks (sends waiting in process for their slots).
 	wa.WaitCount(t, 400, 2*time.Minute)
 	held := 0
-	if err := sluicetest.Wait(30*time.Second, "w1 to hold tasks", func() bool {
+	// Servers' heartbeats name the tasks they hold every few seconds; under
+	// the full suite's load w1 once showed none in 30 s (w0 took the lane's
+	// batches): 90 s, well inside the run's 4 minutes.
+	if err := sluicetest.Wait(90*time.Second, "w1 to hold tasks", func() bool {
 		servers, err := e.insp.Servers()
 		held = 0
 		for _, srv := range servers {
@@ -67,7 +71,7 @@ func TestWhatsAppPortfolioLimit(t *testing.T) {
 		}
 		return held > 0
 	}); err != nil {
-		t.Fatalf("w1 held no task for 30 s: %v", err)
+		t.Fatalf("w1 held no task for 90 s: %v", err)
 	}
 	w1.kill()
 	e.worker("w1-restart", vars)

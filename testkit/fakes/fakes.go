@@ -42,8 +42,12 @@ type Delivery struct {
 	// (zero for the other fakes).
 	Answered time.Time
 	ID       string // Idempotency-Key (SMS) or Message-ID local part (email)
-	To       string
-	Body     string
+	// Slot is the slot Sluice's limiter gave the send, by Redis's clock, as
+	// SetSlots's function read it while the request was open (zero without
+	// one, or when it could not be read).
+	Slot time.Time
+	To   string
+	Body string
 	// SMS only: the origin as posted — From, or MessagingServiceSID for a
 	// message sent through a Messaging Service (a request names at least
 	// one) —, the StatusCallback URL it asked for ("" if none), the SID the
@@ -78,6 +82,7 @@ type Recorder struct {
 	attempts   int
 	reply      Reply
 	notify     chan struct{}
+	slots      func(id string) time.Time
 }
 
 func newRecorder() *Recorder { return &Recorder{notify: make(chan struct{}, 1)} }
@@ -96,7 +101,22 @@ func (r *Recorder) decide(to, body string) (int, string) {
 	return reply(to, body) // outside the lock: a Reply may call SetReply
 }
 
+// SetSlots makes the fake read each accepted request's slot with slot (by
+// its ID), while the request is open — before the sender hears the answer
+// and records the send done — and keep it in Delivery.Slot.
+func (r *Recorder) SetSlots(slot func(id string) time.Time) {
+	r.mu.Lock()
+	r.slots = slot
+	r.mu.Unlock()
+}
+
 func (r *Recorder) record(d Delivery) {
+	r.mu.Lock()
+	slot := r.slots
+	r.mu.Unlock()
+	if slot != nil {
+		d.Slot = slot(d.ID)
+	}
 	r.mu.Lock()
 	r.deliveries = append(r.deliveries, d)
 	r.mu.Unlock()
