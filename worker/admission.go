@@ -268,10 +268,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 		if err := ad.comply(c, n, log); err != nil {
 			return nil, err
 		}
-		// In the recipient's order (check) before the digest is looked at:
-		// an item waits for the one before it to send, or to open a digest
-		// (joinDigest), which it then joins.
-		placeOf(ctx).wait(ctx)
+		placeOf(ctx).wait(ctx) // the recipient's order, before the digest is looked at (digestBefore)
 		if joined, err := ad.dig.digestBefore(ctx, t, *n, &c, round, log); joined || err != nil {
 			return nil, err
 		}

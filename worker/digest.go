@@ -201,7 +201,9 @@ func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.
 }
 
 // digestBefore is the join before n's check, in the first round of its
-// run only: false, nil when n goes on to its check.
+// run only: false, nil when n goes on to its check. It comes after n's
+// wait for its recipient's order (recipientOrder): the item before it has
+// sent, or opened a digest (joinDigest frees its place), which n joins.
 func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, round int, log *slog.Logger) (bool, error) {
 	if c.Match.Digest == nil || round > 0 {
 		return false, nil
