@@ -14,6 +14,14 @@ import (
 // late is within the send slack of a deployment that sets one).
 const agreeLead = 20 * time.Millisecond
 
+// maxAgreeLead bounds how far ahead a check across groups aims once its
+// rounds kept missing each other only because time moved on between the
+// calls (a starved client, a loaded node: calls further apart than the
+// lead): each such round doubles the aim, up to this. Only the aim moves
+// further ahead; a send still goes no later than agreeLead after the
+// instant it is admitted for.
+const maxAgreeLead = time.Second
+
 // ErrNoAgreement reports a check across groups whose groups kept pushing
 // the slot past each other; nothing is left admitted. Retrying is safe.
 var ErrNoAgreement = errors.New("throttle: the groups of a check did not agree on a slot")
@@ -46,6 +54,8 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 	}
 	t := opts.NotBefore
 	rule := -1
+	lead := agreeLead
+	placed := false // t is a slot a group gave this check (not the caller's NotBefore)
 	for round := 0; round < 8; round++ {
 		for moved := true; moved; {
 			moved = false
@@ -55,9 +65,20 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 					rollback()
 					return Decision{}, err
 				}
-				if x.After(t) {
+				switch {
+				case !x.After(t):
+				case r < 0 && placed:
+					// No rule moved it: t was past when the group read it
+					// (time moved on between the calls). Aim ahead, further
+					// each time, or a slow client chases the clock for good.
+					t, moved = x.Add(lead), true
+					lead = min(2*lead, maxAgreeLead)
+				case r < 0:
+					t, moved = x, true
+				default:
 					t, rule, moved = x, p.index[r], true
 				}
+				placed = true
 			}
 		}
 		o := opts
@@ -90,11 +111,14 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 				rollback()
 				return Decision{}, err
 			}
-			if d.At.Sub(t) < agreeLead {
+			if d.At.Sub(t) < agreeLead || !d.At.After(d.Now) {
 				// Only the clock moved on between the calls (or the nodes'
-				// clocks differ a little): aim every group at one instant just
-				// ahead, which the own group admits for that instant.
-				t = d.At.Add(agreeLead)
+				// clocks differ a little; or t was past when the own group
+				// read it, which then admits its now): aim every group at one
+				// instant ahead, which the own group admits for that instant —
+				// further ahead each time this happens.
+				t = d.At.Add(lead)
+				lead = min(2*lead, maxAgreeLead)
 			} else {
 				t = d.At
 			}
@@ -140,7 +164,9 @@ func (l *Limiter) attemptOf(ctx context.Context, group, id string, policy RerunP
 	return k, Decision{}, false, nil
 }
 
-// place puts member in one group's limits at the earliest slot from t on.
+// place puts member in one group's limits at the earliest slot from t on
+// and returns it, with the index of the limit that set it (-1: none, the
+// slot is t, or the group's now when t was past).
 func (l *Limiter) place(ctx context.Context, p part, member string, t time.Time, opts ReserveOptions) (time.Time, int, error) {
 	keys := make([]string, len(p.limits))
 	for i, lim := range p.limits {
@@ -158,7 +184,7 @@ func (l *Limiter) place(ctx context.Context, p part, member string, t time.Time,
 	if len(reply) != 2 || reply[1] < 0 || int(reply[1]) > len(p.limits) {
 		return time.Time{}, 0, fmt.Errorf("throttle: check: unexpected place reply %v", reply)
 	}
-	return time.UnixMilli(reply[0]), max(int(reply[1])-1, 0), nil
+	return time.UnixMilli(reply[0]), int(reply[1]) - 1, nil
 }
 
 // release removes one attempt's entries from one group's limits (and, in

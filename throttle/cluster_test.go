@@ -1,6 +1,7 @@
 package throttle_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
@@ -194,6 +196,54 @@ func TestAcrossGroupsAnswersOnTheScriptClock(t *testing.T) {
 		}
 		if !d.Now.Equal(clock.Now()) {
 			t.Errorf("%v: %v decided at %v, want the script's clock %v (the host's is %v)", tc.policy, d.Status, d.Now, clock.Now(), time.Now())
+		}
+	}
+}
+
+// slowCalls holds every command and pipeline for d before it goes: a
+// starved client, whose calls reach Redis further apart than a check across
+// groups aims ahead (agreeLead, 20 ms).
+type slowCalls struct{ d time.Duration }
+
+func (s slowCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s slowCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { time.Sleep(s.d); return next(ctx, cmd) }
+}
+func (s slowCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { time.Sleep(s.d); return next(ctx, cmds) }
+}
+
+// A check across groups from a client whose every call is 60 ms late
+// (what a loaded CI did: "the groups of a check did not agree on a slot"):
+// the groups still agree, each send admitted once, and the rule stays exact
+// — its limit admitted, the next booked a window later.
+func TestAcrossGroupsAgreeOnASlowClient(t *testing.T) {
+	t.Parallel()
+	cl, _ := redistest.NewCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	t.Cleanup(func() { cc.Close() })
+	l, err := throttle.New(cc, throttle.Options{Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cc.AddHook(slowCalls{d: 60 * time.Millisecond})
+	sender := throttle.Limit{Scope: "sms:sender", Subject: "+15005550006", Group: "~shared", Rule: throttle.Rule{Limit: 3, Window: time.Minute}}
+	var first time.Time
+	for i := range 4 {
+		rcpt := throttle.Limit{Scope: "sms:recipient", Subject: fmt.Sprintf("+1415555%04d", i), Rule: throttle.Rule{Limit: 1, Window: time.Minute}}
+		d, err := l.Reserve(ctx, "acme", uuid.NewString(), throttle.ReserveOptions{Book: true, Horizon: 2 * time.Minute}, rcpt, sender)
+		if err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+		if i == 0 {
+			first = d.At
+		}
+		switch {
+		case i < 3 && (d.Status != throttle.StatusAdmitted || d.Wait > time.Second):
+			t.Errorf("check %d: %v in %v, want admitted now (the sender's 3 per minute)", i, d.Status, d.Wait)
+		case i == 3 && (d.Status != throttle.StatusAdmitted && d.Status != throttle.StatusBooked || d.At.Sub(first) < time.Minute):
+			t.Errorf("check 4: %v at +%v after the first, want a slot a minute after it", d.Status, d.At.Sub(first))
 		}
 	}
 }
