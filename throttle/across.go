@@ -52,35 +52,20 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 			_, _ = l.release(context.WithoutCancel(ctx), p, id, attempt)
 		}
 	}
-	t := opts.NotBefore
-	rule := -1
-	lead := agreeLead
-	placed := false // t is a slot a group gave this check (not the caller's NotBefore)
+	a := aim{t: opts.NotBefore, rule: -1, lead: agreeLead}
 	for round := 0; round < 8; round++ {
 		for moved := true; moved; {
 			moved = false
 			for _, p := range others {
-				x, r, err := l.place(ctx, p, member, t, opts)
+				x, r, err := l.place(ctx, p, member, a.t, opts)
 				if err != nil {
 					rollback()
 					return Decision{}, err
 				}
-				switch {
-				case !x.After(t):
-				case r < 0 && placed:
-					// No rule moved it: t was past when the group read it
-					// (time moved on between the calls). Aim ahead, further
-					// each time, or a slow client chases the clock for good.
-					t, moved = x.Add(lead), true
-					lead = min(2*lead, maxAgreeLead)
-				case r < 0:
-					t, moved = x, true
-				default:
-					t, rule, moved = x, p.index[r], true
-				}
-				placed = true
+				moved = a.take(x, r, p.index) || moved
 			}
 		}
+		t := a.t
 		o := opts
 		o.NotBefore, o.late = t, agreeLead
 		d, err := l.reserve(ctx, group, id, policy, o, own.limits)
@@ -96,7 +81,7 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 		if d.DeniedBy >= 0 {
 			d.DeniedBy = own.index[d.DeniedBy]
 		} else if d.Wait > 0 && d.At.Equal(t) {
-			d.DeniedBy = rule
+			d.DeniedBy = a.rule
 		}
 		switch d.Status {
 		case StatusAdmitted, StatusBooked, StatusDenied:
@@ -115,12 +100,10 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 				// Only the clock moved on between the calls (or the nodes'
 				// clocks differ a little; or t was past when the own group
 				// read it, which then admits its now): aim every group at one
-				// instant ahead, which the own group admits for that instant —
-				// further ahead each time this happens.
-				t = d.At.Add(lead)
-				lead = min(2*lead, maxAgreeLead)
+				// instant ahead, which the own group admits for that instant.
+				a.ahead(d.At)
 			} else {
-				t = d.At
+				a.t = d.At
 			}
 		default:
 			rollback()
@@ -129,6 +112,41 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 	}
 	rollback()
 	return Decision{}, ErrNoAgreement
+}
+
+// aim is the slot a check across groups asks every group for, and why.
+type aim struct {
+	t      time.Time
+	rule   int           // the limit that last moved it (in the check's order; -1: none)
+	lead   time.Duration // how far ahead a move made by time alone aims (ahead)
+	placed bool          // t is a slot a group gave (not the caller's NotBefore)
+}
+
+// take records a group's slot x, set by its limit r (-1: none; index maps
+// the group's limits to the check's), and reports whether the aim moved.
+func (a *aim) take(x time.Time, r int, index []int) bool {
+	placed := a.placed
+	a.placed = true
+	switch {
+	case !x.After(a.t):
+		return false
+	case r < 0 && placed:
+		// No rule moved it: t was past when the group read it (time moved
+		// on between the calls). Aim ahead, further each time, or a slow
+		// client chases the clock for good.
+		a.ahead(x)
+	case r < 0:
+		a.t = x
+	default:
+		a.t, a.rule = x, index[r]
+	}
+	return true
+}
+
+// ahead aims lead past x and doubles the lead (up to maxAgreeLead).
+func (a *aim) ahead(x time.Time) {
+	a.t = x.Add(a.lead)
+	a.lead = min(2*a.lead, maxAgreeLead)
 }
 
 // attemptOf reads which attempt a reservation of id would be, and answers
