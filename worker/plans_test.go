@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
 )
 
 // A tenant's plan changes while two workers send under load: both apply it
@@ -77,11 +78,24 @@ loop:
 	if lag := last.Sub(changed); lag > 2*time.Second {
 		t.Fatalf("the change applied %v after it was made; want ≤ 2 s", lag)
 	}
+	// The backlog keeps going after the arrivals stop: wait for enough
+	// receipts under the new plan to judge it (a loaded machine sends
+	// fewer in the 5 s the arrivals last).
+	cut := last.Add(100 * time.Millisecond)
+	b.sms.WaitFor(t, 30*time.Second, "5 receipts after the change", func(ds []fakes.Delivery) bool {
+		k := 0
+		for _, d := range ds {
+			if d.At.After(cut) {
+				k++
+			}
+		}
+		return k >= 5
+	})
 	var all, after []time.Time
 	for _, d := range b.sms.Deliveries() {
 		all = append(all, d.At)
 		// A send admitted just before the change may arrive just after it.
-		if d.At.After(last.Add(100 * time.Millisecond)) {
+		if d.At.After(cut) {
 			after = append(after, d.At)
 		}
 	}
