@@ -17,6 +17,12 @@
 // digest is sent: a carrier that crashes mid-send reads the same items
 // again on its re-run. A carrier that ends without a send (expired,
 // dropped, blocked) hands its other items back to the queue (Spill).
+//
+// A task run again after a crash keeps what its earlier run did: an item
+// that joined a digest is Joined to it again (its note), a carrier reads
+// its own items, and a notification checked for a send of its own before
+// (JoinFirst: the limiter has its record) neither joins nor opens one —
+// its re-run repeats that send or is settled from the provider's report.
 package digest
 
 import (
@@ -40,6 +46,10 @@ const (
 	Joined  = 1 // the item joined an open digest: its task is done
 	Started = 2 // the item opened a digest and carries it
 	Carrier = 3 // the item carries a digest already
+	// Rerun (JoinFirst only): the item was checked for a send of its own
+	// before — the limiter has a record of it (booked, admitted, done) — so
+	// this run repeats that send: it neither joins nor opens a digest.
+	Rerun = 4
 )
 
 // ErrBadRecord: an item's record in Redis does not read.
@@ -84,13 +94,23 @@ func (s *Store) noteKey(tenant, id string) string  { return s.lim.RecordKey(tena
 // Join puts the item it, notification n, into the open digest of its
 // recipient, category and group if one has room; else, with start, opens
 // one that n carries. It returns the outcome and, joined, the carrier's id.
+// An item that joined a digest before (its task re-run: a crash came
+// before its completion) is Joined to that one again, never to another.
 func (s *Store) Join(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start bool) (int, string, error) {
-	st := "0"
-	if start {
-		st = "1"
-	}
-	keys := []string{s.openKey(n, d), s.itemsKey(n.Tenant, n.ID), s.noteKey(n.Tenant, n.ID)}
-	vals, err := scripts.Digest.Run(ctx, s.rdb, keys, "join", n.ID, it.record(), d.Max, max(ttl, time.Second).Milliseconds(), st).Slice()
+	return s.join(ctx, n, d, it, ttl, start, false)
+}
+
+// JoinFirst is Join on a run's first look, before its check: n the
+// limiter has a record of was checked for a send of its own before (a
+// carrier booked, a send admitted or done) and this run repeats that send:
+// Rerun, and nothing joined or opened. A carrier is still Carrier.
+func (s *Store) JoinFirst(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start bool) (int, string, error) {
+	return s.join(ctx, n, d, it, ttl, start, true)
+}
+
+func (s *Store) join(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start, first bool) (int, string, error) {
+	keys := []string{s.openKey(n, d), s.itemsKey(n.Tenant, n.ID), s.noteKey(n.Tenant, n.ID), s.lim.StateKey(n.Tenant, n.ID)}
+	vals, err := scripts.Digest.Run(ctx, s.rdb, keys, "join", n.ID, it.record(), d.Max, max(ttl, time.Second).Milliseconds(), flag(start), flag(first)).Slice()
 	if err != nil {
 		return 0, "", fmt.Errorf("digest: join: %w", err)
 	}
@@ -100,6 +120,13 @@ func (s *Store) Join(ctx context.Context, n tasks.Notification, d plans.Digest, 
 		return Joined, carrier, nil
 	}
 	return int(out), "", nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // Close closes the digest n carries, if any, to new items and returns its
@@ -122,15 +149,29 @@ func (s *Store) Close(ctx context.Context, n tasks.Notification, d plans.Digest)
 	return items, nil
 }
 
-// Forget drops the items of the digest n carried, and the notes of ids
-// (its other items), once they are back in the queue (Spill) and will be
-// placed again.
-func (s *Store) Forget(ctx context.Context, n tasks.Notification, ids []string) error {
-	keys := []string{s.itemsKey(n.Tenant, n.ID)}
+// Release drops the notes of ids, items of the digest n carried, before
+// they are handed back to the queue (Spill): each then joins or opens a
+// digest again like a new notification (Join answers an item with a note
+// Joined to its old digest). Their records stay in n's digest until Forget:
+// a carrier that crashes meanwhile hands them back again on its re-run.
+func (s *Store) Release(ctx context.Context, n tasks.Notification, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(ids))
 	for _, id := range ids {
 		keys = append(keys, s.noteKey(n.Tenant, id))
 	}
 	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("digest: release: %w", err)
+	}
+	return nil
+}
+
+// Forget drops the items of the digest n carried once they are back in
+// the queue (Spill) and will be placed again.
+func (s *Store) Forget(ctx context.Context, n tasks.Notification) error {
+	if err := s.rdb.Del(ctx, s.itemsKey(n.Tenant, n.ID)).Err(); err != nil {
 		return fmt.Errorf("digest: forget: %w", err)
 	}
 	return nil

@@ -261,10 +261,11 @@ func (ad *admission) notNow(ctx context.Context, t *asynq.Task, n tasks.Notifica
 // The provider is picked first (pickProvider: the first of the channel's
 // that is up and not in tried), and the check is of a send through it.
 func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admitted, error) {
-	resent := false
+	resent, rerun := false, false
 	for round := 0; ; round++ {
 		policy, version := ad.currentPlans()
 		c := ad.plan(policy, *n)
+		c.rerun = rerun // the first round's look holds for the run
 		if err := ad.comply(c, n, log); err != nil {
 			return nil, err
 		}
@@ -275,6 +276,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 		if joined, err := ad.dig.digestBefore(ctx, t, *n, &c, round, log); joined || err != nil {
 			return nil, err
 		}
+		rerun = c.rerun
 		order := policy.Providers(n.Tenant, n.Channel)
 		pk, err := ad.prov.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
 		if err != nil {
@@ -539,6 +541,9 @@ type check struct {
 	// digestItem: checked as a digest's item (no booking, no wait in
 	// process; worker/digest.go): it carries no digest.
 	digestItem bool
+	// rerun: a re-run of a send checked before (digest.Rerun): it joins
+	// and opens no digest.
+	rerun bool
 }
 
 // blockedError says why the limiter blocked a send.

@@ -68,6 +68,11 @@ func (dgs *digester) digestSpill(ctx context.Context, n tasks.Notification, c ch
 		return
 	}
 	policy := dgs.currentPolicy()
+	type back struct {
+		it digest.Item
+		n  tasks.Notification
+	}
+	var backs []back
 	var ids []string
 	for _, it := range items[1:] {
 		m, err := dgs.openItem(it)
@@ -75,15 +80,24 @@ func (dgs *digester) digestSpill(ctx context.Context, n tasks.Notification, c ch
 			log.Error("digest: an item does not open; not handed back", "item_task", it.TaskID, "err", err)
 			continue
 		}
-		_, err = dgs.client.EnqueueContext(ctx, asynq.NewTask(it.Type, it.Payload), asynq.Queue(policy.Queue(dgs.layout, m)),
-			asynq.TaskID(it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
-		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", m.ID, "err", err)
-			return // Forget below would lose it: the carrier's re-run (if any) tries again
-		}
+		backs = append(backs, back{it, m})
 		ids = append(ids, m.ID)
 	}
-	if err := dgs.digests.Forget(ctx, n, ids); err != nil {
+	// Their notes go first: an item handed back with its note would be
+	// Joined to this digest again (Join keeps a re-run's join) and lost.
+	if err := dgs.digests.Release(ctx, n, ids); err != nil {
+		log.Error("digest: could not release the items of a digest that will not be sent; kept for the next run", "err", err)
+		return
+	}
+	for _, b := range backs {
+		_, err := dgs.client.EnqueueContext(ctx, asynq.NewTask(b.it.Type, b.it.Payload), asynq.Queue(policy.Queue(dgs.layout, b.n)),
+			asynq.TaskID(b.it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
+		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", b.n.ID, "err", err)
+			return // Forget below would lose it: the carrier's re-run (if any) tries again
+		}
+	}
+	if err := dgs.digests.Forget(ctx, n); err != nil {
 		log.Warn("digest: items handed back, but their digest's record stays until its TTL", "err", err)
 	}
 	dgs.metrics.Digested.WithLabelValues(string(n.Channel), "spilled").Add(float64(len(ids)))
@@ -180,10 +194,10 @@ func (dgs *digester) digestAdmitted(ctx context.Context, n *tasks.Notification, 
 // and carries it — errOpened when it was checked as an item (nothing
 // booked): it is asked again as the carrier.
 func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil {
-		return false, nil
+	if c.Match.Digest == nil || c.rerun {
+		return false, nil // a re-run repeats its earlier send: it opens no digest
 	}
-	out, err := dgs.joinDigest(ctx, t, n, c, true, log)
+	out, err := dgs.joinDigest(ctx, t, n, c, true, false, log)
 	switch {
 	case err != nil && !d.Booked:
 		dgs.metrics.LimiterError.Inc()
@@ -206,7 +220,7 @@ func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.No
 	if c.Match.Digest == nil || round > 0 {
 		return false, nil
 	}
-	out, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
+	out, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, true, log)
 	if err != nil {
 		dgs.metrics.LimiterError.Inc()
 		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
@@ -219,14 +233,23 @@ func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.No
 // group when one has room (digest.Joined: its task is done), else, with
 // start, opens one that n carries (digest.Started). With a window, the
 // first item opens the digest at once and waits the window for its slot
-// (c.opts.NotBefore).
-func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (int, error) {
+// (c.opts.NotBefore). On the first look of a run (first), a notification
+// checked for a send of its own before — a crash came after its admission
+// — is a re-run of that send (digest.Rerun, c.rerun): it joins and opens
+// nothing, so what reaches the recipient again is that same message, and
+// its check settles it from the provider's report when there is one
+// (reachedProvider).
+func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start, first bool, log *slog.Logger) (int, error) {
 	dg := c.Match.Digest
 	var out int
 	var carrier string
+	join := dgs.digests.Join
+	if first {
+		join = dgs.digests.JoinFirst
+	}
 	err := dgs.withRedis(ctx, log, "digest", func(ctx context.Context) error {
 		var err error
-		out, carrier, err = dgs.digests.Join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
+		out, carrier, err = join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
 		return err
 	})
 	if err != nil {
@@ -241,6 +264,9 @@ func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Noti
 		// Nor is it admitted for a slot ahead (to wait for it in process):
 		// an item its rules defer, however near, goes into a digest.
 		c.opts.Book, c.opts.Horizon, c.digestItem = false, 0, true
+	case digest.Rerun:
+		c.rerun = true
+		log.Info("checked for a send of its own before: repeating that send, in no digest")
 	case digest.Joined:
 		dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
 		log.Info("carried by a digest", "digest", carrier)
