@@ -64,10 +64,11 @@ func TestJoinsAndClosesUnderConcurrency(t *testing.T) {
 				for i := w; i < items; i += workers {
 					n := ns[i]
 					it := digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte(n.Body)}
-					out, carrier, err := s.Join(ctx, n, d, it, time.Minute, false)
-					if err == nil && out == digest.Open {
-						out, carrier, err = s.Join(ctx, n, d, it, time.Minute, true)
+					o, err := s.Join(ctx, n, d, it, time.Minute, false)
+					if err == nil && o.Kind == digest.Open {
+						o, err = s.Join(ctx, n, d, it, time.Minute, true)
 					}
+					out, carrier := o.Kind, o.Carrier
 					if err != nil {
 						t.Error(err)
 						return
@@ -204,7 +205,7 @@ func TestOpenFor(t *testing.T) {
 		t.Fatalf("before: %+v, %v", o, err)
 	}
 	for _, n := range []tasks.Notification{a, b} {
-		if _, _, err := s.Join(ctx, n, d, digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte("p")}, time.Minute, true); err != nil {
+		if _, err := s.Join(ctx, n, d, digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte("p")}, time.Minute, true); err != nil {
 			t.Fatal(err)
 		}
 	}

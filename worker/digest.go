@@ -197,7 +197,8 @@ func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.
 	if c.Match.Digest == nil || c.rerun {
 		return false, nil // a re-run repeats its earlier send: it opens no digest
 	}
-	out, err := dgs.joinDigest(ctx, t, n, c, true, false, log)
+	o, err := dgs.joinDigest(ctx, t, n, c, true, false, log)
+	out := o.Kind
 	switch {
 	case err != nil && !d.Booked:
 		dgs.metrics.LimiterError.Inc()
@@ -214,19 +215,37 @@ func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.
 	return out == digest.Joined, nil
 }
 
+// digestLook is what the first round of a run found when it looked at
+// the digests: it holds for the run's later rounds.
+type digestLook struct {
+	looked    bool
+	rerun     bool      // check.rerun
+	windowEnd time.Time // check.windowEnd
+}
+
 // digestBefore is the join before n's check, in the first round of its
-// run only: false, nil when n goes on to its check.
-func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, round int, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil || round > 0 {
+// run only (later rounds get what it found): false, nil when n goes on to
+// its check.
+func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, look *digestLook, log *slog.Logger) (bool, error) {
+	if look.looked {
+		c.rerun = look.rerun
+		if !look.windowEnd.IsZero() {
+			c.windowEnd, c.opts.NotBefore = look.windowEnd, later(c.opts.NotBefore, look.windowEnd)
+		}
 		return false, nil
 	}
-	out, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, true, log)
+	if c.Match.Digest == nil {
+		look.looked = true
+		return false, nil
+	}
+	o, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, true, log)
 	if err != nil {
 		dgs.metrics.LimiterError.Inc()
 		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
 		return false, &UnavailableError{Err: err}
 	}
-	return out == digest.Joined, nil
+	*look = digestLook{looked: true, rerun: c.rerun, windowEnd: c.windowEnd}
+	return o.Kind == digest.Joined, nil
 }
 
 // joinDigest puts n into the open digest of its recipient, category and
@@ -239,23 +258,22 @@ func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.No
 // nothing, so what reaches the recipient again is that same message, and
 // its check settles it from the provider's report when there is one
 // (reachedProvider).
-func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start, first bool, log *slog.Logger) (int, error) {
+func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start, first bool, log *slog.Logger) (digest.Outcome, error) {
 	dg := c.Match.Digest
-	var out int
-	var carrier string
+	var o digest.Outcome
 	join := dgs.digests.Join
 	if first {
 		join = dgs.digests.JoinFirst
 	}
 	err := dgs.withRedis(ctx, log, "digest", func(ctx context.Context) error {
 		var err error
-		out, carrier, err = join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
+		o, err = join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return o, err
 	}
-	switch out {
+	switch o.Kind {
 	case digest.Open:
 		// Not a carrier: asked without a booking. Only a carrier books (as
 		// it opens a digest): an item that would book, then join a digest and
@@ -269,15 +287,36 @@ func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Noti
 		log.Info("checked for a send of its own before: repeating that send, in no digest")
 	case digest.Joined:
 		dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
-		log.Info("carried by a digest", "digest", carrier)
+		log.Info("carried by a digest", "digest", o.Carrier)
 	case digest.Started:
 		// Its carrier now: the recipient's later items go on (recipientOrder)
 		// while it waits for its slot, and join it.
 		placeOf(ctx).done()
 		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
-		if dg.Window > 0 {
-			c.opts.NotBefore = later(c.opts.NotBefore, time.Now().Add(dg.Window))
+		if o.Opened.IsZero() {
+			o.Opened = time.Now() // not from Redis (it always is): this process's clock
 		}
+		digestWindow(c, o.Opened)
+	case digest.Carrier:
+		digestWindow(c, o.Opened) // every run of the carrier: its booking alone is not kept
 	}
-	return out, nil
+	return o, nil
+}
+
+// digestWindow holds the carrier of a digest opened at opened (Redis's
+// clock, to the microsecond) until its window (window:D) has passed: the
+// slot is at least D after the first item reached a worker, itself after
+// its enqueue. The limiter takes whole milliseconds: rounded up, never
+// early. Nothing without a window, or when the opening is not known.
+func digestWindow(c *check, opened time.Time) {
+	dg := c.Match.Digest
+	if dg == nil || dg.Window <= 0 || opened.IsZero() {
+		return
+	}
+	end := opened.Add(dg.Window)
+	if ms := end.Truncate(time.Millisecond); !ms.Equal(end) {
+		end = ms.Add(time.Millisecond)
+	}
+	c.windowEnd = end
+	c.opts.NotBefore = later(c.opts.NotBefore, end)
 }

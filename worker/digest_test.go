@@ -365,3 +365,55 @@ func TestDigestTemplatePastItsLimitIsArchived(t *testing.T) {
 		t.Errorf("emails received: %d, the second to %q; want 2: the first alone, then ann's", len(ds), ds[len(ds)-1].To)
 	}
 }
+
+// window:D holds a digest's first item D from its enqueue, to the
+// millisecond and by Redis's clock (issue 53: digests came 2.42–2.66 s
+// after the enqueue under window:3s, early by the enqueue's fraction of a
+// wall-clock second). Ten recipients, each sent two items enqueued at
+// another tenth of a second: every digest reaches the provider no earlier
+// than 3 s after its first item's enqueue began (0 ms tolerance), and
+// within the send slack and a wake-up's margin after it.
+func TestDigestWindowFromTheEnqueue(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "sms.alerts:digest=max:10+window:3s")
+	b.start(t, b.cfg)
+	const recipients = 10
+	began := map[string]time.Time{} // recipient → before its first enqueue
+	for i := 0; i < recipients; i++ {
+		// The next tenth of a wall-clock second: i/10 past a whole one.
+		now := time.Now()
+		at := now.Truncate(time.Second).Add(time.Duration(i) * 100 * time.Millisecond)
+		for !at.After(now) {
+			at = at.Add(time.Second)
+		}
+		time.Sleep(time.Until(at)) // the enqueue's fraction of a second is what the test varies
+		to := fmt.Sprintf("+1415555%04d", 300+i)
+		began[to] = time.Now()
+		for j := 0; j < 2; j++ {
+			x := tasks.NewSMS("acme", to, fmt.Sprintf("w%d-%d.", i, j))
+			x.Category = "alerts"
+			b.enqueue(t, x)
+		}
+	}
+	ds := b.sms.WaitFor(t, 30*time.Second, "a digest per recipient", func(ds []fakes.Delivery) bool { return len(ds) >= recipients })
+	var earliest, latest time.Duration
+	for i, d := range ds {
+		off := d.At.Sub(began[d.To])
+		if i == 0 || off < earliest {
+			earliest = off
+		}
+		latest = max(latest, off)
+		if n := strings.Count(d.Body, "."); n != 2 {
+			t.Errorf("%s: a message of %d items (%q); want one digest of both", d.To, n, d.Body)
+		}
+		if off < 3*time.Second {
+			t.Errorf("%s: its digest came %v after its first enqueue (began at %s, %03d ms past the second): early, want at least the 3 s window",
+				d.To, off, began[d.To].Format("15:04:05.000"), began[d.To].Nanosecond()/1e6)
+		}
+		if off > 3*time.Second+time.Second {
+			t.Errorf("%s: its digest came %v after its first enqueue; want within 1 s of the 3 s window", d.To, off)
+		}
+	}
+	t.Logf("%d digests, %v to %v after their first item's enqueue began", len(ds), earliest, latest)
+}
