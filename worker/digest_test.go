@@ -370,7 +370,7 @@ func TestDigestTemplatePastItsLimitIsArchived(t *testing.T) {
 // millisecond and by Redis's clock (issue 53: digests came 2.42–2.66 s
 // after the enqueue under window:3s, early by the enqueue's fraction of a
 // wall-clock second). Ten recipients, each sent two items enqueued at
-// another tenth of a second: every digest reaches the provider no earlier
+// another tenth of a second, through each producer path in turn: every digest reaches the provider no earlier
 // than 3 s after its first item's enqueue began (0 ms tolerance), and
 // within the send slack and a wake-up's margin after it.
 func TestDigestWindowFromTheEnqueue(t *testing.T) {
@@ -379,6 +379,28 @@ func TestDigestWindowFromTheEnqueue(t *testing.T) {
 	b := setup(t, "sms.alerts:digest=max:10+window:3s")
 	b.start(t, b.cfg)
 	const recipients = 10
+	// Every producer path in turn: the tasks package through an Asynq
+	// client (Asynq's groups, scored in whole seconds), the rooms as the API
+	// and sluice enqueue fill them (scored to the microsecond), and a plain
+	// Asynq task in the legacy queue (no enqueue time kept at all).
+	ctx, prod := context.Background(), tasks.NewProducer(b.rdb, b.keys(t))
+	produce := []func(tasks.Notification){
+		func(x tasks.Notification) { b.enqueue(t, x) },
+		func(x tasks.Notification) {
+			if _, err := prod.Enqueue(ctx, x); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func(x tasks.Notification) {
+			task, err := tasks.NewTask(x, b.keys(t))
+			if err == nil {
+				_, err = b.client.EnqueueContext(ctx, asynq.NewTask(task.Type(), task.Payload()), asynq.Queue(b.cfg.Layout().Legacy()), asynq.TaskID(x.ID))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
 	began := map[string]time.Time{} // recipient → before its first enqueue
 	for i := 0; i < recipients; i++ {
 		// The next tenth of a wall-clock second: i/10 past a whole one.
@@ -393,7 +415,7 @@ func TestDigestWindowFromTheEnqueue(t *testing.T) {
 		for j := 0; j < 2; j++ {
 			x := tasks.NewSMS("acme", to, fmt.Sprintf("w%d-%d.", i, j))
 			x.Category = "alerts"
-			b.enqueue(t, x)
+			produce[i%len(produce)](x)
 		}
 	}
 	ds := b.sms.WaitFor(t, 30*time.Second, "a digest per recipient", func(ds []fakes.Delivery) bool { return len(ds) >= recipients })
