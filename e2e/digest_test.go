@@ -311,3 +311,63 @@ func digestKill(t *testing.T, latency time.Duration, report bool, killAt int) {
 	}
 	t.Logf("%d receipts, %d distinct messages, %d of them sent again, %d items in two messages", len(ds), len(byID), repeats, inTwo)
 }
+
+// window:D with the real binaries (issue 53 item 1): ten recipients, each
+// sent two alerts at another tenth of a wall-clock second, through the
+// HTTP API, sluice enqueue and the tasks package in turn, under
+// sms.alerts:digest=max:10+window:3s with two workers. Every digest reaches
+// the provider no earlier than 3 s after its first alert's enqueue began,
+// with no tolerance (before: 2.42–2.66 s, early by the enqueue's fraction of
+// a second), and within a second of it.
+func TestDigestWindowCountsFromTheEnqueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sms.alerts:digest=max:10+window:3s")
+	a := e.startAPI(nil, "acme")
+	e.worker("w0", nil)
+	e.worker("w1", nil)
+	produce := []func(to, body string){
+		func(to, body string) {
+			if r := a.call("POST", "/v1/notifications", a.tokens["acme"], fmt.Sprintf(`{"channel":"sms","to":%q,"body":%q,"category":"alerts"}`, to, body)); r.Status != 202 {
+				t.Fatalf("POST: %d %s", r.Status, r.Body)
+			}
+		},
+		func(to, body string) { e.sluiceRun(nil, "enqueue", "sms", "--tenant", "acme", "--to", to, "--text", body, "--category", "alerts") },
+		func(to, body string) {
+			n := tasks.NewSMS("acme", to, body)
+			n.Category = "alerts"
+			e.enqueue(n)
+		},
+	}
+	const recipients = 10
+	began := map[string]time.Time{}
+	for i := 0; i < recipients; i++ {
+		now := time.Now()
+		at := now.Truncate(time.Second).Add(time.Duration(i) * 100 * time.Millisecond)
+		for !at.After(now) {
+			at = at.Add(time.Second)
+		}
+		time.Sleep(time.Until(at)) // the enqueue's fraction of a second is what the test varies
+		to := fmt.Sprintf("+1415555%04d", 500+i)
+		began[to] = time.Now()
+		for j := 0; j < 2; j++ {
+			produce[i%len(produce)](to, fmt.Sprintf("w%d-%d.", i, j))
+		}
+	}
+	ds := e.sms.WaitFor(t, 30*time.Second, "a digest per recipient", func(ds []fakes.Delivery) bool { return len(ds) >= recipients })
+	var earliest, latest time.Duration
+	for i, d := range ds {
+		off := d.At.Sub(began[d.To])
+		if i == 0 || off < earliest {
+			earliest = off
+		}
+		latest = max(latest, off)
+		if n := strings.Count(d.Body, "."); n != 2 {
+			t.Errorf("%s: a message of %d items (%q); want one digest of both", d.To, n, d.Body)
+		}
+		if off < 3*time.Second || off > 4*time.Second {
+			t.Errorf("%s: its digest came %v after its first enqueue began (%03d ms past the second); want 3 s (never less) to 4 s",
+				d.To, off, began[d.To].Nanosecond()/1e6)
+		}
+	}
+	t.Logf("%d digests, %v to %v after their first alert's enqueue began", len(ds), earliest, latest)
+}
