@@ -331,7 +331,9 @@ func TestDigestWindowCountsFromTheEnqueue(t *testing.T) {
 				t.Fatalf("POST: %d %s", r.Status, r.Body)
 			}
 		},
-		func(to, body string) { e.sluiceRun(nil, "enqueue", "sms", "--tenant", "acme", "--to", to, "--text", body, "--category", "alerts") },
+		func(to, body string) {
+			e.sluiceRun(nil, "enqueue", "sms", "--tenant", "acme", "--to", to, "--text", body, "--category", "alerts")
+		},
 		func(to, body string) {
 			n := tasks.NewSMS("acme", to, body)
 			n.Category = "alerts"
