@@ -12,10 +12,13 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/digest"
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // digestModel is the brute-force answer for n items of one recipient that
@@ -438,4 +441,50 @@ func TestDigestWindowFromTheEnqueue(t *testing.T) {
 		}
 	}
 	t.Logf("%d digests, %v to %v after their first item's enqueue began", len(ds), earliest, latest)
+}
+
+// A carrier that ends without a send hands its items back (Spill), and
+// each is placed again on its own — not taken for a re-run of its join
+// (Join keeps an item that joined in its digest; Spill releases the items
+// first). Here the recipient opts out while the digest waits for its slot:
+// the carrier is blocked at its slot, and every item, handed back, is
+// blocked in turn — archived with reason suppressed, none left "digested"
+// into a digest never sent, none sent.
+func TestDigestSpillHandsItemsBack(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "sms:recipient=1/3s,sms.alerts:digest=max:10")
+	b.start(t, b.cfg)
+	ctx := context.Background()
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	store := digest.New(b.rdb, lim)
+	const to = "+14155550188"
+	var ns []tasks.Notification
+	for i := 0; i < 5; i++ {
+		x := tasks.NewSMS("acme", to, fmt.Sprintf("alert-%d.", i))
+		x.Category = "alerts"
+		b.enqueue(t, x)
+		ns = append(ns, x)
+	}
+	b.sms.WaitCount(t, 1, 10*time.Second) // the first, at once
+	sluicetest.Eventually(t, 10*time.Second, "a digest of the other 4 open", func() bool {
+		o, err := store.OpenFor(ctx, ns[1], plans.Digest{Max: 10})
+		return err == nil && o != nil && o.Items == 4
+	})
+	if _, err := b.consentStore(t).Record(ctx, "acme", tasks.SMS, to, consent.Event{Action: consent.OptOut, Source: consent.SourceAPI, Scope: consent.AllCategories()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns[1:] {
+		ti := b.waitTask(t, n.ID, 15*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+		if r := tasks.ReadTaskError(ti.LastErr, false).Reason; r != tasks.ReasonSuppressed {
+			t.Errorf("%s archived with %q, want suppressed", n.Body, ti.LastErr)
+		}
+	}
+	if ds := b.sms.Deliveries(); len(ds) != 1 {
+		t.Errorf("%d messages sent, want the first only", len(ds))
+	}
 }
