@@ -97,6 +97,7 @@ func (s *Store) noteKey(tenant, id string) string   { return s.lim.RecordKey(ten
 type Outcome struct {
 	Kind    int    // Open, Joined, Started, Carrier or Rerun
 	Carrier string // Joined: the id of the carrier of the digest joined
+	Again   bool   // Joined: the item had joined it before (its task's re-run)
 	// Opened (Started, Carrier) is when the carrier opened its digest, by
 	// Redis's clock to the microsecond (zero if not known): a window
 	// (window:D) counts from it, on every run of the carrier.
@@ -133,6 +134,10 @@ func (s *Store) join(ctx context.Context, n tasks.Notification, d plans.Digest, 
 		switch o.Kind {
 		case Joined:
 			o.Carrier = v
+			if len(vals) > 2 {
+				items, _ := vals[2].(int64)
+				o.Again = items == 0
+			}
 		case Started, Carrier:
 			o.Opened, _ = parseTime(v)
 		}

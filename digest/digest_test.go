@@ -246,7 +246,7 @@ func TestRerunsKeepTheirDigest(t *testing.T) {
 	if err != nil || o.Kind != digest.Started || o.Opened.Before(before.Truncate(time.Microsecond)) || o.Opened.After(after) {
 		t.Fatalf("c1 opens: %+v, %v; want Started, opened between %v and %v (Redis TIME)", o, err, before, after)
 	}
-	if o, err := s.JoinFirst(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Joined || o.Carrier != c1.ID {
+	if o, err := s.JoinFirst(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Joined || o.Carrier != c1.ID || o.Again {
 		t.Fatalf("a joins: %+v, %v", o, err)
 	}
 	opened := o.Opened
@@ -261,7 +261,7 @@ func TestRerunsKeepTheirDigest(t *testing.T) {
 	}
 	// a's task runs again (its completion was lost): still c1's, not c2's.
 	for _, join := range []func(context.Context, tasks.Notification, plans.Digest, digest.Item, time.Duration, bool) (digest.Outcome, error){s.Join, s.JoinFirst} {
-		if o, err := join(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Joined || o.Carrier != c1.ID {
+		if o, err := join(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Joined || o.Carrier != c1.ID || !o.Again {
 			t.Fatalf("a's re-run: %+v, %v; want Joined to %s", o, err, c1.ID)
 		}
 	}

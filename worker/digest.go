@@ -286,8 +286,10 @@ func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Noti
 		c.rerun = true
 		log.Info("checked for a send of its own before: repeating that send, in no digest")
 	case digest.Joined:
-		dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
-		log.Info("carried by a digest", "digest", o.Carrier)
+		if !o.Again {
+			dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
+		}
+		log.Info("carried by a digest", "digest", o.Carrier, "again", o.Again)
 	case digest.Started:
 		// Its carrier now: the recipient's later items go on (recipientOrder)
 		// while it waits for its slot, and join it.
