@@ -17,12 +17,19 @@
 // digest is sent: a carrier that crashes mid-send reads the same items
 // again on its re-run. A carrier that ends without a send (expired,
 // dropped, blocked) hands its other items back to the queue (Spill).
+//
+// A task run again after a crash keeps what its earlier run did: an item
+// that joined a digest is Joined to it again (its note), a carrier reads
+// its own items, and a notification checked for a send of its own before
+// (JoinFirst: the limiter has its record) neither joins nor opens one —
+// its re-run repeats that send or is settled from the provider's report.
 package digest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +47,10 @@ const (
 	Joined  = 1 // the item joined an open digest: its task is done
 	Started = 2 // the item opened a digest and carries it
 	Carrier = 3 // the item carries a digest already
+	// Rerun (JoinFirst only): the item was checked for a send of its own
+	// before — the limiter has a record of it (booked, admitted, done) — so
+	// this run repeats that send: it neither joins nor opens a digest.
+	Rerun = 4
 )
 
 // ErrBadRecord: an item's record in Redis does not read.
@@ -78,28 +89,78 @@ func (s *Store) openKey(n tasks.Notification, d plans.Digest) string {
 	return s.lim.SubjectKey(n.Tenant, "digest:"+string(n.Channel)+"."+n.CategoryOrDefault(), nn.To+"\x00"+d.GroupOf(n))
 }
 
-func (s *Store) itemsKey(tenant, id string) string { return s.lim.RecordKey(tenant, id, "dgi") }
-func (s *Store) noteKey(tenant, id string) string  { return s.lim.RecordKey(tenant, id, "dg") }
+func (s *Store) itemsKey(tenant, id string) string  { return s.lim.RecordKey(tenant, id, "dgi") }
+func (s *Store) openedKey(tenant, id string) string { return s.lim.RecordKey(tenant, id, "dgo") }
+func (s *Store) noteKey(tenant, id string) string   { return s.lim.RecordKey(tenant, id, "dg") }
+
+// Outcome is what Join did.
+type Outcome struct {
+	Kind    int    // Open, Joined, Started, Carrier or Rerun
+	Carrier string // Joined: the id of the carrier of the digest joined
+	Again   bool   // Joined: the item had joined it before (its task's re-run)
+	// Opened (Started, Carrier) is when the carrier opened its digest, by
+	// Redis's clock to the microsecond (zero if not known): a window
+	// (window:D) counts from it, on every run of the carrier.
+	Opened time.Time
+}
 
 // Join puts the item it, notification n, into the open digest of its
 // recipient, category and group if one has room; else, with start, opens
-// one that n carries. It returns the outcome and, joined, the carrier's id.
-func (s *Store) Join(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start bool) (int, string, error) {
-	st := "0"
-	if start {
-		st = "1"
-	}
-	keys := []string{s.openKey(n, d), s.itemsKey(n.Tenant, n.ID), s.noteKey(n.Tenant, n.ID)}
-	vals, err := scripts.Digest.Run(ctx, s.rdb, keys, "join", n.ID, it.record(), d.Max, max(ttl, time.Second).Milliseconds(), st).Slice()
+// one that n carries.
+// An item that joined a digest before (its task re-run: a crash came
+// before its completion) is Joined to that one again, never to another.
+func (s *Store) Join(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start bool) (Outcome, error) {
+	return s.join(ctx, n, d, it, ttl, start, false)
+}
+
+// JoinFirst is Join on a run's first look, before its check: n the
+// limiter has a record of was checked for a send of its own before (a
+// carrier booked, a send admitted or done) and this run repeats that send:
+// Rerun, and nothing joined or opened. A carrier is still Carrier.
+func (s *Store) JoinFirst(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start bool) (Outcome, error) {
+	return s.join(ctx, n, d, it, ttl, start, true)
+}
+
+func (s *Store) join(ctx context.Context, n tasks.Notification, d plans.Digest, it Item, ttl time.Duration, start, first bool) (Outcome, error) {
+	keys := []string{s.openKey(n, d), s.itemsKey(n.Tenant, n.ID), s.noteKey(n.Tenant, n.ID), s.lim.StateKey(n.Tenant, n.ID), s.openedKey(n.Tenant, n.ID)}
+	vals, err := scripts.Digest.Run(ctx, s.rdb, keys, "join", n.ID, it.record(), d.Max, max(ttl, time.Second).Milliseconds(), flag(start), flag(first)).Slice()
 	if err != nil {
-		return 0, "", fmt.Errorf("digest: join: %w", err)
+		return Outcome{}, fmt.Errorf("digest: join: %w", err)
 	}
-	out, _ := vals[0].(int64)
-	if out == Joined && len(vals) > 1 {
-		carrier, _ := vals[1].(string)
-		return Joined, carrier, nil
+	kind, _ := vals[0].(int64)
+	o := Outcome{Kind: int(kind)}
+	if len(vals) > 1 {
+		v, _ := vals[1].(string)
+		switch o.Kind {
+		case Joined:
+			o.Carrier = v
+			if len(vals) > 2 {
+				items, _ := vals[2].(int64)
+				o.Again = items == 0
+			}
+		case Started, Carrier:
+			o.Opened, _ = parseTime(v)
+		}
 	}
-	return int(out), "", nil
+	return o, nil
+}
+
+// parseTime reads Redis TIME as digest.lua writes it: "<s>.<us>".
+func parseTime(v string) (time.Time, error) {
+	sec, us, ok := strings.Cut(v, ".")
+	s, err := strconv.ParseInt(sec, 10, 64)
+	u, err2 := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || err2 != nil || len(us) != 6 {
+		return time.Time{}, ErrBadRecord
+	}
+	return time.Unix(s, u*1000), nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // Close closes the digest n carries, if any, to new items and returns its
@@ -122,15 +183,29 @@ func (s *Store) Close(ctx context.Context, n tasks.Notification, d plans.Digest)
 	return items, nil
 }
 
-// Forget drops the items of the digest n carried, and the notes of ids
-// (its other items), once they are back in the queue (Spill) and will be
-// placed again.
-func (s *Store) Forget(ctx context.Context, n tasks.Notification, ids []string) error {
-	keys := []string{s.itemsKey(n.Tenant, n.ID)}
+// Release drops the notes of ids, items of the digest n carried, before
+// they are handed back to the queue (Spill): each then joins or opens a
+// digest again like a new notification (Join answers an item with a note
+// Joined to its old digest). Their records stay in n's digest until Forget:
+// a carrier that crashes meanwhile hands them back again on its re-run.
+func (s *Store) Release(ctx context.Context, n tasks.Notification, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(ids))
 	for _, id := range ids {
 		keys = append(keys, s.noteKey(n.Tenant, id))
 	}
 	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("digest: release: %w", err)
+	}
+	return nil
+}
+
+// Forget drops the items of the digest n carried once they are back in
+// the queue (Spill) and will be placed again.
+func (s *Store) Forget(ctx context.Context, n tasks.Notification) error {
+	if err := s.rdb.Del(ctx, s.itemsKey(n.Tenant, n.ID), s.openedKey(n.Tenant, n.ID)).Err(); err != nil {
 		return fmt.Errorf("digest: forget: %w", err)
 	}
 	return nil

@@ -64,10 +64,11 @@ func TestJoinsAndClosesUnderConcurrency(t *testing.T) {
 				for i := w; i < items; i += workers {
 					n := ns[i]
 					it := digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte(n.Body)}
-					out, carrier, err := s.Join(ctx, n, d, it, time.Minute, false)
-					if err == nil && out == digest.Open {
-						out, carrier, err = s.Join(ctx, n, d, it, time.Minute, true)
+					o, err := s.Join(ctx, n, d, it, time.Minute, false)
+					if err == nil && o.Kind == digest.Open {
+						o, err = s.Join(ctx, n, d, it, time.Minute, true)
 					}
+					out, carrier := o.Kind, o.Carrier
 					if err != nil {
 						t.Error(err)
 						return
@@ -204,7 +205,7 @@ func TestOpenFor(t *testing.T) {
 		t.Fatalf("before: %+v, %v", o, err)
 	}
 	for _, n := range []tasks.Notification{a, b} {
-		if _, _, err := s.Join(ctx, n, d, digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte("p")}, time.Minute, true); err != nil {
+		if _, err := s.Join(ctx, n, d, digest.Item{TaskID: n.ID, Type: tasks.TypeEmail, Payload: []byte("p")}, time.Minute, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,5 +217,71 @@ func TestOpenFor(t *testing.T) {
 	}
 	if o, err := s.OpenFor(ctx, a, d); err != nil || o != nil {
 		t.Fatalf("after the close: %+v, %v", o, err)
+	}
+}
+
+// A task run again after a crash keeps what its earlier run did (issue
+// 53): an item that joined a digest is Joined to that one again, even once
+// it closed and another opened; JoinFirst answers Rerun for a notification
+// the limiter has a record of (checked for a send of its own) and Carrier,
+// with the opening's time, for a carrier; an item Released (handed back by
+// a spill) joins anew.
+func TestRerunsKeepTheirDigest(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := digest.New(rdb, lim)
+	ctx, d := context.Background(), plans.Digest{Max: 5, Window: time.Second}
+	n := func(body string) tasks.Notification { return tasks.NewSMS("acme", "+14155550100", body) }
+	item := func(x tasks.Notification) digest.Item {
+		return digest.Item{TaskID: x.ID, Type: tasks.TypeSMS, Payload: []byte(x.Body)}
+	}
+	c1, a, c2 := n("c1"), n("a"), n("c2")
+	before, _ := rdb.Time(ctx).Result()
+	o, err := s.JoinFirst(ctx, c1, d, item(c1), time.Minute, true)
+	after, _ := rdb.Time(ctx).Result()
+	if err != nil || o.Kind != digest.Started || o.Opened.Before(before.Truncate(time.Microsecond)) || o.Opened.After(after) {
+		t.Fatalf("c1 opens: %+v, %v; want Started, opened between %v and %v (Redis TIME)", o, err, before, after)
+	}
+	if o, err := s.JoinFirst(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Joined || o.Carrier != c1.ID || o.Again {
+		t.Fatalf("a joins: %+v, %v", o, err)
+	}
+	opened := o.Opened
+	if o, err := s.JoinFirst(ctx, c1, d, item(c1), time.Minute, true); err != nil || o.Kind != digest.Carrier || !o.Opened.Equal(opened) {
+		t.Fatalf("c1 again: %+v, %v; want Carrier, opened %v", o, err, opened)
+	}
+	if items, err := s.Close(ctx, c1, d); err != nil || len(items) != 2 {
+		t.Fatalf("close: %d items, %v", len(items), err)
+	}
+	if o, err := s.JoinFirst(ctx, c2, d, item(c2), time.Minute, true); err != nil || o.Kind != digest.Started {
+		t.Fatalf("c2 opens the next: %+v, %v", o, err)
+	}
+	// a's task runs again (its completion was lost): still c1's, not c2's.
+	for _, join := range []func(context.Context, tasks.Notification, plans.Digest, digest.Item, time.Duration, bool) (digest.Outcome, error){s.Join, s.JoinFirst} {
+		if o, err := join(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Joined || o.Carrier != c1.ID || !o.Again {
+			t.Fatalf("a's re-run: %+v, %v; want Joined to %s", o, err, c1.ID)
+		}
+	}
+	// A send checked before (its record in the limiter) is a re-run of it.
+	single := n("single")
+	lims := []throttle.Limit{{Scope: "sms:recipient", Subject: single.To, Rule: throttle.Rule{Limit: 10, Window: time.Minute}}}
+	if _, err := lim.Reserve(ctx, "acme", single.ID, throttle.ReserveOptions{Policy: throttle.AtLeastOnce}, lims...); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.JoinFirst(ctx, single, d, item(single), time.Minute, true); err != nil || o.Kind != digest.Rerun {
+		t.Fatalf("a send checked before, on its first look: %+v, %v; want Rerun", o, err)
+	}
+	if items, err := s.Close(ctx, c2, d); err != nil || len(items) != 1 {
+		t.Fatalf("c2's digest: %d items, %v; want its own only", len(items), err)
+	}
+	// Handed back by a spill, a joins anew.
+	if err := s.Release(ctx, c1, []string{a.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.Join(ctx, a, d, item(a), time.Minute, true); err != nil || o.Kind != digest.Started {
+		t.Fatalf("a released: %+v, %v; want Started (no digest open)", o, err)
 	}
 }

@@ -262,6 +262,7 @@ func (ad *admission) notNow(ctx context.Context, t *asynq.Task, n tasks.Notifica
 // that is up and not in tried), and the check is of a send through it.
 func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admitted, error) {
 	resent := false
+	var look digestLook // the first round's, for every round of the run
 	for round := 0; ; round++ {
 		policy, version := ad.currentPlans()
 		c := ad.plan(policy, *n)
@@ -269,7 +270,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			return nil, err
 		}
 		placeOf(ctx).wait(ctx) // the recipient's order, before the digest is looked at (digestBefore)
-		if joined, err := ad.dig.digestBefore(ctx, t, *n, &c, round, log); joined || err != nil {
+		if joined, err := ad.dig.digestBefore(ctx, t, *n, &c, &look, log); joined || err != nil {
 			return nil, err
 		}
 		order := policy.Providers(n.Tenant, n.Channel)
@@ -302,10 +303,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 				ad.wait.lateWake(ctx, *n, d, c.Limits, late+ad.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
-				if err := ad.dig.digestAdmitted(ctx, n, c, d, log); err != nil {
-					return nil, err
-				}
-				return &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
+				return ad.admit(ctx, n, &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, log)
 			} else {
 				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
 				ad.wait.releaseWaiter(waiter)
@@ -328,10 +326,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 				log.Info("tenant plans changed during the wait; checking again", "version", now, "was", version)
 				continue
 			}
-			if err := ad.dig.digestAdmitted(ctx, n, c, d, log); err != nil {
-				return nil, err
-			}
-			return &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
+			return ad.admit(ctx, n, &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, log)
 		default: // errOpened: its digest's carrier now, asked again with a booking
 			ad.prov.giveBackProbe(ctx, pk, d, log)
 			if err := ad.notNow(ctx, t, *n, &c, d, log); !errors.Is(err, errOpened) {
@@ -339,6 +334,15 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			}
 		}
 	}
+}
+
+// admit ends reserve with a send admitted for now: the digest it carries,
+// if any, closed and rendered into n (digestAdmitted).
+func (ad *admission) admit(ctx context.Context, n *tasks.Notification, a *admitted, log *slog.Logger) (*admitted, error) {
+	if err := ad.dig.digestAdmitted(ctx, n, a.c, a.d, log); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // comply enforces what the rules demand of the notification itself, under
@@ -536,6 +540,12 @@ type check struct {
 	// digestItem: checked as a digest's item (no booking, no wait in
 	// process; worker/digest.go): it carries no digest.
 	digestItem bool
+	// rerun: a re-run of a send checked before (digest.Rerun): it joins
+	// and opens no digest.
+	rerun bool
+	// windowEnd: the carrier of a digest with a window is not sent before
+	// (digestWindow).
+	windowEnd time.Time
 }
 
 // blockedError says why the limiter blocked a send.

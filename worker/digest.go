@@ -68,6 +68,11 @@ func (dgs *digester) digestSpill(ctx context.Context, n tasks.Notification, c ch
 		return
 	}
 	policy := dgs.currentPolicy()
+	type back struct {
+		it digest.Item
+		n  tasks.Notification
+	}
+	var backs []back
 	var ids []string
 	for _, it := range items[1:] {
 		m, err := dgs.openItem(it)
@@ -75,15 +80,24 @@ func (dgs *digester) digestSpill(ctx context.Context, n tasks.Notification, c ch
 			log.Error("digest: an item does not open; not handed back", "item_task", it.TaskID, "err", err)
 			continue
 		}
-		_, err = dgs.client.EnqueueContext(ctx, asynq.NewTask(it.Type, it.Payload), asynq.Queue(policy.Queue(dgs.layout, m)),
-			asynq.TaskID(it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
-		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", m.ID, "err", err)
-			return // Forget below would lose it: the carrier's re-run (if any) tries again
-		}
+		backs = append(backs, back{it, m})
 		ids = append(ids, m.ID)
 	}
-	if err := dgs.digests.Forget(ctx, n, ids); err != nil {
+	// Their notes go first: an item handed back with its note would be
+	// Joined to this digest again (Join keeps a re-run's join) and lost.
+	if err := dgs.digests.Release(ctx, n, ids); err != nil {
+		log.Error("digest: could not release the items of a digest that will not be sent; kept for the next run", "err", err)
+		return
+	}
+	for _, b := range backs {
+		_, err := dgs.client.EnqueueContext(ctx, asynq.NewTask(b.it.Type, b.it.Payload), asynq.Queue(policy.Queue(dgs.layout, b.n)),
+			asynq.TaskID(b.it.TaskID), asynq.MaxRetry(tasks.DefaultMaxRetry+1), asynq.Timeout(tasks.DefaultTimeout), asynq.Retention(0))
+		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			log.Error("digest: could not hand an item back to the queue; kept for the next run", "item", b.n.ID, "err", err)
+			return // Forget below would lose it: the carrier's re-run (if any) tries again
+		}
+	}
+	if err := dgs.digests.Forget(ctx, n); err != nil {
 		log.Warn("digest: items handed back, but their digest's record stays until its TTL", "err", err)
 	}
 	dgs.metrics.Digested.WithLabelValues(string(n.Channel), "spilled").Add(float64(len(ids)))
@@ -180,10 +194,11 @@ func (dgs *digester) digestAdmitted(ctx context.Context, n *tasks.Notification, 
 // and carries it — errOpened when it was checked as an item (nothing
 // booked): it is asked again as the carrier.
 func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, d throttle.Decision, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil {
-		return false, nil
+	if c.Match.Digest == nil || c.rerun {
+		return false, nil // a re-run repeats its earlier send: it opens no digest
 	}
-	out, err := dgs.joinDigest(ctx, t, n, c, true, log)
+	o, err := dgs.joinDigest(ctx, t, n, c, true, false, log)
+	out := o.Kind
 	switch {
 	case err != nil && !d.Booked:
 		dgs.metrics.LimiterError.Inc()
@@ -200,41 +215,67 @@ func (dgs *digester) digestDeferred(ctx context.Context, t *asynq.Task, n tasks.
 	return out == digest.Joined, nil
 }
 
+// digestLook is what the first round of a run found when it looked at
+// the digests: it holds for the run's later rounds.
+type digestLook struct {
+	looked    bool
+	rerun     bool      // check.rerun
+	windowEnd time.Time // check.windowEnd
+}
+
 // digestBefore is the join before n's check, in the first round of its
-// run only: false, nil when n goes on to its check. It comes after n's
-// wait for its recipient's order (recipientOrder): the item before it has
-// sent, or opened a digest (joinDigest frees its place), which n joins.
-func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, round int, log *slog.Logger) (bool, error) {
-	if c.Match.Digest == nil || round > 0 {
+// run only (later rounds get what it found): false, nil when n goes on to
+// its check. It comes after n's wait for its recipient's order
+// (recipientOrder): the item before it has sent, or opened a digest
+// (joinDigest frees its place), which n joins.
+func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, look *digestLook, log *slog.Logger) (bool, error) {
+	if look.looked {
+		c.rerun = look.rerun
+		if !look.windowEnd.IsZero() {
+			c.windowEnd, c.opts.NotBefore = look.windowEnd, later(c.opts.NotBefore, look.windowEnd)
+		}
 		return false, nil
 	}
-	out, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, log)
+	if c.Match.Digest == nil {
+		look.looked = true
+		return false, nil
+	}
+	o, err := dgs.joinDigest(ctx, t, n, c, c.Match.Digest.Window > 0, true, log)
 	if err != nil {
 		dgs.metrics.LimiterError.Inc()
 		log.Error("digest: could not read the open digest; nothing sent, will try again", "err", err)
 		return false, &UnavailableError{Err: err}
 	}
-	return out == digest.Joined, nil
+	*look = digestLook{looked: true, rerun: c.rerun, windowEnd: c.windowEnd}
+	return o.Kind == digest.Joined, nil
 }
 
 // joinDigest puts n into the open digest of its recipient, category and
 // group when one has room (digest.Joined: its task is done), else, with
 // start, opens one that n carries (digest.Started). With a window, the
 // first item opens the digest at once and waits the window for its slot
-// (c.opts.NotBefore).
-func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start bool, log *slog.Logger) (int, error) {
+// (c.opts.NotBefore). On the first look of a run (first), a notification
+// checked for a send of its own before — a crash came after its admission
+// — is a re-run of that send (digest.Rerun, c.rerun): it joins and opens
+// nothing, so what reaches the recipient again is that same message, and
+// its check settles it from the provider's report when there is one
+// (reachedProvider).
+func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, start, first bool, log *slog.Logger) (digest.Outcome, error) {
 	dg := c.Match.Digest
-	var out int
-	var carrier string
+	var o digest.Outcome
+	join := dgs.digests.Join
+	if first {
+		join = dgs.digests.JoinFirst
+	}
 	err := dgs.withRedis(ctx, log, "digest", func(ctx context.Context) error {
 		var err error
-		out, carrier, err = dgs.digests.Join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
+		o, err = join(ctx, n, *dg, digestItem(ctx, t, n), digestTTL(*c), start)
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return o, err
 	}
-	switch out {
+	switch o.Kind {
 	case digest.Open:
 		// Not a carrier: asked without a booking. Only a carrier books (as
 		// it opens a digest): an item that would book, then join a digest and
@@ -243,17 +284,43 @@ func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Noti
 		// Nor is it admitted for a slot ahead (to wait for it in process):
 		// an item its rules defer, however near, goes into a digest.
 		c.opts.Book, c.opts.Horizon, c.digestItem = false, 0, true
+	case digest.Rerun:
+		c.rerun = true
+		log.Info("checked for a send of its own before: repeating that send, in no digest")
 	case digest.Joined:
-		dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
-		log.Info("carried by a digest", "digest", carrier)
+		if !o.Again {
+			dgs.metrics.Digested.WithLabelValues(string(n.Channel), "joined").Inc()
+		}
+		log.Info("carried by a digest", "digest", o.Carrier, "again", o.Again)
 	case digest.Started:
 		// Its carrier now: the recipient's later items go on (recipientOrder)
 		// while it waits for its slot, and join it.
 		placeOf(ctx).done()
 		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
-		if dg.Window > 0 {
-			c.opts.NotBefore = later(c.opts.NotBefore, time.Now().Add(dg.Window))
+		if o.Opened.IsZero() {
+			o.Opened = time.Now() // not from Redis (it always is): this process's clock
 		}
+		digestWindow(c, o.Opened)
+	case digest.Carrier:
+		digestWindow(c, o.Opened) // every run of the carrier: its booking alone is not kept
 	}
-	return out, nil
+	return o, nil
+}
+
+// digestWindow holds the carrier of a digest opened at opened (Redis's
+// clock, to the microsecond) until its window (window:D) has passed: the
+// slot is at least D after the first item reached a worker, itself after
+// its enqueue. The limiter takes whole milliseconds: rounded up, never
+// early. Nothing without a window, or when the opening is not known.
+func digestWindow(c *check, opened time.Time) {
+	dg := c.Match.Digest
+	if dg == nil || dg.Window <= 0 || opened.IsZero() {
+		return
+	}
+	end := opened.Add(dg.Window)
+	if ms := end.Truncate(time.Millisecond); !ms.Equal(end) {
+		end = ms.Add(time.Millisecond)
+	}
+	c.windowEnd = end
+	c.opts.NotBefore = later(c.opts.NotBefore, end)
 }

@@ -12,10 +12,13 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/consent"
 	"github.com/sluicehq/sluice/digest"
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // digestModel is the brute-force answer for n items of one recipient that
@@ -363,5 +366,125 @@ func TestDigestTemplatePastItsLimitIsArchived(t *testing.T) {
 	ds := b.smtp.WaitCount(t, 2, 20*time.Second)
 	if len(ds) != 2 || ds[1].To != "ann@example.com" {
 		t.Errorf("emails received: %d, the second to %q; want 2: the first alone, then ann's", len(ds), ds[len(ds)-1].To)
+	}
+}
+
+// window:D holds a digest's first item D from its enqueue, to the
+// millisecond and by Redis's clock (issue 53: digests came 2.42–2.66 s
+// after the enqueue under window:3s, early by the enqueue's fraction of a
+// wall-clock second). Ten recipients, each sent two items enqueued at
+// another tenth of a second, through each producer path in turn: every digest reaches the provider no earlier
+// than 3 s after its first item's enqueue began (0 ms tolerance), and
+// within the send slack and a wake-up's margin after it.
+func TestDigestWindowFromTheEnqueue(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "sms.alerts:digest=max:10+window:3s")
+	b.start(t, b.cfg)
+	const recipients = 10
+	// Every producer path in turn: the tasks package through an Asynq
+	// client (Asynq's groups, scored in whole seconds), the rooms as the API
+	// and sluice enqueue fill them (scored to the microsecond), and a plain
+	// Asynq task in the legacy queue (no enqueue time kept at all).
+	ctx, prod := context.Background(), tasks.NewProducer(b.rdb, b.keys(t))
+	produce := []func(tasks.Notification){
+		func(x tasks.Notification) { b.enqueue(t, x) },
+		func(x tasks.Notification) {
+			if _, err := prod.Enqueue(ctx, x); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func(x tasks.Notification) {
+			task, err := tasks.NewTask(x, b.keys(t))
+			if err == nil {
+				_, err = b.client.EnqueueContext(ctx, asynq.NewTask(task.Type(), task.Payload()), asynq.Queue(b.cfg.Layout().Legacy()), asynq.TaskID(x.ID))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	began := map[string]time.Time{} // recipient → before its first enqueue
+	for i := 0; i < recipients; i++ {
+		// The next tenth of a wall-clock second: i/10 past a whole one.
+		now := time.Now()
+		at := now.Truncate(time.Second).Add(time.Duration(i) * 100 * time.Millisecond)
+		for !at.After(now) {
+			at = at.Add(time.Second)
+		}
+		time.Sleep(time.Until(at)) // the enqueue's fraction of a second is what the test varies
+		to := fmt.Sprintf("+1415555%04d", 300+i)
+		began[to] = time.Now()
+		for j := 0; j < 2; j++ {
+			x := tasks.NewSMS("acme", to, fmt.Sprintf("w%d-%d.", i, j))
+			x.Category = "alerts"
+			produce[i%len(produce)](x)
+		}
+	}
+	ds := b.sms.WaitFor(t, 30*time.Second, "a digest per recipient", func(ds []fakes.Delivery) bool { return len(ds) >= recipients })
+	var earliest, latest time.Duration
+	for i, d := range ds {
+		off := d.At.Sub(began[d.To])
+		if i == 0 || off < earliest {
+			earliest = off
+		}
+		latest = max(latest, off)
+		if n := strings.Count(d.Body, "."); n != 2 {
+			t.Errorf("%s: a message of %d items (%q); want one digest of both", d.To, n, d.Body)
+		}
+		if off < 3*time.Second {
+			t.Errorf("%s: its digest came %v after its first enqueue (began at %s, %03d ms past the second): early, want at least the 3 s window",
+				d.To, off, began[d.To].Format("15:04:05.000"), began[d.To].Nanosecond()/1e6)
+		}
+		if off > 3*time.Second+time.Second {
+			t.Errorf("%s: its digest came %v after its first enqueue; want within 1 s of the 3 s window", d.To, off)
+		}
+	}
+	t.Logf("%d digests, %v to %v after their first item's enqueue began", len(ds), earliest, latest)
+}
+
+// A carrier that ends without a send hands its items back (Spill), and
+// each is placed again on its own — not taken for a re-run of its join
+// (Join keeps an item that joined in its digest; Spill releases the items
+// first). Here the recipient opts out while the digest waits for its slot:
+// the carrier is blocked at its slot, and every item, handed back, is
+// blocked in turn — archived with reason suppressed, none left "digested"
+// into a digest never sent, none sent.
+func TestDigestSpillHandsItemsBack(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "sms:recipient=1/3s,sms.alerts:digest=max:10")
+	b.start(t, b.cfg)
+	ctx := context.Background()
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	store := digest.New(b.rdb, lim)
+	const to = "+14155550188"
+	var ns []tasks.Notification
+	for i := 0; i < 5; i++ {
+		x := tasks.NewSMS("acme", to, fmt.Sprintf("alert-%d.", i))
+		x.Category = "alerts"
+		b.enqueue(t, x)
+		ns = append(ns, x)
+	}
+	b.sms.WaitCount(t, 1, 10*time.Second) // the first, at once
+	sluicetest.Eventually(t, 10*time.Second, "a digest of the other 4 open", func() bool {
+		o, err := store.OpenFor(ctx, ns[1], plans.Digest{Max: 10})
+		return err == nil && o != nil && o.Items == 4
+	})
+	if _, err := b.consentStore(t).Record(ctx, "acme", tasks.SMS, to, consent.Event{Action: consent.OptOut, Source: consent.SourceAPI, Scope: consent.AllCategories()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns[1:] {
+		ti := b.waitTask(t, n.ID, 15*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
+		if r := tasks.ReadTaskError(ti.LastErr, false).Reason; r != tasks.ReasonSuppressed {
+			t.Errorf("%s archived with %q, want suppressed", n.Body, ti.LastErr)
+		}
+	}
+	if ds := b.sms.Deliveries(); len(ds) != 1 {
+		t.Errorf("%d messages sent, want the first only", len(ds))
 	}
 }
