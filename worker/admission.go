@@ -278,6 +278,10 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 		order := policy.Providers(n.Tenant, n.Channel)
 		pk, err := ad.prov.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
 		if err != nil {
+			var pw *errProviderWait
+			if errors.As(err, &pw) && ad.wait.waitForProvider(ctx, pw, log) {
+				continue // the grace or the cooldown is over, or a provider changed state: pick again
+			}
 			return nil, ad.prov.providerWait(*n, err, log)
 		}
 		ad.prov.bindProvider(&c, *n, pk.p)
@@ -310,12 +314,14 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 				}
 				return &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 			} else {
-				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
+				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, pk.replan, log)
 				ad.wait.releaseWaiter(waiter)
 			}
 			switch {
 			case errors.Is(err, errHeld):
 				continue // booked after the hold (or admitted, if it lifted meanwhile)
+			case errors.Is(err, errReplan):
+				continue // at the provider it may go to now
 			case errors.Is(err, errLate) && round < 3:
 				continue
 			case errors.Is(err, errLate):

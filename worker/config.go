@@ -401,6 +401,18 @@ func KnownVariables() []string {
 	return slices.Compact(out)
 }
 
+// wakeFor is when Asynq should run again a task that is to run at at: a
+// wakeLead before it when at is far enough ahead for the rest to be waited
+// in process (MaxInlineWait), else at's second rounded up (records.wakeTime
+// says why).
+func (c Config) wakeFor(at time.Time) time.Time {
+	lead := c.wakeLead()
+	if time.Until(at) > lead+time.Second && c.MaxInlineWait >= lead+time.Second {
+		return at.Add(-lead)
+	}
+	return slotTime(at)
+}
+
 // wakeLead bounds how late after its stored second Asynq starts a
 // rescheduled task: the delayed-task check, a poll, and 100 ms of work.
 func (c Config) wakeLead() time.Duration {

@@ -25,6 +25,7 @@ import (
 type providerSet struct {
 	*core
 	providers map[tasks.Channel][]*provider
+	shown     stateShown // what this worker shows of their states (provstate.go)
 }
 
 // Failover. A channel may have several providers (SMS_PROVIDERS,
@@ -63,6 +64,10 @@ type provider struct {
 	hold string
 	// down: this worker last read it as down, held or being probed.
 	down atomic.Bool
+	// state is the state shown, read at readAt (guarded by
+	// providerSet.shown.mu: observe).
+	state  provState
+	readAt time.Time
 }
 
 // named reports whether the provider is one of a list's named providers:
@@ -78,12 +83,21 @@ type pick struct {
 	probe bool
 	// wasDown: p was read as down or held (a success closes its breaker).
 	wasDown bool
+	// replan is closed when a provider of the channel changes state; set
+	// when p is not the first of the send's providers: a send admitted at
+	// p and waiting for its slot plans again when an earlier one may be
+	// back (waitForSlot).
+	replan <-chan struct{}
 }
 
-// errProviderWait is a standard send's wait for a provider within its grace.
+// errProviderWait is a standard send's wait for a provider: within its
+// grace, for its cooldown, or before it is tried again. changed is closed
+// when a provider of the send's channel changes state (a reason to plan
+// again at once).
 type errProviderWait struct {
-	until time.Time
-	p     string
+	until   time.Time
+	p       string
+	changed <-chan struct{}
 }
 
 func (e *errProviderWait) Error() string { return "waiting for provider " + e.p }
@@ -174,6 +188,7 @@ func (ps *providerSet) providerRecovered(ctx context.Context, pk pick, log *slog
 		return
 	}
 	ps.markProvider(pk.p, true)
+	ps.announce(ctx, log)
 	if pk.probe {
 		log.Info("provider answered its probe: back in service", "provider", pk.p.name)
 	}
@@ -195,6 +210,7 @@ func (ps *providerSet) providerFailed(ctx context.Context, p *provider, log *slo
 	}
 	if b.Open {
 		ps.markProvider(p, false)
+		ps.announce(ctx, log)
 		log.Warn("provider marked down: sends go to the next provider", "provider", p.name, "failures", b.Fails,
 			"down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
 	}
@@ -225,14 +241,14 @@ func (ps *providerSet) providerWarnings() []string {
 	return out
 }
 
-// markProvider sets sluice_provider_up for p as this worker last read it.
+// markProvider shows p up, or down, as this worker just made it (closed
+// or opened its breaker in Redis).
 func (ps *providerSet) markProvider(p *provider, up bool) {
-	p.down.Store(!up)
-	v := 0.0
+	st := provDown
 	if up {
-		v = 1
+		st = provUp
 	}
-	ps.metrics.ProviderUp.WithLabelValues(string(p.channel), p.name).Set(v)
+	ps.observe(p, st, time.Now())
 }
 
 // pickProvider picks n's provider for this check among those of its
@@ -264,10 +280,13 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 	for i, p := range list {
 		breakers[i], holds[i] = p.breaker, p.hold
 	}
+	changed := ps.changes(n.Channel) // before the reading: no change falls between the two
 	var states []throttle.Breaker
 	var spans []throttle.HoldSpan
+	at := time.Now()
 	err := ps.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
 		var err error
+		at = time.Now()
 		states, spans, err = ps.limiter.ProviderStates(ctx, breakers, holds)
 		return err
 	})
@@ -276,23 +295,28 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 	}
 	now := time.Now()
 	for i, p := range list {
+		ps.observe(p, stateOf(states[i], spans[i], now), at)
+	}
+	for i, p := range list {
 		b, h := states[i], spans[i]
 		held := h.Until.After(now)
 		if !b.Open && !b.HalfOpen && !held {
-			ps.markProvider(p, true)
+			pk := pick{p: p}
+			if p != all[0] {
+				pk.replan = changed // one ahead of it may come back while it waits for its slot
+			}
 			if i > 0 {
 				ps.metrics.Failovers.WithLabelValues(string(n.Channel), list[0].name).Inc()
 			}
-			return pick{p: p}, nil
+			return pk, nil
 		}
 		if b.HalfOpen && !b.Open && !held {
 			won, err := ps.limiter.TryProbe(ctx, p.breaker, ps.cfg.ProviderCooldown)
 			if err == nil && won {
-				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC())
+				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
 				return pick{p: p, probe: true, wasDown: true}, nil
 			}
 		}
-		ps.markProvider(p, false)
 		// Down (or held, or half-open with another worker's probe on its way).
 		since := b.Since
 		if held && (since.IsZero() || h.Since.Before(since)) {
@@ -306,14 +330,14 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 			return pick{p: p, wasDown: true}, nil // the hold ends within the grace: booked after it
 		}
 		if now.Before(graceEnd) {
-			return pick{}, &errProviderWait{until: graceEnd, p: p.name}
+			return pick{}, &errProviderWait{until: graceEnd, p: p.name, changed: changed}
 		}
 	}
 	// Every one is down: the first it is. A hold books the send after it;
 	// a down breaker puts it back until its cooldown ends.
 	p, b := list[0], states[0]
 	if b.Open {
-		return pick{}, &errProviderWait{until: b.Until, p: p.name}
+		return pick{}, &errProviderWait{until: b.Until, p: p.name, changed: changed}
 	}
 	return pick{p: p, wasDown: true}, nil
 }
@@ -383,9 +407,11 @@ func (ps *providerSet) newProviders(list map[tasks.Channel][]sender.Named) map[t
 	return out
 }
 
-// providerWait turns a provider pick that ends the run into what Asynq is
-// to do: a standard send waiting for its provider's grace, or its
-// probe, goes back for then (not a failure).
+// providerWait turns a wait for a provider that the worker does not wait
+// out in process (waitForProvider: too far ahead, no waiter token free)
+// into what Asynq is to do: the send goes back for then (not a failure),
+// woken early enough (wakeFor) to wait the rest in process and plan again
+// at the instant, not at Asynq's next whole second.
 func (ps *providerSet) providerWait(n tasks.Notification, err error, log *slog.Logger) error {
 	var pw *errProviderWait
 	if !errors.As(err, &pw) {
@@ -395,8 +421,9 @@ func (ps *providerSet) providerWait(n tasks.Notification, err error, log *slog.L
 	if soon := time.Now().Add(10 * time.Millisecond); retryAt.Before(soon) {
 		retryAt = soon
 	}
-	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC())
-	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
+	wake := ps.cfg.wakeFor(retryAt)
+	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC(), "wake_at", wake.UTC())
+	return &ThrottledError{RetryAt: retryAt, WakeAt: wake, Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
 }
 
 // several reports whether ch has more than one provider (one to fail over to).
