@@ -246,7 +246,7 @@ func (ad *admission) notNow(ctx context.Context, t *asynq.Task, n tasks.Notifica
 			return err // nil: an open digest carries it
 		}
 		ad.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
-		return ad.rec.reschedule(ctx, t, n, d, why, log)
+		return ad.rec.reschedule(ctx, t, n, d, why, c.wakeBy, log)
 	case throttle.StatusDone, throttle.StatusDuplicate:
 	default:
 		ad.dig.digestSpill(ctx, n, *c, log)
@@ -262,6 +262,7 @@ func (ad *admission) notNow(ctx context.Context, t *asynq.Task, n tasks.Notifica
 // that is up and not in tried), and the check is of a send through it.
 func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admitted, error) {
 	resent := false
+	var booked *bookedAt // a booking of the round before, kept while it planned again
 	for round := 0; ; round++ {
 		policy, version := ad.currentPlans()
 		c := ad.plan(policy, *n)
@@ -284,7 +285,14 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			}
 			return nil, ad.prov.providerWait(*n, err, log)
 		}
+		if booked != nil && booked.p != pk.p {
+			// Booked at another provider in the round before: that
+			// booking is not the one it sends on.
+			ad.rec.release(ctx, *n, booked.attempt, booked.limits, log)
+		}
+		booked = nil
 		ad.prov.bindProvider(&c, *n, pk.p)
+		c.wakeBy = pk.replanAt
 		d, waiter, replied, err := ad.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err
@@ -343,6 +351,10 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			return &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
 		default: // errOpened: its digest's carrier now, asked again with a booking
 			ad.prov.giveBackProbe(ctx, pk, d, log)
+			if d.Status == throttle.StatusBooked && ad.wait.waitForReplan(ctx, pk, d, log) {
+				booked = &bookedAt{p: pk.p, attempt: d.Attempt, limits: c.Limits}
+				continue // at the provider it may go to now (its own booking, if the same)
+			}
 			if err := ad.notNow(ctx, t, *n, &c, d, log); !errors.Is(err, errOpened) {
 				return nil, err
 			}
@@ -545,6 +557,18 @@ type check struct {
 	// digestItem: checked as a digest's item (no booking, no wait in
 	// process; worker/digest.go): it carries no digest.
 	digestItem bool
+	// wakeBy: a provider passed over for the one picked may come back then
+	// (pick.replanAt): a send booked past it is woken to be in process by
+	// then, and plans again at once.
+	wakeBy time.Time
+}
+
+// bookedAt is a send's booking at a provider, kept while the send waits
+// to plan again (waitForReplan).
+type bookedAt struct {
+	p       *provider
+	attempt int
+	limits  []throttle.Limit
 }
 
 // blockedError says why the limiter blocked a send.

@@ -190,7 +190,7 @@ func (dp *dispatcher) reask(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		a.d, a.sendBy = d, slotBy(replied, d).Add(dp.cfg.SendSlack/2)
 		return nil
 	case throttle.StatusBooked, throttle.StatusDenied:
-		return dp.rec.reschedule(ctx, t, n, d, why, log)
+		return dp.rec.reschedule(ctx, t, n, d, why, a.c.wakeBy, log)
 	default:
 		return dp.adm.settled(n, c, d, why, log)
 	}

@@ -88,6 +88,11 @@ type pick struct {
 	// p and waiting for its slot plans again when an earlier one may be
 	// back (waitForSlot).
 	replan <-chan struct{}
+	// replanAt is when a provider passed over for p may come back: the
+	// earliest end of their cooldowns (a probe may go) and holds. A send
+	// booked at p past it is in process by then to plan again (check.wakeBy).
+	replanAt  time.Time
+	replanFor string // the provider that may come back at replanAt
 }
 
 // errProviderWait is a standard send's wait for a provider: within its
@@ -294,6 +299,8 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 		return pick{}, &UnavailableError{Err: err}
 	}
 	now := time.Now()
+	var replanAt time.Time // when one passed over may come back
+	var replanFor string
 	for i, p := range list {
 		ps.observe(p, stateOf(states[i], spans[i], now), at)
 	}
@@ -303,7 +310,7 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 		if !b.Open && !b.HalfOpen && !held {
 			pk := pick{p: p}
 			if p != all[0] {
-				pk.replan = changed // one ahead of it may come back while it waits for its slot
+				pk.replan, pk.replanAt, pk.replanFor = changed, replanAt, replanFor // one ahead of it may come back while it waits for its slot
 			}
 			if i > 0 {
 				ps.metrics.Failovers.WithLabelValues(string(n.Channel), list[0].name).Inc()
@@ -318,6 +325,11 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 			}
 		}
 		// Down (or held, or half-open with another worker's probe on its way).
+		for _, t := range []time.Time{b.Until, h.Until} {
+			if t.After(now) && (replanAt.IsZero() || t.Before(replanAt)) {
+				replanAt, replanFor = t, p.name
+			}
+		}
 		since := b.Since
 		if held && (since.IsZero() || h.Since.Before(since)) {
 			since = h.Since

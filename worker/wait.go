@@ -215,6 +215,20 @@ func (wa *waiter) waitForProvider(ctx context.Context, pw *errProviderWait, log 
 	return false
 }
 
+// waitForReplan holds in process a send booked at a later provider of its
+// list (d) whose earlier provider may come back before the booked slot
+// (pk.replanAt: a cooldown's end, when a probe may go, or a hold's), until
+// then or until a provider's state changes: true, and the send plans
+// again (its own booking, if it picks the same provider). False when the
+// instant is not before the slot, further than MaxInlineWait, or no waiter
+// token is free.
+func (wa *waiter) waitForReplan(ctx context.Context, pk pick, d throttle.Decision, log *slog.Logger) bool {
+	if pk.replanAt.IsZero() || !pk.replanAt.Before(d.RetryAt) {
+		return false
+	}
+	return wa.waitForProvider(ctx, &errProviderWait{until: pk.replanAt, p: pk.replanFor, changed: pk.replan}, log)
+}
+
 // errReplan: a provider ahead of the one a send was admitted at changed
 // state while it waited for its slot, which it gave back to plan again.
 var errReplan = errors.New("a provider changed state during the wait")
