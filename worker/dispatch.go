@@ -111,7 +111,7 @@ func (dp *dispatcher) capLease() time.Duration { return cmp.Or(dp.cfg.OrphanAfte
 func (dp *dispatcher) holdProvider(ctx context.Context, n tasks.Notification, p *provider, se *sender.SendError, sent time.Time, log *slog.Logger) (throttle.HoldState, error) {
 	scope := cmp.Or(se.Hold, sender.HoldProvider)
 	key := p.hold
-	if o := dp.cfg.Origin(n); scope == sender.HoldSender && o != "" {
+	if o := p.origin(n); scope == sender.HoldSender && o != "" {
 		key = dp.prov.senderHoldKey(p, o)
 	}
 	var h throttle.HoldState

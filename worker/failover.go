@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
@@ -62,6 +63,10 @@ type provider struct {
 	breaker string
 	// hold is its provider-scope hold key.
 	hold string
+	// base is the shared settings as it reads them: its own sender
+	// settings (From, messaging service; ProviderSenderVars) in place of
+	// the deployment's, which sender rules and holds count by (origin).
+	base config.Base
 	// down: this worker last read it as down, held or being probed.
 	down atomic.Bool
 	// state is the state shown, read at readAt (guarded by
@@ -358,19 +363,22 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 // sender rules and caps count p's sends, and it honours p's holds.
 func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider) {
 	c.opts.Holds = []string{p.hold}
-	if o := ps.cfg.Origin(n); o != "" {
+	o := p.origin(n)
+	if o != "" {
 		c.opts.Holds = append(c.opts.Holds, ps.senderHoldKey(p, o))
 	}
 	if !p.named() {
 		return
 	}
+	// Sender rules count p's origin at p: the plan was made with the
+	// deployment's, and a named provider may have its own From.
 	c.Limits = slices.Clone(c.Limits)
 	for i, e := range c.Match.Rates {
 		switch e.Scope {
 		case plans.ScopeProvider:
 			c.Limits[i].Subject = p.name
 		case plans.ScopeSender:
-			c.Limits[i].Subject = p.name + ":" + c.Limits[i].Subject
+			c.Limits[i].Subject = p.name + ":" + o
 		}
 	}
 	c.Caps = slices.Clone(c.Caps)
@@ -379,7 +387,7 @@ func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider)
 		case plans.ScopeProvider:
 			c.Caps[i].Subject = p.name
 		case plans.ScopeSender:
-			c.Caps[i].Subject = p.name + ":" + c.Caps[i].Subject
+			c.Caps[i].Subject = p.name + ":" + o
 		}
 	}
 }
@@ -394,12 +402,25 @@ func (ps *providerSet) senderHoldKey(p *provider, o string) string {
 	return ps.limiter.HoldKey(scope, o)
 }
 
+// origin is who sender rules count as sending n through p, and whose
+// sender hold it honours: n's own origin, else p's default (Base.Origin).
+func (p *provider) origin(n tasks.Notification) string { return p.base.Origin(n) }
+
 // newProviders builds each channel's providers from the named senders.
 func (ps *providerSet) newProviders(list map[tasks.Channel][]sender.Named) map[tasks.Channel][]*provider {
 	out := map[tasks.Channel][]*provider{}
 	for ch, named := range list {
+		bases := map[string]config.Base{}
+		specs, _ := ps.cfg.Providers(ch)
+		for _, s := range specs {
+			bases[s.Name] = s.Base
+		}
 		for _, s := range named {
-			p := &provider{name: s.Name, channel: ch, send: s.Sender,
+			base, ok := bases[s.Name]
+			if !ok {
+				base = ps.cfg.Base
+			}
+			p := &provider{name: s.Name, channel: ch, send: s.Sender, base: base,
 				slots:         semaphore.NewWeighted(int64(ps.cfg.Concurrency)),
 				prioritySlots: semaphore.NewWeighted(int64(ps.cfg.PriorityConcurrency))}
 			if len(named) > 1 {

@@ -311,3 +311,33 @@ func TestHoldShownOnEveryWorkerNotExtendedByInFlightAnswers(t *testing.T) {
 		})
 	}
 }
+
+// A backup with a number of its own (SLUICE_PROVIDER_BACKUP_SMS_FROM):
+// what goes through it is posted with that From, what goes through the
+// primary with the deployment's SLUICE_SMS_FROM; a notification naming
+// its own from keeps it at either.
+func TestBackupSendsWithItsOwnFrom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "acme/sms:providers=backup")
+	backup := fakes.NewSMSAPI(t)
+	b.start(t, withBackup(b.cfg, backup, "SLUICE_PROVIDER_BACKUP_SMS_FROM", "+15005550099"))
+	acme := tasks.NewSMS("acme", "+14155550800", "hi")
+	named := tasks.NewSMS("acme", "+14155550801", "hi")
+	named.From = "+15005550077"
+	globex := tasks.NewSMS("globex", "+14155550802", "hi")
+	for _, n := range []tasks.Notification{acme, named, globex} {
+		b.enqueue(t, n)
+	}
+	from := map[string]string{}
+	for _, d := range backup.WaitCount(t, 2, 10*time.Second) {
+		from[d.ID] = "backup " + d.From
+	}
+	for _, d := range b.sms.WaitCount(t, 1, 10*time.Second) {
+		from[d.ID] = "primary " + d.From
+	}
+	for id, want := range map[string]string{acme.ID: "backup +15005550099", named.ID: "backup +15005550077", globex.ID: "primary +15005550006"} {
+		if from[id] != want {
+			t.Errorf("%s: posted as %q, want %q", id, from[id], want)
+		}
+	}
+}
