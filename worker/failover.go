@@ -138,6 +138,7 @@ func (ps *providerSet) giveBackProbe(ctx context.Context, pk pick, d throttle.De
 		return
 	}
 	log.Info("gave back a provider's probe: this send waits for its slot", "provider", pk.p.name, "status", d.Status.String())
+	ps.announce(ctx, log) // the sends waiting on the provider may probe it now
 }
 
 // canFailOver reports whether a send that failed at p has another provider

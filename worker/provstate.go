@@ -132,9 +132,25 @@ func (ps *providerSet) watch(ctx context.Context) {
 				default:
 				}
 			}
+			timer.Reset(ps.readStates(ctx))
+			// An announcement is news even when no state changed (a probe
+			// given back: another send may probe now): the waiting sends
+			// plan again.
+			ps.nudge()
+			continue
 		case <-timer.C:
 		}
 		timer.Reset(ps.readStates(ctx))
+	}
+}
+
+// nudge wakes every send waiting on a provider state, as a change does.
+func (ps *providerSet) nudge() {
+	ps.shown.mu.Lock()
+	defer ps.shown.mu.Unlock()
+	for ch, c := range ps.shown.changed {
+		close(c)
+		delete(ps.shown.changed, ch)
 	}
 }
 
