@@ -277,22 +277,12 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			return nil, err
 		}
 		order := policy.Providers(n.Tenant, n.Channel)
-		pk, err := ad.prov.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
-		if err != nil {
-			var pw *errProviderWait
-			if errors.As(err, &pw) && ad.wait.waitForProvider(ctx, pw, log) {
-				continue // the grace or the cooldown is over, or a provider changed state: pick again
-			}
-			return nil, ad.prov.providerWait(*n, err, log)
+		pk, again, err := ad.pickFor(ctx, *n, &c, order, tried, booked, log)
+		if booked = nil; again {
+			continue // the grace or the cooldown is over, or a provider changed state: pick again
+		} else if err != nil {
+			return nil, err
 		}
-		if booked != nil && booked.p != pk.p {
-			// Booked at another provider in the round before: that
-			// booking is not the one it sends on.
-			ad.rec.release(ctx, *n, booked.attempt, booked.limits, log)
-		}
-		booked = nil
-		ad.prov.bindProvider(&c, *n, pk.p)
-		c.wakeBy = pk.replanAt
 		d, waiter, replied, err := ad.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err
@@ -325,17 +315,9 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, pk.replan, log)
 				ad.wait.releaseWaiter(waiter)
 			}
-			switch {
-			case errors.Is(err, errHeld):
-				continue // booked after the hold (or admitted, if it lifted meanwhile)
-			case errors.Is(err, errReplan):
-				continue // at the provider it may go to now
-			case errors.Is(err, errLate) && round < 3:
+			if again, err := afterWait(err, round); again {
 				continue
-			case errors.Is(err, errLate):
-				retryAt := time.Now().Add(time.Second)
-				return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
-			case err != nil:
+			} else if err != nil {
 				return nil, err
 			}
 			if _, now := ad.currentPlans(); now != version && round < 3 {
@@ -349,13 +331,8 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 				return nil, err
 			}
 			return &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, nil
-		default: // errOpened: its digest's carrier now, asked again with a booking
-			ad.prov.giveBackProbe(ctx, pk, d, log)
-			if d.Status == throttle.StatusBooked && ad.wait.waitForReplan(ctx, pk, d, log) {
-				booked = &bookedAt{p: pk.p, attempt: d.Attempt, limits: c.Limits}
-				continue // at the provider it may go to now (its own booking, if the same)
-			}
-			if err := ad.notNow(ctx, t, *n, &c, d, log); !errors.Is(err, errOpened) {
+		default:
+			if again, err := ad.notAdmitted(ctx, t, *n, &c, pk, d, &booked, log); !again {
 				return nil, err
 			}
 		}
@@ -561,6 +538,62 @@ type check struct {
 	// (pick.replanAt): a send booked past it is woken to be in process by
 	// then, and plans again at once.
 	wakeBy time.Time
+}
+
+// notAdmitted ends a round whose send the limiter did not admit for now:
+// again when the send plans again — booked at a later provider of its list
+// with an earlier one that may come back before the slot (waitForReplan;
+// *booked keeps the booking meanwhile), or its digest's carrier now
+// (errOpened), asked again with a booking — else the run ends with err.
+func (ad *admission) notAdmitted(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, pk pick, d throttle.Decision, booked **bookedAt, log *slog.Logger) (again bool, err error) {
+	ad.prov.giveBackProbe(ctx, pk, d, log)
+	if d.Status == throttle.StatusBooked && ad.wait.waitForReplan(ctx, pk, d, log) {
+		*booked = &bookedAt{p: pk.p, attempt: d.Attempt, limits: c.Limits}
+		return true, nil
+	}
+	if err := ad.notNow(ctx, t, n, c, d, log); !errors.Is(err, errOpened) {
+		return false, err
+	}
+	return true, nil
+}
+
+// afterWait says what a wait for the slot that ended with err leaves:
+// plan again (a hold began: booked after it, or admitted if it lifted
+// meanwhile; a provider ahead changed state; a late wake-up in the first
+// rounds), or end the run with err.
+func afterWait(err error, round int) (again bool, _ error) {
+	switch {
+	case errors.Is(err, errHeld), errors.Is(err, errReplan):
+		return true, nil
+	case errors.Is(err, errLate) && round < 3:
+		return true, nil
+	case errors.Is(err, errLate):
+		retryAt := time.Now().Add(time.Second)
+		return false, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
+	}
+	return false, err
+}
+
+// pickFor picks n's provider for this round (pickProvider) and binds c to
+// it. A wait for a provider near enough is waited in process: again, and
+// the send picks again; one further ends the run (err: what Asynq is to
+// do). booked, the send's booking of the round before, is given back when
+// it picked another provider: that booking is not the one it sends on.
+func (ad *admission) pickFor(ctx context.Context, n tasks.Notification, c *check, order, tried []string, booked *bookedAt, log *slog.Logger) (pk pick, again bool, err error) {
+	pk, err = ad.prov.pickProvider(ctx, n, c.Match.Exempt, order, tried, log)
+	if err != nil {
+		var pw *errProviderWait
+		if errors.As(err, &pw) && ad.wait.waitForProvider(ctx, pw, log) {
+			return pick{}, true, nil
+		}
+		return pick{}, false, ad.prov.providerWait(n, err, log)
+	}
+	if booked != nil && booked.p != pk.p {
+		ad.rec.release(ctx, n, booked.attempt, booked.limits, log)
+	}
+	ad.prov.bindProvider(c, n, pk.p)
+	c.wakeBy = pk.replanAt
+	return pk, false, nil
 }
 
 // bookedAt is a send's booking at a provider, kept while the send waits

@@ -287,29 +287,13 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 	if len(ps.providers[n.Channel]) == 1 {
 		return pick{p: list[0]}, nil
 	}
-	breakers, holds := make([]string, len(list)), make([]string, len(list))
-	for i, p := range list {
-		breakers[i], holds[i] = p.breaker, p.hold
-	}
 	changed := ps.changes(n.Channel) // before the reading: no change falls between the two
-	var states []throttle.Breaker
-	var spans []throttle.HoldSpan
-	at := time.Now()
-	err := ps.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
-		var err error
-		at = time.Now()
-		states, spans, err = ps.limiter.ProviderStates(ctx, breakers, holds)
-		return err
-	})
+	states, spans, now, err := ps.readList(ctx, list, log)
 	if err != nil {
-		return pick{}, &UnavailableError{Err: err}
+		return pick{}, err
 	}
-	now := time.Now()
 	var replanAt time.Time // when one passed over may come back
 	var replanFor string
-	for i, p := range list {
-		ps.observe(p, stateOf(states[i], spans[i], now), at)
-	}
 	for i, p := range list {
 		b, h := states[i], spans[i]
 		held := h.Until.After(now)
@@ -358,6 +342,32 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 		return pick{}, &errProviderWait{until: b.Until, p: p.name, changed: changed}
 	}
 	return pick{p: p, wasDown: true}, nil
+}
+
+// readList reads the states of list's providers for a pick, shows them
+// (observe), and returns them with the instant they are judged at.
+func (ps *providerSet) readList(ctx context.Context, list []*provider, log *slog.Logger) ([]throttle.Breaker, []throttle.HoldSpan, time.Time, error) {
+	breakers, holds := make([]string, len(list)), make([]string, len(list))
+	for i, p := range list {
+		breakers[i], holds[i] = p.breaker, p.hold
+	}
+	var states []throttle.Breaker
+	var spans []throttle.HoldSpan
+	at := time.Now()
+	err := ps.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
+		var err error
+		at = time.Now()
+		states, spans, err = ps.limiter.ProviderStates(ctx, breakers, holds)
+		return err
+	})
+	if err != nil {
+		return nil, nil, time.Time{}, &UnavailableError{Err: err}
+	}
+	now := time.Now()
+	for i, p := range list {
+		ps.observe(p, stateOf(states[i], spans[i], now), at)
+	}
+	return states, spans, now, nil
 }
 
 // bindProvider makes c a check of a send through p: its provider and
