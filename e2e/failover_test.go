@@ -224,7 +224,7 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 // (it holds its first answers 300 ms, so the requests the workers send at
 // once are all on their way before the hold begins): standard sends move
 // to the backup at the grace's end (2 s after the hold began, within
-// onTime) instead of waiting the 30 s out; none is archived, no retry
+// onTime), all of them within 10 s, instead of waiting the 30 s out; none is archived, no retry
 // budget is spent, none reaches the primary during its hold but the
 // requests already in flight, and those do not extend it. Both workers
 // show the primary down (sluice_provider_up 0) while it is held.
@@ -297,6 +297,13 @@ func TestLongHoldMovesStandardTrafficToTheBackup(t *testing.T) {
 	move := ds[0].At.Sub(hs[0].Since.Add(2 * time.Second))
 	if move < 0 || move > onTime {
 		t.Errorf("first send at the backup %v after the grace's end (the hold began at %v); want 0-%v", move, hs[0].Since.Format("15:04:05.000"), onTime)
+	}
+	// Every one moved, not only the first: 60 sends at 50/1s take 1.2 s
+	// after the grace; a send whose pick read the primary up just before
+	// the hold began is picked again, not booked behind the hold (those
+	// went at the hold's end, 29.5 s, before).
+	if last := ds[len(ds)-1].At.Sub(start); last > 10*time.Second {
+		t.Errorf("the last send at the backup came %v after the first 429; want within 10 s, well before the 30 s hold ends", last)
 	}
 	if n := e.sms.Attempts(); n > 2*8 {
 		t.Errorf("%d requests reached the held primary; at most the ones in flight when the hold began (2 workers × 8)", n)

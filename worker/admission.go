@@ -547,6 +547,10 @@ type check struct {
 // (errOpened), asked again with a booking — else the run ends with err.
 func (ad *admission) notAdmitted(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, pk pick, d throttle.Decision, booked **bookedAt, log *slog.Logger) (again bool, err error) {
 	ad.prov.giveBackProbe(ctx, pk, d, log)
+	if ad.prov.heldAsPicked(ctx, n, *c, pk, d, log) {
+		ad.rec.release(ctx, n, d.Attempt, c.Limits, log)
+		return true, nil
+	}
 	if d.Status == throttle.StatusBooked && ad.wait.waitForReplan(ctx, pk, d, log) {
 		*booked = &bookedAt{p: pk.p, attempt: d.Attempt, limits: c.Limits}
 		return true, nil

@@ -190,6 +190,12 @@ func (dp *dispatcher) reask(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		a.d, a.sendBy = d, slotBy(replied, d).Add(dp.cfg.SendSlack/2)
 		return nil
 	case throttle.StatusBooked, throttle.StatusDenied:
+		if dp.prov.heldAsPicked(ctx, n, c, a.pk, d, log) {
+			// Its provider's hold began while it waited: picked again now
+			// (throttleMiddleware), it waits out the grace, then moves on.
+			dp.rec.release(ctx, n, d.Attempt, c.Limits, log)
+			return &errProviderWait{until: time.Now(), p: a.pk.p.name, changed: dp.prov.changes(n.Channel)}
+		}
 		return dp.rec.reschedule(ctx, t, n, d, why, a.c.wakeBy, log)
 	default:
 		return dp.adm.settled(n, c, d, why, log)

@@ -370,6 +370,25 @@ func (ps *providerSet) readList(ctx context.Context, list []*provider, log *slog
 	return states, spans, now, nil
 }
 
+// heldAsPicked reports whether a standard send's booking d at pk's
+// provider, which its pick read as up, is behind a hold of that provider
+// that began as it picked (no rule booked it, and the hold is live): it
+// is to pick again — wait out the grace, then the next provider — as a
+// pick after the hold began would have, not wait the hold out at this
+// provider (issue 53: such sends reached the backup at the 30 s hold's
+// end). The caller gives the booking back.
+func (ps *providerSet) heldAsPicked(ctx context.Context, n tasks.Notification, c check, pk pick, d throttle.Decision, log *slog.Logger) bool {
+	if d.Status != throttle.StatusBooked || d.DeniedBy >= 0 || pk.wasDown || pk.probe || c.Match.Exempt || !ps.several(n.Channel) {
+		return false
+	}
+	until, err := ps.limiter.HeldUntil(ctx, pk.p.hold)
+	if err != nil || !until.After(time.Now()) {
+		return false
+	}
+	log.Info("booked behind a hold of its provider that began as it was picked; picking again", "provider", pk.p.name, "hold_until", until.UTC())
+	return true
+}
+
 // bindProvider makes c a check of a send through p: its provider and
 // sender rules and caps count p's sends, and it honours p's holds.
 func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider) {
