@@ -341,3 +341,35 @@ func TestBackupSendsWithItsOwnFrom(t *testing.T) {
 		}
 	}
 }
+
+// A grace longer than MAX_INLINE_WAIT (the default 10 s is; 5 s here, over
+// the 2 s): the send held back by a 429 goes back to Asynq, woken a lead
+// before the grace's end to wait the rest in process, and reaches the
+// backup at the grace's end counted from the hold's start in Redis, not at
+// Asynq's next whole second after it (issue 53: 10.30-10.99 s for 10 s).
+func TestLongGraceMovesAtItsEnd(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "")
+	backup := fakes.NewSMSAPI(t)
+	b.sms.SetReply(func(string, string) (int, string) { return 429, "60" })
+	cfg := withBackup(b.cfg, backup)
+	cfg.FailoverGrace = 5 * time.Second
+	b.start(t, cfg)
+	b.serving(t)
+	b.enqueue(t, tasks.NewSMS("acme", "+14155550900", "hello"))
+	first := backup.WaitCount(t, 1, 20*time.Second)[0]
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hs, err := lim.ProviderStates(context.Background(), []string{""}, []string{lim.HoldKey("sms:provider", "")})
+	if err != nil || hs[0].Since.IsZero() {
+		t.Fatalf("the primary's hold: %+v, %v", hs, err)
+	}
+	move := first.At.Sub(hs[0].Since.Add(cfg.FailoverGrace))
+	if move < 0 || move > onTime {
+		t.Errorf("the send reached the backup %v after the grace's end (held since %v); want 0-%v", move, hs[0].Since.Format("15:04:05.000"), onTime)
+	}
+	t.Logf("moved %v after the 5 s grace's end (budget %v)", move.Round(time.Millisecond), onTime)
+}
