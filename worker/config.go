@@ -269,11 +269,14 @@ func validateProviderSender(ch tasks.Channel, s ProviderSpec, p *config.Problems
 			p.Add("SMS_MESSAGING_SERVICE_SID", "and %s%sSMS_FROM are both set: set one, the provider's origin of messages that name none", config.EnvPrefix, s.Scope)
 		}
 	case tasks.Email:
+		if s.Environ[config.EnvPrefix+"SMTP_FROM"] == "" {
+			return // the deployment's, checked as such
+		}
 		if _, err := mail.ParseAddress(b.SMTPFrom); err != nil {
 			p.Add("SMTP_FROM", "must be an email address, got %q: %v", b.SMTPFrom, err)
 		}
 	case tasks.WhatsApp:
-		if b.WhatsAppFrom != "" && strings.Trim(b.WhatsAppFrom, "0123456789") != "" {
+		if s.Environ[config.EnvPrefix+"WHATSAPP_PHONE_NUMBER_ID"] != "" && strings.Trim(b.WhatsAppFrom, "0123456789") != "" {
 			p.Add("WHATSAPP_PHONE_NUMBER_ID", "must be a Cloud API phone-number id (digits), got %q", b.WhatsAppFrom)
 		}
 	}
