@@ -91,7 +91,7 @@ func OpenSenders(cfg worker.Config, log *slog.Logger) (map[tasks.Channel][]sende
 			st, err := prov.NewSettings(spec.Environ)
 			if err == nil {
 				var s sender.Sender
-				if s, err = st.Open(sender.Env{Log: log.With("provider", spec.Name), Base: cfg.Base}); err == nil {
+				if s, err = st.Open(sender.Env{Log: log.With("provider", spec.Name), Base: spec.Base}); err == nil {
 					out[ch] = append(out[ch], sender.Named{Name: spec.Name, Sender: s})
 					continue
 				}

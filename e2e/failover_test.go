@@ -1,8 +1,14 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -10,13 +16,16 @@ import (
 
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // backupVars configure a second Twilio-compatible provider, "backup", after
-// the default one (the env's fake), with a 2 s failover grace.
+// the default one (the env's fake), with a number of its own (backupFrom)
+// and a 2 s failover grace.
 func backupVars(backup *fakes.SMSAPI) map[string]string {
 	return map[string]string{
 		"SLUICE_SMS_PROVIDERS":                   "default,backup",
+		"SLUICE_PROVIDER_BACKUP_SMS_FROM":        backupFrom,
 		"SLUICE_PROVIDER_BACKUP_SMS_SENDER":      "http",
 		"SLUICE_PROVIDER_BACKUP_SMS_BASE_URL":    backup.URL,
 		"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID": backup.AccountSID,
@@ -33,9 +42,10 @@ func backupVars(backup *fakes.SMSAPI) map[string]string {
 // received, none by both providers (nor twice by one), each provider's
 // windows within the rule, each recipient's too; the OTPs of the outage
 // reach the backup within 1 s of their enqueue (the slowest of 40: p99 and
-// above); standard traffic moves to the backup after the grace, and back
-// to the primary within 6 s of its return (cooldown 3 s; 1.3-2.5 s measured,
-// 2.5-8.7 s before a booked probe was given back).
+// above); standard traffic moves to the backup at the grace's end after
+// the mark the workers log (within onTime), and back to the primary within
+// returnBudget of the probe's instant (the cooldown's end they log) and 6 s
+// of its return (cooldown 3 s); the backup posts its own From.
 func TestFailoverToABackupSMSProvider(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:provider=20/1s,sms:recipient=30/1m,sms.otp:exempt,sms.otp:recipient=10/1h")
@@ -158,36 +168,105 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 		t.Errorf("archived: %+v %v", qi, err)
 	}
 	logs := w0.logText() + w1.logText()
-	if !strings.Contains(logs, "provider marked down") {
-		t.Errorf("no worker marked the primary down")
+	marks := logInstants(t, logs, "provider marked down", "down_since")
+	if len(marks) == 0 {
+		t.Fatalf("no worker marked the primary down")
 	}
-	t.Logf("failover: %d notifications, primary %d / backup %d (%d standard); OTPs of the outage p50 %v, slowest %v; standard on the backup %v after the outage began; back on the primary %v after its return",
+	// The move, from the instant the workers plan it: the grace's end
+	// after the first mark (the breaker's down_since, which they log).
+	mark := slices.MinFunc(marks, time.Time.Compare)
+	move := firstBackupStd.Sub(mark.Add(2 * time.Second))
+	if move < 0 || move > onTime {
+		t.Errorf("the first standard send at the backup came %v after the grace's end (marked down at %v); want 0-%v",
+			move.Round(time.Millisecond), mark.Format("15:04:05.000"), onTime)
+	}
+	// The return, from the instant planned: the first cooldown end (the
+	// probe's instant, probe_at of each mark) at or after the primary's
+	// return, or the return itself when the breaker was half-open by then.
+	probe := up
+	for _, u := range logInstants(t, logs, "provider marked down", "probe_at") {
+		if !u.Before(up) && (probe.Equal(up) || u.Before(probe)) {
+			probe = u
+		}
+	}
+	back := firstPrimaryAfter.Sub(probe)
+	if back < 0 || back > returnBudget {
+		t.Errorf("the first send at the primary after its return came %v after the probe's instant %v (returned %v); want 0-%v; the workers' provider lines:\n%s",
+			back.Round(time.Millisecond), probe.Format("15:04:05.000"), up.Format("15:04:05.000"), returnBudget, providerLines(logs))
+	}
+	// Standard sends still at the backup once the primary took traffic again.
+	var after []time.Duration
+	for _, d := range standard(backup.Deliveries()) {
+		if d.At.After(firstPrimaryAfter) {
+			after = append(after, d.At.Sub(firstPrimaryAfter))
+		}
+	}
+	// Each account sends as its own number.
+	for name, want := range map[string]string{"primary": "+15005550006", "backup": backupFrom} {
+		sink := e.sms
+		if name == "backup" {
+			sink = backup
+		}
+		for _, d := range sink.Deliveries() {
+			if d.From != want {
+				t.Errorf("%s: %s posted with From %q, want %q", name, d.ID, d.From, want)
+				break
+			}
+		}
+	}
+	t.Logf("failover: %d notifications, primary %d / backup %d (%d standard); OTPs of the outage p50 %v, slowest %v; standard on the backup %v after the outage began, %v after the grace's end; back on the primary %v after its return, %v after the probe's instant; standard sends at the backup after that: %v",
 		len(ids), len(e.sms.Deliveries()), len(backup.Deliveries()), len(standard(backup.Deliveries())),
 		otpDelay[len(otpDelay)/2].Round(time.Millisecond), otpDelay[len(otpDelay)-1].Round(time.Millisecond),
-		firstBackupStd.Sub(down).Round(time.Millisecond), firstPrimaryAfter.Sub(up).Round(time.Millisecond))
+		firstBackupStd.Sub(down).Round(time.Millisecond), move.Round(time.Millisecond),
+		firstPrimaryAfter.Sub(up).Round(time.Millisecond), back.Round(time.Millisecond), after)
 }
 
-// The primary answers 429 with Retry-After: 30 from the first request on:
-// standard sends move to the backup after the 2 s grace instead of waiting
-// the 30 s out; none is archived, no retry budget is spent, none reaches
-// the primary during its hold but the requests already in flight.
+// The primary answers 429 with Retry-After: 30 from the first request on
+// (it holds its first answers 300 ms, so the requests the workers send at
+// once are all on their way before the hold begins): standard sends move
+// to the backup at the grace's end (2 s after the hold began, within
+// onTime), all of them within 10 s, instead of waiting the 30 s out; none is archived, no retry
+// budget is spent, none reaches the primary during its hold but the
+// requests already in flight, and those do not extend it. Both workers
+// show the primary down (sluice_provider_up 0) while it is held.
 func TestLongHoldMovesStandardTrafficToTheBackup(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sms:provider=50/1s")
 	backup := fakes.NewSMSAPI(t)
 	backup.SetSlots(e.slotOf)
 	var mu sync.Mutex
-	var first time.Time
+	var first, answered time.Time
+	var late int // requests that arrived after the first answer left the fake
 	e.sms.SetReply(func(string, string) (int, string) {
 		mu.Lock()
-		defer mu.Unlock()
+		now := time.Now()
 		if first.IsZero() {
-			first = time.Now()
+			first = now
 		}
+		if !answered.IsZero() && now.After(answered) {
+			late++
+		}
+		wait := time.Until(first.Add(300 * time.Millisecond))
+		mu.Unlock()
+		time.Sleep(wait) // the fake's latency for the first requests: a scenario, not a signal
+		mu.Lock()
+		if answered.IsZero() {
+			answered = time.Now()
+		}
+		mu.Unlock()
 		return 429, "30"
 	})
 	vars := backupVars(backup)
-	w0, w1 := e.worker("w0", vars), e.worker("w1", vars)
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	var ws []*proc
+	for i, a := range addrs {
+		v := maps.Clone(vars)
+		v["SLUICE_HTTP_ADDR"] = a
+		ws = append(ws, e.worker(fmt.Sprintf("w%d", i), v))
+	}
+	for _, a := range addrs {
+		waitStatus(t, a, 200, 10*time.Second)
+	}
 	ids := e.enqueueSMS(60, recipients(10), []string{"acme"})
 	ds := backup.WaitFor(t, time.Minute, "all 60 at the backup", func(ds []fakes.Delivery) bool {
 		seen := map[string]bool{}
@@ -196,27 +275,152 @@ func TestLongHoldMovesStandardTrafficToTheBackup(t *testing.T) {
 		}
 		return len(seen) == len(ids)
 	})
+	// During the hold (30 s): every worker shows the primary down.
+	for i, a := range addrs {
+		if up := scrape(t, a, "sluice_provider_up", `channel="sms"`, `provider="default"`); up != 0 {
+			t.Errorf("w%d: sluice_provider_up{provider=default} = %v during the hold; want 0", i, up)
+		}
+	}
+	lim, err := throttle.New(e.rdb, throttle.Options{Secret: []byte(secret), CompactMembers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hs, err := lim.ProviderStates(context.Background(), []string{""}, []string{lim.HoldKey("sms:provider", "")})
+	if err != nil || hs[0].Since.IsZero() {
+		t.Fatalf("the primary's hold: %+v, %v", hs, err)
+	}
 	mu.Lock()
-	start := first
+	start, lateRequests := first, late
 	mu.Unlock()
 	if len(ds) != len(ids) {
 		t.Errorf("%d receipts at the backup for %d notifications", len(ds), len(ids))
 	}
 	slices.SortFunc(ds, func(a, b fakes.Delivery) int { return a.At.Compare(b.At) })
-	if got := ds[0].At.Sub(start); got < 2*time.Second || got > 10*time.Second {
-		t.Errorf("first send at the backup %v after the first 429; want after the 2 s grace, well before the 30 s hold ends", got)
+	move := ds[0].At.Sub(hs[0].Since.Add(2 * time.Second))
+	if move < 0 || move > onTime {
+		t.Errorf("first send at the backup %v after the grace's end (the hold began at %v); want 0-%v", move, hs[0].Since.Format("15:04:05.000"), onTime)
+	}
+	// Every one moved, not only the first: 60 sends at 50/1s take 1.2 s
+	// after the grace; a send whose pick read the primary up just before
+	// the hold began is picked again, not booked behind the hold (those
+	// went at the hold's end, 29.5 s, before).
+	if last := ds[len(ds)-1].At.Sub(start); last > 10*time.Second {
+		t.Errorf("the last send at the backup came %v after the first 429; want within 10 s, well before the 30 s hold ends", last)
 	}
 	if n := e.sms.Attempts(); n > 2*8 {
 		t.Errorf("%d requests reached the held primary; at most the ones in flight when the hold began (2 workers × 8)", n)
 	}
+	var begun, extended, inFlight float64
+	for _, a := range addrs {
+		begun += scrape(t, a, "sluice_provider_holds_total", `hold="begun"`)
+		extended += scrape(t, a, "sluice_provider_holds_total", `hold="extended"`)
+		inFlight += scrape(t, a, "sluice_provider_holds_total", `hold="in_flight"`)
+	}
+	// Only a request that left after the hold began may extend it: one
+	// that arrived after the fake's first answer left.
+	if begun != 1 || extended > float64(lateRequests) {
+		t.Errorf("holds: begun %v, extended %v, in_flight %v; want 1 begun and at most %d extended (the requests that reached the primary after its first answer)",
+			begun, extended, inFlight, lateRequests)
+	}
 	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Errorf("archived: %+v %v", qi, err)
 	}
-	if logs := w0.logText() + w1.logText(); strings.Contains(logs, "transient send failure") {
+	if logs := ws[0].logText() + ws[1].logText(); strings.Contains(logs, "transient send failure") {
 		t.Errorf("a throttling answer spent a retry:\n%s", tail(logs, 20))
 	}
-	t.Logf("a 30 s hold: %d requests reached the primary; the backup's first send %v after the first 429, its last %v",
-		e.sms.Attempts(), ds[0].At.Sub(start).Round(time.Millisecond), ds[len(ds)-1].At.Sub(start).Round(time.Millisecond))
+	t.Logf("a 30 s hold: %d requests reached the primary (%d after its first answer); holds begun %v, in_flight %v, extended %v; the backup's first send %v after the first 429, %v after the grace's end, its last %v",
+		e.sms.Attempts(), lateRequests, begun, inFlight, extended, ds[0].At.Sub(start).Round(time.Millisecond), move.Round(time.Millisecond), ds[len(ds)-1].At.Sub(start).Round(time.Millisecond))
+}
+
+// backupFrom is the backup account's own number (SLUICE_PROVIDER_BACKUP_SMS_FROM);
+// the primary sends as the env's SLUICE_SMS_FROM.
+const backupFrom = "+15005550199"
+
+// onTime is the budget of a move to the backup and of the return to the
+// primary, from the instant the workers plan it (the grace's end after the
+// mark, the probe's at the cooldown's end) to the request's arrival at the
+// fake (issue 53: 100 ms; they landed 0.19-0.7 s late, at Asynq's next
+// whole second). Exactness belongs to the limiter's audits; this is latency.
+const onTime = 100 * time.Millisecond
+
+// returnBudget is this test's budget of the return, from the probe's
+// instant to the first send at the primary: wider than onTime because the
+// primary's provider window (sms:provider=20/1s) still holds the bookings
+// of the sends that moved to the backup (docs/channels.md: under-used for
+// a window), so the first sends to probe are booked behind them and give
+// the probe back, and the next waiting send probes (measured 0.32-0.71 s;
+// 1.9 s before a probe given back woke the waiting sends, up to 8.3 s with
+// the probe left to the next whole-second wake-up). The worker test
+// TestFailoverAtTheGraceAndBackAtTheProbe, without those bookings, holds
+// the return to onTime.
+const returnBudget = 1500 * time.Millisecond
+
+// logInstants are the times that key= carries on the log lines containing
+// msg (slog's text format, RFC 3339).
+func logInstants(t *testing.T, logs, msg, key string) []time.Time {
+	t.Helper()
+	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(key) + `=(\S+)`)
+	var out []time.Time
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		if m := re.FindStringSubmatch(line); m != nil {
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err != nil {
+				t.Fatalf("%s=%q in %q: %v", key, m[1], line, err)
+			}
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// scrape sums the samples of a worker's /metrics whose line starts with
+// name and holds every one of labels (e.g. `provider="default"`).
+func scrape(t *testing.T, addr, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+next:
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue next
+			}
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// providerLines are the log lines about providers' states: what a
+// failure of the move or the return is read against.
+func providerLines(logs string) string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		for _, m := range []string{"marked down", "probing", "back in service", "gave back a provider's probe", "changed state"} {
+			if strings.Contains(line, m) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // tail is the last n lines of s.

@@ -3,7 +3,7 @@
 -- (at most max_ms) where level grows by one when the key's last hold had already lifted (the key
 -- lingers linger_ms after it); a live hold is only ever extended, and only by an answer to a
 -- request sent after it began: one that was already in flight when it began says nothing the
--- hold does not (its reply is {until, level, 1}, the hold unchanged). "R" reads hold keys: no
+-- hold does not (its reply is {until, level, 2}, the hold unchanged). "R" reads hold keys: no
 -- slot lies before a live hold's end.
 --
 -- KEYS[1]     -> hold: the held scope's key; value "<until_ms>:<level>:<code>:<since_ms>"
@@ -17,7 +17,9 @@
 -- ARGV[6]     -> sent_ago_ms: how long before this call the answered request was sent (in the
 --                caller's clock: a duration, so the clocks need not agree)
 --
--- Returns {until_ms, level, extended (1: a live hold was there)}.
+-- Returns {until_ms, level, state}: state 0 the hold began, 1 a live hold was extended (or kept,
+-- when it already lasted longer), 2 the answered request was in flight when the live hold began
+-- (the hold unchanged).
 
 local function hold()
   local hkey = key()
@@ -30,7 +32,7 @@ local function hold()
     cu, lvl, since = tonumber(a) or 0, tonumber(b) or -1, tonumber(c) or 0
   end
   local live = cu > now
-  if live and now - ago < since then return {cu, lvl, 1} end
+  if live and now - ago < since then return {cu, lvl, 2} end
   local dur = retry
   if retry <= 0 then
     if not live then lvl = lvl + 1 end

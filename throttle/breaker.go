@@ -30,6 +30,12 @@ func (l *Limiter) BreakerKey(channel, provider string) string {
 	return l.prefix + ":{" + holdGroup + "}:breaker:" + channel + ":" + provider
 }
 
+// ProviderEvents is the pub/sub channel on which a worker announces a
+// change of a provider's state it made (a breaker opened or closed, a hold
+// begun): every worker reads the providers' states again at once, so all
+// show the same state and sends waiting on it plan again.
+func (l *Limiter) ProviderEvents() string { return l.prefix + ":{" + holdGroup + "}:provider-events" }
+
 // breakerIndex is the set of the breaker keys that opened and have not
 // closed: OpenBreakers lists it.
 func (l *Limiter) breakerIndex() string { return l.prefix + ":{" + holdGroup + "}:breakers" }

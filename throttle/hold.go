@@ -52,9 +52,13 @@ type HoldState struct {
 	// Level counts the holds in a row without a Retry-After: the hold lasted
 	// base·2^Level. 0 for a hold the provider's Retry-After set.
 	Level int
-	// Extended: a live hold was there already (this answer was in flight
-	// when it began); Until is the later of the two.
+	// Extended: a live hold was there already and this answer, to a
+	// request sent after it began, extended it (Until is the later of the
+	// two ends).
 	Extended bool
+	// InFlight: a live hold was there already and the answered request
+	// was on its way when it began: the same news, the hold unchanged.
+	InFlight bool
 }
 
 // Hold holds key's scope: for retryAfter when the provider said so, else
@@ -64,7 +68,7 @@ type HoldState struct {
 // it: sentAgo is how long before this call the answered request was sent
 // (0: just now), and one sent before the hold began was in flight when it
 // began — its 429 is the same news, and leaves the hold as it is
-// (Extended, Until unchanged). code is the provider's answer (429, 20429,
+// (InFlight, Until unchanged). code is the provider's answer (429, 20429,
 // 421, ...), kept for readers.
 func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, base, max time.Duration, code int) (HoldState, error) {
 	if retryAfter < 0 || base <= 0 || max < base || max > MaxHold || retryAfter > MaxHold || sentAgo < 0 || sentAgo > MaxHold {
@@ -81,7 +85,7 @@ func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, bas
 	if len(reply) != 3 {
 		return HoldState{}, fmt.Errorf("throttle: hold: unexpected reply %v", reply)
 	}
-	return HoldState{Until: time.UnixMilli(reply[0]), Level: int(reply[1]), Extended: reply[2] == 1}, nil
+	return HoldState{Until: time.UnixMilli(reply[0]), Level: int(reply[1]), Extended: reply[2] == 1, InFlight: reply[2] == 2}, nil
 }
 
 // HeldUntil reads hold keys (HoldKey) and returns when the last live hold

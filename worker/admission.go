@@ -246,7 +246,7 @@ func (ad *admission) notNow(ctx context.Context, t *asynq.Task, n tasks.Notifica
 			return err // nil: an open digest carries it
 		}
 		ad.metrics.RetryAfter.WithLabelValues(string(n.Channel)).Observe(d.RetryAfter.Seconds())
-		return ad.rec.reschedule(ctx, t, n, d, why, log)
+		return ad.rec.reschedule(ctx, t, n, d, why, c.wakeBy, log)
 	case throttle.StatusDone, throttle.StatusDuplicate:
 	default:
 		ad.dig.digestSpill(ctx, n, *c, log)
@@ -262,7 +262,8 @@ func (ad *admission) notNow(ctx context.Context, t *asynq.Task, n tasks.Notifica
 // that is up and not in tried), and the check is of a send through it.
 func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notification, tried []string, log *slog.Logger) (*admitted, error) {
 	resent := false
-	var look digestLook // the first round's, for every round of the run
+	var look digestLook  // the first round's, for every round of the run
+	var booked *bookedAt // a booking of the round before, kept while it planned again
 	for round := 0; ; round++ {
 		policy, version := ad.currentPlans()
 		c := ad.plan(policy, *n)
@@ -274,11 +275,12 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			return nil, err
 		}
 		order := policy.Providers(n.Tenant, n.Channel)
-		pk, err := ad.prov.pickProvider(ctx, *n, c.Match.Exempt, order, tried, log)
-		if err != nil {
-			return nil, ad.prov.providerWait(*n, err, log)
+		pk, again, err := ad.pickFor(ctx, *n, &c, order, tried, booked, log)
+		if booked = nil; again {
+			continue // the grace or the cooldown is over, or a provider changed state: pick again
+		} else if err != nil {
+			return nil, err
 		}
-		ad.prov.bindProvider(&c, *n, pk.p)
 		d, waiter, replied, err := ad.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err
@@ -305,18 +307,12 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			} else if d.Wait == 0 {
 				return ad.admit(ctx, n, &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, log)
 			} else {
-				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, log)
+				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, pk.replan, log)
 				ad.wait.releaseWaiter(waiter)
 			}
-			switch {
-			case errors.Is(err, errHeld):
-				continue // booked after the hold (or admitted, if it lifted meanwhile)
-			case errors.Is(err, errLate) && round < 3:
+			if again, err := afterWait(err, round); again {
 				continue
-			case errors.Is(err, errLate):
-				retryAt := time.Now().Add(time.Second)
-				return nil, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
-			case err != nil:
+			} else if err != nil {
 				return nil, err
 			}
 			if _, now := ad.currentPlans(); now != version && round < 3 {
@@ -327,9 +323,8 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 				continue
 			}
 			return ad.admit(ctx, n, &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, log)
-		default: // errOpened: its digest's carrier now, asked again with a booking
-			ad.prov.giveBackProbe(ctx, pk, d, log)
-			if err := ad.notNow(ctx, t, *n, &c, d, log); !errors.Is(err, errOpened) {
+		default:
+			if again, err := ad.notAdmitted(ctx, t, *n, &c, pk, d, &booked, log); !again {
 				return nil, err
 			}
 		}
@@ -546,6 +541,78 @@ type check struct {
 	// windowEnd: the carrier of a digest with a window is not sent before
 	// (digestWindow).
 	windowEnd time.Time
+	// wakeBy: a provider passed over for the one picked may come back then
+	// (pick.replanAt): a send booked past it is woken to be in process by
+	// then, and plans again at once.
+	wakeBy time.Time
+}
+
+// notAdmitted ends a round whose send the limiter did not admit for now:
+// again when the send plans again — booked at a later provider of its list
+// with an earlier one that may come back before the slot (waitForReplan;
+// *booked keeps the booking meanwhile), or its digest's carrier now
+// (errOpened), asked again with a booking — else the run ends with err.
+func (ad *admission) notAdmitted(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, pk pick, d throttle.Decision, booked **bookedAt, log *slog.Logger) (again bool, err error) {
+	ad.prov.giveBackProbe(ctx, pk, d, log)
+	if ad.prov.heldAsPicked(ctx, n, *c, pk, d, log) {
+		ad.rec.release(ctx, n, d.Attempt, c.Limits, log)
+		return true, nil
+	}
+	if d.Status == throttle.StatusBooked && ad.wait.waitForReplan(ctx, pk, d, log) {
+		*booked = &bookedAt{p: pk.p, attempt: d.Attempt, limits: c.Limits}
+		return true, nil
+	}
+	if err := ad.notNow(ctx, t, n, c, d, log); !errors.Is(err, errOpened) {
+		return false, err
+	}
+	return true, nil
+}
+
+// afterWait says what a wait for the slot that ended with err leaves:
+// plan again (a hold began: booked after it, or admitted if it lifted
+// meanwhile; a provider ahead changed state; a late wake-up in the first
+// rounds), or end the run with err.
+func afterWait(err error, round int) (again bool, _ error) {
+	switch {
+	case errors.Is(err, errHeld), errors.Is(err, errReplan):
+		return true, nil
+	case errors.Is(err, errLate) && round < 3:
+		return true, nil
+	case errors.Is(err, errLate):
+		retryAt := time.Now().Add(time.Second)
+		return false, &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "late wake-ups"}
+	}
+	return false, err
+}
+
+// pickFor picks n's provider for this round (pickProvider) and binds c to
+// it. A wait for a provider near enough is waited in process: again, and
+// the send picks again; one further ends the run (err: what Asynq is to
+// do). booked, the send's booking of the round before, is given back when
+// it picked another provider: that booking is not the one it sends on.
+func (ad *admission) pickFor(ctx context.Context, n tasks.Notification, c *check, order, tried []string, booked *bookedAt, log *slog.Logger) (pk pick, again bool, err error) {
+	pk, err = ad.prov.pickProvider(ctx, n, c.Match.Exempt, order, tried, log)
+	if err != nil {
+		var pw *errProviderWait
+		if errors.As(err, &pw) && ad.wait.waitForProvider(ctx, pw, log) {
+			return pick{}, true, nil
+		}
+		return pick{}, false, ad.prov.providerWait(n, err, log)
+	}
+	if booked != nil && booked.p != pk.p {
+		ad.rec.release(ctx, n, booked.attempt, booked.limits, log)
+	}
+	ad.prov.bindProvider(c, n, pk.p)
+	c.wakeBy = pk.replanAt
+	return pk, false, nil
+}
+
+// bookedAt is a send's booking at a provider, kept while the send waits
+// to plan again (waitForReplan).
+type bookedAt struct {
+	p       *provider
+	attempt int
+	limits  []throttle.Limit
 }
 
 // blockedError says why the limiter blocked a send.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"net/mail"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ type Config struct {
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"500ms" desc:"How long an admission waits for REDIS_WAIT_REPLICAS acknowledgements (1ms to 2s)."`
 	EmailSender           string        `env:"EMAIL_SENDER" envDefault:"log" desc:"Email sender: smtp, or log (writes to the log, sends nothing); the providers are listed in sender/providers."`
 	SMSSender             string        `env:"SMS_SENDER" envDefault:"log" desc:"SMS sender: http (Twilio-compatible Messages API), or log; the providers are listed in sender/providers."`
-	SMSProviders          []string      `env:"SMS_PROVIDERS" envSeparator:"," desc:"SMS providers in the order they are tried, e.g. default,backup (docs/channels.md, \"Failover\"): default is the one SMS_SENDER and its variables configure; any other NAME is configured by the same variables under SLUICE_PROVIDER_NAME_ (SLUICE_PROVIDER_BACKUP_SMS_SENDER=http, SLUICE_PROVIDER_BACKUP_SMS_BASE_URL=...). Empty: SMS_SENDER alone."`
+	SMSProviders          []string      `env:"SMS_PROVIDERS" envSeparator:"," desc:"SMS providers in the order they are tried, e.g. default,backup (docs/channels.md, \"Failover\"): default is the one SMS_SENDER and its variables configure; any other NAME is configured by the same variables under SLUICE_PROVIDER_NAME_ (SLUICE_PROVIDER_BACKUP_SMS_SENDER=http, SLUICE_PROVIDER_BACKUP_SMS_BASE_URL=..., and its own SLUICE_PROVIDER_BACKUP_SMS_FROM, else SMS_FROM's; the list: docs/configuration.md, \"Per-provider variables\"). Empty: SMS_SENDER alone."`
 	EmailProviders        []string      `env:"EMAIL_PROVIDERS" envSeparator:"," desc:"Email providers in the order they are tried, as SMS_PROVIDERS (SLUICE_PROVIDER_NAME_EMAIL_SENDER=smtp, SLUICE_PROVIDER_NAME_SMTP_HOST=...). Empty: EMAIL_SENDER alone."`
 	WhatsAppSender        string        `env:"WHATSAPP_SENDER" envDefault:"log" desc:"WhatsApp sender: cloud (Meta's WhatsApp Cloud API), or log; the providers are listed in sender/providers."`
 	WhatsAppProviders     []string      `env:"WHATSAPP_PROVIDERS" envSeparator:"," desc:"WhatsApp providers in the order they are tried, as SMS_PROVIDERS (SLUICE_PROVIDER_NAME_WHATSAPP_SENDER=cloud, ...). Empty: WHATSAPP_SENDER alone."`
@@ -147,11 +148,12 @@ func (c Config) validateSenders(p *config.Problems) {
 				p.Join(&q)
 				continue
 			}
+			q := config.Problems{Scope: s.Scope}
+			validateProviderSender(ch, s, &q)
 			if st != nil {
-				q := config.Problems{Scope: s.Scope}
-				st.Validate(c.Base, &q)
-				p.Join(&q)
+				st.Validate(s.Base, &q)
 			}
+			p.Join(&q)
 		}
 	}
 	// Settings that the API reads too, of the providers not selected.
@@ -204,6 +206,80 @@ type ProviderSpec struct {
 	// its settings are read from.
 	Scope   string
 	Environ map[string]string
+	// Base is the shared settings as the provider reads them: a named
+	// provider's own sender settings (ProviderSenderVars: its From number,
+	// messaging service, From address or WhatsApp number) in place of the
+	// deployment's, where it sets them.
+	Base config.Base
+}
+
+// ProviderSenderVars are the sender settings a named provider of ch may
+// set under its prefix (SLUICE_PROVIDER_NAME_SMS_FROM, ...), each in place
+// of the deployment's variable of the same name: a backup account has
+// numbers and addresses of its own. SMS_FROM and SMS_MESSAGING_SERVICE_SID
+// go together: one set for a provider replaces both of the deployment's.
+func ProviderSenderVars(ch tasks.Channel) []string {
+	switch ch {
+	case tasks.Email:
+		return []string{"SMTP_FROM"}
+	case tasks.WhatsApp:
+		return []string{"WHATSAPP_PHONE_NUMBER_ID"}
+	}
+	return []string{"SMS_FROM", "SMS_MESSAGING_SERVICE_SID"}
+}
+
+// providerBase is c.Base with s's own sender settings (ProviderSenderVars)
+// in place of the deployment's.
+func (c Config) providerBase(ch tasks.Channel, s ProviderSpec) config.Base {
+	b := c.Base
+	if s.Name == DefaultProvider {
+		return b
+	}
+	get := func(k string) string { return strings.TrimSpace(s.Environ[config.EnvPrefix+k]) }
+	switch ch {
+	case tasks.SMS:
+		if from, mss := get("SMS_FROM"), get("SMS_MESSAGING_SERVICE_SID"); from != "" || mss != "" {
+			b.SMSFrom, b.SMSMessagingServiceSID = from, mss
+		}
+	case tasks.Email:
+		if v := get("SMTP_FROM"); v != "" {
+			b.SMTPFrom = v
+		}
+	case tasks.WhatsApp:
+		if v := get("WHATSAPP_PHONE_NUMBER_ID"); v != "" {
+			b.WhatsAppFrom = v
+		}
+	}
+	return b
+}
+
+// validateProviderSender checks a named provider's own sender settings,
+// as config.Base checks the deployment's.
+func validateProviderSender(ch tasks.Channel, s ProviderSpec, p *config.Problems) {
+	if s.Name == DefaultProvider {
+		return
+	}
+	b := s.Base
+	switch ch {
+	case tasks.SMS:
+		if b.SMSMessagingServiceSID != "" && !tasks.IsMessagingServiceSID(b.SMSMessagingServiceSID) {
+			p.Add("SMS_MESSAGING_SERVICE_SID", "must be MG followed by 32 hex digits (a Twilio Messaging Service SID), got %q", b.SMSMessagingServiceSID)
+		}
+		if b.SMSMessagingServiceSID != "" && b.SMSFrom != "" {
+			p.Add("SMS_MESSAGING_SERVICE_SID", "and %s%sSMS_FROM are both set: set one, the provider's origin of messages that name none", config.EnvPrefix, s.Scope)
+		}
+	case tasks.Email:
+		if s.Environ[config.EnvPrefix+"SMTP_FROM"] == "" {
+			return // the deployment's, checked as such
+		}
+		if _, err := mail.ParseAddress(b.SMTPFrom); err != nil {
+			p.Add("SMTP_FROM", "must be an email address, got %q: %v", b.SMTPFrom, err)
+		}
+	case tasks.WhatsApp:
+		if s.Environ[config.EnvPrefix+"WHATSAPP_PHONE_NUMBER_ID"] != "" && strings.Trim(b.WhatsAppFrom, "0123456789") != "" {
+			p.Add("WHATSAPP_PHONE_NUMBER_ID", "must be a Cloud API phone-number id (digits), got %q", b.WhatsAppFrom)
+		}
+	}
 }
 
 // providerProblems is a list that cannot be used.
@@ -243,6 +319,7 @@ func (c Config) Providers(ch tasks.Channel) ([]ProviderSpec, error) {
 			s.Environ = config.Scoped(c.Environ, s.Scope)
 			s.Kind = s.Environ[config.EnvPrefix+senderVar(ch)]
 		}
+		s.Base = c.providerBase(ch, s)
 		if _, ok := sender.Lookup(providers.All, ch, s.Kind); !ok {
 			q := config.Problems{Scope: s.Scope}
 			q.Add(senderVar(ch), "must be %s, got %q", strings.Join(sender.Names(providers.All, ch), " or "), s.Kind)
@@ -302,6 +379,9 @@ func ProviderVariables(environ map[string]string) []string {
 			}
 			scope := config.EnvPrefix + "PROVIDER_" + strings.ToUpper(name) + "_"
 			out = append(out, scope+senderVar(ch))
+			for _, v := range ProviderSenderVars(ch) {
+				out = append(out, scope+v)
+			}
 			for _, prov := range providers.All {
 				if prov.Channel != ch || prov.Settings == nil {
 					continue
@@ -371,6 +451,14 @@ func (c Config) Redacted() []string {
 			for _, kv := range config.Redacted(st) {
 				out = append(out, config.EnvPrefix+s.Scope+strings.TrimPrefix(kv, config.EnvPrefix))
 			}
+			if s.Name == DefaultProvider {
+				continue
+			}
+			for _, v := range ProviderSenderVars(ch) {
+				if val := s.Environ[config.EnvPrefix+v]; val != "" {
+					out = append(out, config.EnvPrefix+s.Scope+v+"="+val)
+				}
+			}
 		}
 	}
 	return out
@@ -399,6 +487,18 @@ func KnownVariables() []string {
 		out = append(out, v.Name)
 	}
 	return slices.Compact(out)
+}
+
+// wakeFor is when Asynq should run again a task that is to run at at: a
+// wakeLead before it when at is far enough ahead for the rest to be waited
+// in process (MaxInlineWait), else at's second rounded up (records.wakeTime
+// says why).
+func (c Config) wakeFor(at time.Time) time.Time {
+	lead := c.wakeLead()
+	if time.Until(at) > lead+time.Second && c.MaxInlineWait >= lead+time.Second {
+		return at.Add(-lead)
+	}
+	return slotTime(at)
 }
 
 // wakeLead bounds how late after its stored second Asynq starts a

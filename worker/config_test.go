@@ -332,6 +332,26 @@ func TestConfigProviderLists(t *testing.T) {
 	if err := config.UnknownVariables(base, append(worker.KnownVariables(), worker.ProviderVariables(base)...)); err != nil {
 		t.Errorf("a named provider's variables reported unknown: %v", err)
 	}
+	// A named provider's own sender settings (issue 53): known, and its
+	// own in place of the deployment's; unset, the deployment's.
+	own := maps.Clone(base)
+	own["SLUICE_PROVIDER_BACKUP_SMS_FROM"] = "+15005550099"
+	if err := config.UnknownVariables(own, append(worker.KnownVariables(), worker.ProviderVariables(own)...)); err != nil {
+		t.Errorf("a named provider's own From reported unknown: %v", err)
+	}
+	ocfg, err := worker.ParseConfig(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if specs, _ := ocfg.Providers("sms"); specs[1].Base.SMSFrom != "+15005550099" || specs[0].Base.SMSFrom != "+15005550006" {
+		t.Errorf("the backup's From %q, the primary's %q", specs[1].Base.SMSFrom, specs[0].Base.SMSFrom)
+	}
+	if specs[1].Base.SMSFrom != "+15005550006" {
+		t.Errorf("a backup without a From of its own: %q, want the deployment's", specs[1].Base.SMSFrom)
+	}
+	if all := strings.Join(ocfg.Redacted(), "\n"); !strings.Contains(all, "SLUICE_PROVIDER_BACKUP_SMS_FROM=+15005550099") {
+		t.Errorf("Redacted leaves out the backup's From:\n%s", all)
+	}
 	unnamed := maps.Clone(base)
 	unnamed["SLUICE_PROVIDER_OTHER_SMS_SENDER"] = "http"
 	if err := config.UnknownVariables(unnamed, append(worker.KnownVariables(), worker.ProviderVariables(unnamed)...)); err == nil ||
@@ -345,12 +365,49 @@ func TestConfigProviderLists(t *testing.T) {
 		"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID":       {"SLUICE_PROVIDER_BACKUP_SMS_ACCOUNT_SID": ""},
 		"SLUICE_PROVIDER_FAILURES must be":             {"SLUICE_PROVIDER_FAILURES": "0"},
 		"SLUICE_FAILOVER_GRACE must be":                {"SLUICE_FAILOVER_GRACE": "-1s"},
+		"SLUICE_PROVIDER_BACKUP_SMS_MESSAGING_SERVICE_SID and SLUICE_PROVIDER_BACKUP_SMS_FROM are both set": {
+			"SLUICE_PROVIDER_BACKUP_SMS_FROM": "+15005550099", "SLUICE_PROVIDER_BACKUP_SMS_MESSAGING_SERVICE_SID": "MG" + strings.Repeat("0", 32)},
+		"SLUICE_PROVIDER_BACKUP_SMS_MESSAGING_SERVICE_SID must be MG": {"SLUICE_PROVIDER_BACKUP_SMS_MESSAGING_SERVICE_SID": "MG1"},
+		"SLUICE_PROVIDER_SPARE_SMTP_FROM must be an email address": {"SLUICE_EMAIL_PROVIDERS": "default,spare", "SLUICE_PROVIDER_SPARE_EMAIL_SENDER": "log",
+			"SLUICE_PROVIDER_SPARE_SMTP_FROM": "not an address"},
 	} {
 		env := maps.Clone(base)
 		maps.Copy(env, change)
 		_, err := worker.ParseConfig(env)
 		if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: err = %v, want one naming %s", change, err, want)
+		}
+	}
+}
+
+// Every variable a named provider reads is listed in docs/configuration.md
+// ("Per-provider variables"), without its prefix.
+func TestProviderVariablesDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Per-provider variables\n")
+	if !ok {
+		t.Fatal(`docs/configuration.md has no "## Per-provider variables" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var table strings.Builder // its table's rows: the list, not the prose around it
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, "|") {
+			table.WriteString(line + "\n")
+		}
+	}
+	env := map[string]string{"SLUICE_SMS_PROVIDERS": "default,x", "SLUICE_EMAIL_PROVIDERS": "default,x", "SLUICE_WHATSAPP_PROVIDERS": "default,x"}
+	vars := worker.ProviderVariables(env)
+	if len(vars) < 10 {
+		t.Fatalf("ProviderVariables: %v", vars)
+	}
+	for _, v := range vars {
+		name := strings.TrimPrefix(v, "SLUICE_PROVIDER_X_")
+		if !strings.Contains(table.String(), "`"+name+"`") {
+			t.Errorf("%s (as SLUICE_PROVIDER_NAME_%s) is not in docs/configuration.md's per-provider list", v, name)
 		}
 	}
 }

@@ -111,7 +111,7 @@ func (dp *dispatcher) capLease() time.Duration { return cmp.Or(dp.cfg.OrphanAfte
 func (dp *dispatcher) holdProvider(ctx context.Context, n tasks.Notification, p *provider, se *sender.SendError, sent time.Time, log *slog.Logger) (throttle.HoldState, error) {
 	scope := cmp.Or(se.Hold, sender.HoldProvider)
 	key := p.hold
-	if o := dp.cfg.Origin(n); scope == sender.HoldSender && o != "" {
+	if o := p.origin(n); scope == sender.HoldSender && o != "" {
 		key = dp.prov.senderHoldKey(p, o)
 	}
 	var h throttle.HoldState
@@ -121,13 +121,26 @@ func (dp *dispatcher) holdProvider(ctx context.Context, n tasks.Notification, p 
 		return err
 	})
 	if err == nil {
-		state := "begun"
-		if h.Extended {
-			state = "extended"
+		dp.metrics.Holds.WithLabelValues(string(n.Channel), scope, holdLabel(h)).Inc()
+		if !h.Extended && !h.InFlight {
+			dp.prov.announce(ctx, log) // a hold began: every worker reads the provider's state now
 		}
-		dp.metrics.Holds.WithLabelValues(string(n.Channel), scope, state).Inc()
 	}
 	return h, err
+}
+
+// holdLabel is sluice_provider_holds_total's hold label of a throttling
+// answer: begun, extended (an answer to a request sent during the hold),
+// or in_flight (one already on its way when it began: the hold unchanged;
+// docs/rules.md).
+func holdLabel(h throttle.HoldState) string {
+	switch {
+	case h.InFlight:
+		return "in_flight"
+	case h.Extended:
+		return "extended"
+	}
+	return "begun"
 }
 
 // backPressure handles a provider's throttling answer: it holds the scope
@@ -147,20 +160,19 @@ func (dp *dispatcher) backPressure(ctx context.Context, n tasks.Notification, p 
 		return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure"}
 	}
 	dp.metrics.Sends.WithLabelValues(string(n.Channel), "throttled").Inc()
+	log.Warn("provider back-pressure: every worker's sends on this scope wait for the hold", "scope", string(n.Channel)+":"+scope, "provider", p.name,
+		"until", h.Until.UTC(), "retry_after", se.RetryAfter, "level", h.Level, "hold", holdLabel(h), "code", se.Code, "err", se.Err)
 	retryAt := time.Now().Add(time.Until(h.Until))
-	if dp.prov.several(n.Channel) {
-		// Another provider may take it once the grace is over (pickProvider).
+	if dp.prov.several(n.Channel) && scope == sender.HoldProvider {
+		// Another provider may take it once the grace is over: it picks
+		// again then (pickProvider), or as soon as a provider's state
+		// changes, in process when that is near (throttleMiddleware).
 		if graceEnd := time.Now().Add(max(dp.cfg.FailoverGrace, 100*time.Millisecond)); graceEnd.Before(retryAt) {
 			retryAt = graceEnd
 		}
+		return &errProviderWait{until: retryAt, p: p.name, changed: dp.prov.changes(n.Channel)}
 	}
-	state := "begun"
-	if h.Extended {
-		state = "extended"
-	}
-	log.Warn("provider back-pressure: every worker's sends on this scope wait for the hold", "scope", string(n.Channel)+":"+scope, "provider", p.name,
-		"until", h.Until.UTC(), "retry_after", se.RetryAfter, "level", h.Level, "hold", state, "code", se.Code, "err", se.Err)
-	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider back-pressure (" + string(n.Channel) + ":" + scope + ")"}
+	return &ThrottledError{RetryAt: retryAt, WakeAt: dp.cfg.wakeFor(retryAt), Rule: "provider back-pressure (" + string(n.Channel) + ":" + scope + ")"}
 }
 
 // reask asks the limiter again, for now, for a send whose slot was given
@@ -178,7 +190,13 @@ func (dp *dispatcher) reask(ctx context.Context, t *asynq.Task, n tasks.Notifica
 		a.d, a.sendBy = d, slotBy(replied, d).Add(dp.cfg.SendSlack/2)
 		return nil
 	case throttle.StatusBooked, throttle.StatusDenied:
-		return dp.rec.reschedule(ctx, t, n, d, why, log)
+		if dp.prov.heldAsPicked(ctx, n, c, a.pk, d, log) {
+			// Its provider's hold began while it waited: picked again now
+			// (throttleMiddleware), it waits out the grace, then moves on.
+			dp.rec.release(ctx, n, d.Attempt, c.Limits, log)
+			return &errProviderWait{until: time.Now(), p: a.pk.p.name, changed: dp.prov.changes(n.Channel)}
+		}
+		return dp.rec.reschedule(ctx, t, n, d, why, a.c.wakeBy, log)
 	default:
 		return dp.adm.settled(n, c, d, why, log)
 	}
@@ -237,7 +255,7 @@ func (dp *dispatcher) sendFailed(ctx context.Context, t *asynq.Task, n tasks.Not
 		retryAt := time.Now().Add(min(dp.cfg.RetryBase, max(dp.cfg.FailoverGrace, 100*time.Millisecond)))
 		log.Warn("provider did not take the send; trying again, at the next provider once this one is down for the grace",
 			"provider", p.name, "err", err, "retry_at", retryAt.UTC())
-		return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + p.name + " failing"}
+		return &errProviderWait{until: retryAt, p: p.name, changed: dp.prov.changes(n.Channel)}
 	}
 	if se.Permanent {
 		dp.metrics.Sends.WithLabelValues(string(n.Channel), "permanent").Inc()

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
@@ -25,6 +26,7 @@ import (
 type providerSet struct {
 	*core
 	providers map[tasks.Channel][]*provider
+	shown     stateShown // what this worker shows of their states (provstate.go)
 }
 
 // Failover. A channel may have several providers (SMS_PROVIDERS,
@@ -61,8 +63,16 @@ type provider struct {
 	breaker string
 	// hold is its provider-scope hold key.
 	hold string
+	// base is the shared settings as it reads them: its own sender
+	// settings (From, messaging service; ProviderSenderVars) in place of
+	// the deployment's, which sender rules and holds count by (origin).
+	base config.Base
 	// down: this worker last read it as down, held or being probed.
 	down atomic.Bool
+	// state is the state shown, read at readAt (guarded by
+	// providerSet.shown.mu: observe).
+	state  provState
+	readAt time.Time
 }
 
 // named reports whether the provider is one of a list's named providers:
@@ -78,12 +88,26 @@ type pick struct {
 	probe bool
 	// wasDown: p was read as down or held (a success closes its breaker).
 	wasDown bool
+	// replan is closed when a provider of the channel changes state; set
+	// when p is not the first of the send's providers: a send admitted at
+	// p and waiting for its slot plans again when an earlier one may be
+	// back (waitForSlot).
+	replan <-chan struct{}
+	// replanAt is when a provider passed over for p may come back: the
+	// earliest end of their cooldowns (a probe may go) and holds. A send
+	// booked at p past it is in process by then to plan again (check.wakeBy).
+	replanAt  time.Time
+	replanFor string // the provider that may come back at replanAt
 }
 
-// errProviderWait is a standard send's wait for a provider within its grace.
+// errProviderWait is a standard send's wait for a provider: within its
+// grace, for its cooldown, or before it is tried again. changed is closed
+// when a provider of the send's channel changes state (a reason to plan
+// again at once).
 type errProviderWait struct {
-	until time.Time
-	p     string
+	until   time.Time
+	p       string
+	changed <-chan struct{}
 }
 
 func (e *errProviderWait) Error() string { return "waiting for provider " + e.p }
@@ -114,6 +138,7 @@ func (ps *providerSet) giveBackProbe(ctx context.Context, pk pick, d throttle.De
 		return
 	}
 	log.Info("gave back a provider's probe: this send waits for its slot", "provider", pk.p.name, "status", d.Status.String())
+	ps.announce(ctx, log) // the sends waiting on the provider may probe it now
 }
 
 // canFailOver reports whether a send that failed at p has another provider
@@ -174,6 +199,7 @@ func (ps *providerSet) providerRecovered(ctx context.Context, pk pick, log *slog
 		return
 	}
 	ps.markProvider(pk.p, true)
+	ps.announce(ctx, log)
 	if pk.probe {
 		log.Info("provider answered its probe: back in service", "provider", pk.p.name)
 	}
@@ -195,6 +221,7 @@ func (ps *providerSet) providerFailed(ctx context.Context, p *provider, log *slo
 	}
 	if b.Open {
 		ps.markProvider(p, false)
+		ps.announce(ctx, log)
 		log.Warn("provider marked down: sends go to the next provider", "provider", p.name, "failures", b.Fails,
 			"down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
 	}
@@ -225,14 +252,14 @@ func (ps *providerSet) providerWarnings() []string {
 	return out
 }
 
-// markProvider sets sluice_provider_up for p as this worker last read it.
+// markProvider shows p up, or down, as this worker just made it (closed
+// or opened its breaker in Redis).
 func (ps *providerSet) markProvider(p *provider, up bool) {
-	p.down.Store(!up)
-	v := 0.0
+	st := provDown
 	if up {
-		v = 1
+		st = provUp
 	}
-	ps.metrics.ProviderUp.WithLabelValues(string(p.channel), p.name).Set(v)
+	ps.observe(p, st, time.Now())
 }
 
 // pickProvider picks n's provider for this check among those of its
@@ -260,40 +287,39 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 	if len(ps.providers[n.Channel]) == 1 {
 		return pick{p: list[0]}, nil
 	}
-	breakers, holds := make([]string, len(list)), make([]string, len(list))
-	for i, p := range list {
-		breakers[i], holds[i] = p.breaker, p.hold
-	}
-	var states []throttle.Breaker
-	var spans []throttle.HoldSpan
-	err := ps.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
-		var err error
-		states, spans, err = ps.limiter.ProviderStates(ctx, breakers, holds)
-		return err
-	})
+	changed := ps.changes(n.Channel) // before the reading: no change falls between the two
+	states, spans, now, err := ps.readList(ctx, list, log)
 	if err != nil {
-		return pick{}, &UnavailableError{Err: err}
+		return pick{}, err
 	}
-	now := time.Now()
+	var replanAt time.Time // when one passed over may come back
+	var replanFor string
 	for i, p := range list {
 		b, h := states[i], spans[i]
 		held := h.Until.After(now)
 		if !b.Open && !b.HalfOpen && !held {
-			ps.markProvider(p, true)
+			pk := pick{p: p}
+			if p != all[0] {
+				pk.replan, pk.replanAt, pk.replanFor = changed, replanAt, replanFor // one ahead of it may come back while it waits for its slot
+			}
 			if i > 0 {
 				ps.metrics.Failovers.WithLabelValues(string(n.Channel), list[0].name).Inc()
 			}
-			return pick{p: p}, nil
+			return pk, nil
 		}
 		if b.HalfOpen && !b.Open && !held {
 			won, err := ps.limiter.TryProbe(ctx, p.breaker, ps.cfg.ProviderCooldown)
 			if err == nil && won {
-				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC())
+				log.Info("probing a provider marked down", "provider", p.name, "down_since", b.Since.UTC(), "probe_at", b.Until.UTC())
 				return pick{p: p, probe: true, wasDown: true}, nil
 			}
 		}
-		ps.markProvider(p, false)
 		// Down (or held, or half-open with another worker's probe on its way).
+		for _, t := range []time.Time{b.Until, h.Until} {
+			if t.After(now) && (replanAt.IsZero() || t.Before(replanAt)) {
+				replanAt, replanFor = t, p.name
+			}
+		}
 		since := b.Since
 		if held && (since.IsZero() || h.Since.Before(since)) {
 			since = h.Since
@@ -306,35 +332,83 @@ func (ps *providerSet) pickProvider(ctx context.Context, n tasks.Notification, p
 			return pick{p: p, wasDown: true}, nil // the hold ends within the grace: booked after it
 		}
 		if now.Before(graceEnd) {
-			return pick{}, &errProviderWait{until: graceEnd, p: p.name}
+			return pick{}, &errProviderWait{until: graceEnd, p: p.name, changed: changed}
 		}
 	}
 	// Every one is down: the first it is. A hold books the send after it;
 	// a down breaker puts it back until its cooldown ends.
 	p, b := list[0], states[0]
 	if b.Open {
-		return pick{}, &errProviderWait{until: b.Until, p: p.name}
+		return pick{}, &errProviderWait{until: b.Until, p: p.name, changed: changed}
 	}
 	return pick{p: p, wasDown: true}, nil
+}
+
+// readList reads the states of list's providers for a pick, shows them
+// (observe), and returns them with the instant they are judged at.
+func (ps *providerSet) readList(ctx context.Context, list []*provider, log *slog.Logger) ([]throttle.Breaker, []throttle.HoldSpan, time.Time, error) {
+	breakers, holds := make([]string, len(list)), make([]string, len(list))
+	for i, p := range list {
+		breakers[i], holds[i] = p.breaker, p.hold
+	}
+	var states []throttle.Breaker
+	var spans []throttle.HoldSpan
+	at := time.Now()
+	err := ps.withRedis(ctx, log, "provider states", func(ctx context.Context) error {
+		var err error
+		at = time.Now()
+		states, spans, err = ps.limiter.ProviderStates(ctx, breakers, holds)
+		return err
+	})
+	if err != nil {
+		return nil, nil, time.Time{}, &UnavailableError{Err: err}
+	}
+	now := time.Now()
+	for i, p := range list {
+		ps.observe(p, stateOf(states[i], spans[i], now), at)
+	}
+	return states, spans, now, nil
+}
+
+// heldAsPicked reports whether a standard send's booking d at pk's
+// provider, which its pick read as up, is behind a hold of that provider
+// that began as it picked (no rule booked it, and the hold is live): it
+// is to pick again — wait out the grace, then the next provider — as a
+// pick after the hold began would have, not wait the hold out at this
+// provider (issue 53: such sends reached the backup at the 30 s hold's
+// end). The caller gives the booking back.
+func (ps *providerSet) heldAsPicked(ctx context.Context, n tasks.Notification, c check, pk pick, d throttle.Decision, log *slog.Logger) bool {
+	if d.Status != throttle.StatusBooked || d.DeniedBy >= 0 || pk.wasDown || pk.probe || c.Match.Exempt || !ps.several(n.Channel) {
+		return false
+	}
+	until, err := ps.limiter.HeldUntil(ctx, pk.p.hold)
+	if err != nil || !until.After(time.Now()) {
+		return false
+	}
+	log.Info("booked behind a hold of its provider that began as it was picked; picking again", "provider", pk.p.name, "hold_until", until.UTC())
+	return true
 }
 
 // bindProvider makes c a check of a send through p: its provider and
 // sender rules and caps count p's sends, and it honours p's holds.
 func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider) {
 	c.opts.Holds = []string{p.hold}
-	if o := ps.cfg.Origin(n); o != "" {
+	o := p.origin(n)
+	if o != "" {
 		c.opts.Holds = append(c.opts.Holds, ps.senderHoldKey(p, o))
 	}
 	if !p.named() {
 		return
 	}
+	// Sender rules count p's origin at p: the plan was made with the
+	// deployment's, and a named provider may have its own From.
 	c.Limits = slices.Clone(c.Limits)
 	for i, e := range c.Match.Rates {
 		switch e.Scope {
 		case plans.ScopeProvider:
 			c.Limits[i].Subject = p.name
 		case plans.ScopeSender:
-			c.Limits[i].Subject = p.name + ":" + c.Limits[i].Subject
+			c.Limits[i].Subject = p.name + ":" + o
 		}
 	}
 	c.Caps = slices.Clone(c.Caps)
@@ -343,7 +417,7 @@ func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider)
 		case plans.ScopeProvider:
 			c.Caps[i].Subject = p.name
 		case plans.ScopeSender:
-			c.Caps[i].Subject = p.name + ":" + c.Caps[i].Subject
+			c.Caps[i].Subject = p.name + ":" + o
 		}
 	}
 }
@@ -358,12 +432,25 @@ func (ps *providerSet) senderHoldKey(p *provider, o string) string {
 	return ps.limiter.HoldKey(scope, o)
 }
 
+// origin is who sender rules count as sending n through p, and whose
+// sender hold it honours: n's own origin, else p's default (Base.Origin).
+func (p *provider) origin(n tasks.Notification) string { return p.base.Origin(n) }
+
 // newProviders builds each channel's providers from the named senders.
 func (ps *providerSet) newProviders(list map[tasks.Channel][]sender.Named) map[tasks.Channel][]*provider {
 	out := map[tasks.Channel][]*provider{}
 	for ch, named := range list {
+		bases := map[string]config.Base{}
+		specs, _ := ps.cfg.Providers(ch)
+		for _, s := range specs {
+			bases[s.Name] = s.Base
+		}
 		for _, s := range named {
-			p := &provider{name: s.Name, channel: ch, send: s.Sender,
+			base, ok := bases[s.Name]
+			if !ok {
+				base = ps.cfg.Base
+			}
+			p := &provider{name: s.Name, channel: ch, send: s.Sender, base: base,
 				slots:         semaphore.NewWeighted(int64(ps.cfg.Concurrency)),
 				prioritySlots: semaphore.NewWeighted(int64(ps.cfg.PriorityConcurrency))}
 			if len(named) > 1 {
@@ -383,9 +470,11 @@ func (ps *providerSet) newProviders(list map[tasks.Channel][]sender.Named) map[t
 	return out
 }
 
-// providerWait turns a provider pick that ends the run into what Asynq is
-// to do: a standard send waiting for its provider's grace, or its
-// probe, goes back for then (not a failure).
+// providerWait turns a wait for a provider that the worker does not wait
+// out in process (waitForProvider: too far ahead, no waiter token free)
+// into what Asynq is to do: the send goes back for then (not a failure),
+// woken early enough (wakeFor) to wait the rest in process and plan again
+// at the instant, not at Asynq's next whole second.
 func (ps *providerSet) providerWait(n tasks.Notification, err error, log *slog.Logger) error {
 	var pw *errProviderWait
 	if !errors.As(err, &pw) {
@@ -395,8 +484,9 @@ func (ps *providerSet) providerWait(n tasks.Notification, err error, log *slog.L
 	if soon := time.Now().Add(10 * time.Millisecond); retryAt.Before(soon) {
 		retryAt = soon
 	}
-	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC())
-	return &ThrottledError{RetryAt: retryAt, WakeAt: slotTime(retryAt), Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
+	wake := ps.cfg.wakeFor(retryAt)
+	log.Info("its provider is down or held; waiting", "provider", pw.p, "until", retryAt.UTC(), "wake_at", wake.UTC())
+	return &ThrottledError{RetryAt: retryAt, WakeAt: wake, Rule: "provider " + string(n.Channel) + ":" + pw.p + " down"}
 }
 
 // several reports whether ch has more than one provider (one to fail over to).

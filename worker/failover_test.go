@@ -2,10 +2,15 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
@@ -179,4 +184,192 @@ func TestPlanOrdersProviders(t *testing.T) {
 	if ds := b.sms.WaitCount(t, 1, 10*time.Second); ds[0].ID != globex.ID {
 		t.Errorf("the primary got %s; want globex's", ds[0].ID)
 	}
+}
+
+// breakerOf reads the default SMS provider's breaker from Redis: when the
+// workers marked it down (Since), and when its cooldown ends and a probe
+// may go (Until) — the instants they plan the move and the return on.
+func breakerOf(t *testing.T, b *bundle) throttle.Breaker {
+	t.Helper()
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, _, err := lim.ProviderStates(context.Background(), []string{lim.BreakerKey("sms", worker.DefaultProvider)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs[0]
+}
+
+// onTime is the budget of a move to the backup and of the return, from
+// the instant the workers plan it (the grace's end, the probe's) to the
+// request's arrival at the fake (issue 53: 100 ms; sends waited for
+// Asynq's next whole second and landed 0.2-0.7 s late).
+const onTime = 100 * time.Millisecond
+
+// A standard send whose primary is marked down goes to the backup at the
+// grace's end, counted from the mark Redis holds, not at Asynq's next
+// whole second; the primary back, the sends waiting for their slots at
+// the backup plan again at the cooldown's end (the probe) and the first
+// reaches the primary then, not at its next wake-up.
+func TestFailoverAtTheGraceAndBackAtTheProbe(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	// Each provider 1 send a second: a backlog waits for its slots at the backup.
+	b := setup(t, "sms:provider=1/1s")
+	backup := fakes.NewSMSAPI(t)
+	cfg := withBackup(b.cfg, backup)
+	cfg.FailoverGrace = 1500 * time.Millisecond
+	cfg.ProviderFailures = 1
+	cfg.ProviderCooldown = 4 * time.Second
+	b.sms.Down(t)
+	b.start(t, cfg)
+	b.serving(t)
+	b.enqueue(t, tasks.NewSMS("acme", "+14155550600", "hello"))
+	first := backup.WaitCount(t, 1, 20*time.Second)[0]
+	br := breakerOf(t, b) // still open: its cooldown is longer than the grace
+	if !br.Open {
+		t.Fatalf("the primary's breaker is not open at the move: %+v", br)
+	}
+	move := first.At.Sub(br.Since.Add(cfg.FailoverGrace))
+	if move < 0 || move > onTime {
+		t.Errorf("the move to the backup came %v after the grace's end (marked down at %v, grace %v); want 0-%v",
+			move, br.Since.Format("15:04:05.000"), cfg.FailoverGrace, onTime)
+	}
+	// The primary is back; a backlog waits for its slots at the backup.
+	b.sms.Up(t)
+	for i := range 6 {
+		b.enqueue(t, tasks.NewSMS("acme", fmt.Sprintf("+141555506%02d", 10+i), "hello"))
+	}
+	ds := b.sms.WaitCount(t, 1, 20*time.Second)
+	back := ds[0].At.Sub(br.Until)
+	if back < 0 || back > onTime {
+		t.Errorf("the first send at the primary came %v after the probe's instant (cooldown end %v); want 0-%v",
+			back, br.Until.Format("15:04:05.000"), onTime)
+	}
+	t.Logf("moved to the backup %v after the grace's end; back on the primary %v after the probe's instant (budget %v each)",
+		move.Round(time.Millisecond), back.Round(time.Millisecond), onTime)
+}
+
+// The primary answers 429 with Retry-After: 30 to the 6 requests in
+// flight at once (it answers none until all arrived): the first begins a
+// hold and the other 5, already on their way, leave it as it is
+// (hold="in_flight", none "extended": docs/rules.md). Every worker shows
+// the primary down while it is held — one that sent nothing too — in
+// sluice_provider_up and /readyz, and up again when the hold ends.
+func TestHoldShownOnEveryWorkerNotExtendedByInFlightAnswers(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "")
+	backup := fakes.NewSMSAPI(t)
+	const inFlight = 6
+	var mu sync.Mutex
+	arrived, all := 0, make(chan struct{})
+	b.sms.SetReply(func(string, string) (int, string) {
+		mu.Lock()
+		if arrived++; arrived == inFlight {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+		}
+		return 429, "3"
+	})
+	cfg := withBackup(b.cfg, backup)
+	r := b.start(t, cfg)
+	b.serving(t)
+	// A second worker on other queues: it sends nothing, and shows what Redis holds.
+	idle := cfg
+	idle.Queue = "idle"
+	ri := b.start(t, idle)
+	for i := range inFlight {
+		b.enqueue(t, tasks.NewSMS("acme", fmt.Sprintf("+141555507%02d", i), "hello"))
+	}
+	backup.WaitCount(t, inFlight, 20*time.Second)
+	for name, reg := range map[string]*prometheus.Registry{"the sending worker": r.reg, "the idle worker": ri.reg} {
+		if got := gauges(t, reg, "sluice_provider_up", "channel", "provider")["sms/default"]; got != 0 {
+			t.Errorf("%s: sluice_provider_up{provider=default} = %v during the hold; want 0", name, got)
+		}
+	}
+	rec := httptest.NewRecorder()
+	ri.w.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if !strings.Contains(rec.Body.String(), "sms provider default down or held") {
+		t.Errorf("the idle worker's /readyz during the hold:\n%s", rec.Body.String())
+	}
+	for state, want := range map[string]float64{"begun": 1, "in_flight": inFlight - 1, "extended": 0} {
+		if got := metric(t, r.reg, "sluice_provider_holds_total", map[string]string{"hold": state}); got != want {
+			t.Errorf("sluice_provider_holds_total{hold=%s} = %v, want %v", state, got, want)
+		}
+	}
+	// The hold lifts by itself: every worker shows the primary up again.
+	for name, reg := range map[string]*prometheus.Registry{"the sending worker": r.reg, "the idle worker": ri.reg} {
+		sluicetest.Eventually(t, 10*time.Second, name+" to show the primary up after its hold", func() bool {
+			return gauges(t, reg, "sluice_provider_up", "channel", "provider")["sms/default"] == 1
+		})
+	}
+}
+
+// A backup with a number of its own (SLUICE_PROVIDER_BACKUP_SMS_FROM):
+// what goes through it is posted with that From, what goes through the
+// primary with the deployment's SLUICE_SMS_FROM; a notification naming
+// its own from keeps it at either.
+func TestBackupSendsWithItsOwnFrom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "acme/sms:providers=backup")
+	backup := fakes.NewSMSAPI(t)
+	b.start(t, withBackup(b.cfg, backup, "SLUICE_PROVIDER_BACKUP_SMS_FROM", "+15005550099"))
+	acme := tasks.NewSMS("acme", "+14155550800", "hi")
+	named := tasks.NewSMS("acme", "+14155550801", "hi")
+	named.From = "+15005550077"
+	globex := tasks.NewSMS("globex", "+14155550802", "hi")
+	for _, n := range []tasks.Notification{acme, named, globex} {
+		b.enqueue(t, n)
+	}
+	from := map[string]string{}
+	for _, d := range backup.WaitCount(t, 2, 10*time.Second) {
+		from[d.ID] = "backup " + d.From
+	}
+	for _, d := range b.sms.WaitCount(t, 1, 10*time.Second) {
+		from[d.ID] = "primary " + d.From
+	}
+	for id, want := range map[string]string{acme.ID: "backup +15005550099", named.ID: "backup +15005550077", globex.ID: "primary +15005550006"} {
+		if from[id] != want {
+			t.Errorf("%s: posted as %q, want %q", id, from[id], want)
+		}
+	}
+}
+
+// A grace longer than MAX_INLINE_WAIT (the default 10 s is; 5 s here, over
+// the 2 s): the send held back by a 429 goes back to Asynq, woken a lead
+// before the grace's end to wait the rest in process, and reaches the
+// backup at the grace's end counted from the hold's start in Redis, not at
+// Asynq's next whole second after it (issue 53: 10.30-10.99 s for 10 s).
+func TestLongGraceMovesAtItsEnd(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "")
+	backup := fakes.NewSMSAPI(t)
+	b.sms.SetReply(func(string, string) (int, string) { return 429, "60" })
+	cfg := withBackup(b.cfg, backup)
+	cfg.FailoverGrace = 5 * time.Second
+	b.start(t, cfg)
+	b.serving(t)
+	b.enqueue(t, tasks.NewSMS("acme", "+14155550900", "hello"))
+	first := backup.WaitCount(t, 1, 20*time.Second)[0]
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hs, err := lim.ProviderStates(context.Background(), []string{""}, []string{lim.HoldKey("sms:provider", "")})
+	if err != nil || hs[0].Since.IsZero() {
+		t.Fatalf("the primary's hold: %+v, %v", hs, err)
+	}
+	move := first.At.Sub(hs[0].Since.Add(cfg.FailoverGrace))
+	if move < 0 || move > onTime {
+		t.Errorf("the send reached the backup %v after the grace's end (held since %v); want 0-%v", move, hs[0].Since.Format("15:04:05.000"), onTime)
+	}
+	t.Logf("moved %v after the 5 s grace's end (budget %v)", move.Round(time.Millisecond), onTime)
 }

@@ -124,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Moved)
 	m.Holds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_provider_holds_total",
-		Help: "Throttling answers from a provider (HTTP 429, Twilio 20429/30001, SMTP 421/451/452/454) that held its scope for every worker, by channel, scope (provider, sender) and whether they began a hold or extended one (begun, extended).",
+		Help: "Throttling answers from a provider (HTTP 429, Twilio 20429/30001, SMTP 421/451/452/454) that held its scope for every worker, by channel, scope (provider, sender) and what they did: began a hold (begun), extended a live one (extended: an answer to a request sent during it), or left it as it was (in_flight: an answer to a request already on its way when it began).",
 	}, []string{"channel", "scope", "hold"})
 	reg.MustRegister(m.Holds)
 	m.CapWaits = prometheus.NewCounterVec(prometheus.CounterOpts{

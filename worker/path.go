@@ -91,6 +91,16 @@ func (sp *sendPath) throttleMiddleware(next asynq.Handler) asynq.Handler {
 				log.Warn("provider did not take a priority send; trying the next one", "provider", fo.from, "err", fo.err)
 				continue
 			}
+			var pw *errProviderWait
+			if errors.As(err, &pw) {
+				// A standard send its provider did not take, or held: it
+				// picks again once the provider's grace is over, or its
+				// state changes — in process when that is near.
+				if sp.wait.waitForProvider(ctx, pw, log) {
+					continue
+				}
+				err = sp.prov.providerWait(n, err, log)
+			}
 			sp.rec.leftQueue(ctx, t, n, err, log)
 			return err
 		}

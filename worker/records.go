@@ -103,9 +103,18 @@ func (rc *records) wakeTime(d throttle.Decision) time.Time {
 
 // reschedule hands a task whose slot lies ahead back to Asynq, without
 // counting a failure or spending a retry.
-func (rc *records) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, rule string, log *slog.Logger) error {
+//
+// wakeBy (zero: none) is when a provider passed over for the one the send
+// is booked at may come back: a slot past it is woken in time to be in
+// process then (and plan again: waitForReplan).
+func (rc *records) reschedule(ctx context.Context, t *asynq.Task, n tasks.Notification, d throttle.Decision, rule string, wakeBy time.Time, log *slog.Logger) error {
 	rc.metrics.Rescheduled.WithLabelValues(string(n.Channel)).Inc()
 	te := &ThrottledError{RetryAt: d.RetryAt, WakeAt: rc.wakeTime(d), Rule: rule, Booked: d.Booked}
+	if !wakeBy.IsZero() && wakeBy.Before(d.RetryAt) {
+		if w := rc.cfg.wakeFor(wakeBy); w.Before(te.WakeAt) {
+			te.WakeAt = w
+		}
+	}
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
 	log.Info("waiting for its slot", "until", d.At, "waiting_for", rule, "booked", d.Booked, "wake_at", te.WakeAt)

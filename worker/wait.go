@@ -137,7 +137,11 @@ func (wa *waiter) readBeforeSend(ctx context.Context, n tasks.Notification, d th
 // send is booked after the hold), and an opt-out recorded during it
 // archives the send. On shutdown it gives the slot back and hands the task
 // to Asynq for it.
-func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, slot, sendBy time.Time, log *slog.Logger) error {
+//
+// replan (nil: none) is closed when a provider ahead of the one the send
+// was admitted at changes state: the slot is given back (errReplan) and
+// the send plans again — back to its first provider the moment it may be.
+func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, slot, sendBy time.Time, replan <-chan struct{}, log *slog.Logger) error {
 	limits := c.Limits
 	wa.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
 	defer waiting(ctx)()
@@ -173,11 +177,61 @@ func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throt
 			return errLate
 		}
 		return nil
+	case <-replan:
+		wa.rec.release(ctx, n, d.Attempt, limits, log)
+		log.Info("a provider ahead of this send's changed state while it waited for its slot; planning again")
+		return errReplan
 	case <-ctx.Done():
 	case <-wa.stopping:
 	}
 	return wa.giveBack(ctx, n, d, limits, log)
 }
+
+// waitForProvider waits in process, for a send whose provider said to
+// wait (pw: its grace, its cooldown, a moment before it is tried again),
+// until the instant planned or until a provider of its channel changes
+// state, whichever comes first: true, and the send plans again at once.
+// False when the instant is further than MaxInlineWait, no waiter token is
+// free, or the worker stops: the send goes back to Asynq (providerWait).
+func (wa *waiter) waitForProvider(ctx context.Context, pw *errProviderWait, log *slog.Logger) bool {
+	rest := time.Until(pw.until)
+	if rest > wa.cfg.MaxInlineWait || !wa.tryWaiter() {
+		return false
+	}
+	defer wa.releaseWaiter(true)
+	defer waiting(ctx)()
+	log.Info("its provider is down or held; waiting in process", "provider", pw.p, "until", pw.until.UTC())
+	timer := time.NewTimer(max(rest, time.Millisecond))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-pw.changed:
+		log.Info("a provider's state changed while this send waited for one; planning again", "provider", pw.p)
+		return true
+	case <-ctx.Done():
+	case <-wa.stopping:
+	}
+	return false
+}
+
+// waitForReplan holds in process a send booked at a later provider of its
+// list (d) whose earlier provider may come back before the booked slot
+// (pk.replanAt: a cooldown's end, when a probe may go, or a hold's), until
+// then or until a provider's state changes: true, and the send plans
+// again (its own booking, if it picks the same provider). False when the
+// instant is not before the slot, further than MaxInlineWait, or no waiter
+// token is free.
+func (wa *waiter) waitForReplan(ctx context.Context, pk pick, d throttle.Decision, log *slog.Logger) bool {
+	if pk.replanAt.IsZero() || !pk.replanAt.Before(d.RetryAt) {
+		return false
+	}
+	return wa.waitForProvider(ctx, &errProviderWait{until: pk.replanAt, p: pk.replanFor, changed: pk.replan}, log)
+}
+
+// errReplan: a provider ahead of the one a send was admitted at changed
+// state while it waited for its slot, which it gave back to plan again.
+var errReplan = errors.New("a provider changed state during the wait")
 
 // errLate: a send woke too late for its slot, which it gave back.
 var errLate = errors.New("woke too late for the slot")

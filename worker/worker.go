@@ -317,6 +317,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		// Done records no completion carried; stopped after the servers, it
 		// writes those their last sends left.
 		lifecycle.Go("done-records", w.path.rec.flushDone),
+		// Every provider's state as Redis holds it, the same on every
+		// worker (sluice_provider_up, /readyz), and its changes to the
+		// sends waiting on one.
+		lifecycle.Go("provider-states", w.path.prov.watch),
 		lifecycle.Func("asynq", w.intake.startServers, w.intake.stopServers),
 		// The suppression lists of Sluice before consent move into the
 		// consent store once (the limiter reads both meanwhile).
