@@ -152,7 +152,7 @@ func waitingRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
 			q(`sum(rate(sluice_inline_waits_total`+ri+`))`, "waited in process"),
 			q(`sum(rate(sluice_late_wakes_total`+ri+`))`, "woke late, asked again"),
 			q(`sum(rate(sluice_rescheduled_total`+ri+`))`, "rescheduled"))).
-		WithPanel(graph("Provider back-pressure and in-flight caps", "Throttling answers from a provider (HTTP 429, Twilio 20429/30001, SMTP 421/451/452/454) that began or extended a hold of its scope for every worker, and sends put back because an in-flight cap (concurrency=N) stayed full. Neither spends a retry.", "ops", 12, false,
+		WithPanel(graph("Provider back-pressure and in-flight caps", "Throttling answers from a provider (HTTP 429, Twilio 20429/30001, SMTP 421/451/452/454) that began or extended a hold of its scope for every worker (hold in_flight: answers to requests already on their way, which extend nothing), and sends put back because an in-flight cap (concurrency=N) stayed full. Neither spends a retry.", "ops", 12, false,
 			q(`sum by (channel, scope, hold) (rate(sluice_provider_holds_total`+ri+`))`, "{{channel}} {{scope}} hold {{hold}}"),
 			q(`sum by (channel) (rate(sluice_cap_deferrals_total`+ri+`))`, "{{channel}} cap full, deferred")))
 }
