@@ -33,7 +33,7 @@ func TestUIRecipientShowsItsDigests(t *testing.T) {
 		if i == 0 {
 			carrier = n.ID
 		}
-		if _, _, err := s.Join(context.Background(), n, plans.Digest{Max: 5}, digest.Item{TaskID: n.ID, Type: tasks.TypeSMS, Payload: []byte("x")}, time.Minute, true); err != nil {
+		if _, err := s.Join(context.Background(), n, plans.Digest{Max: 5}, digest.Item{TaskID: n.ID, Type: tasks.TypeSMS, Payload: []byte("x")}, time.Minute, true); err != nil {
 			t.Fatal(err)
 		}
 	}
