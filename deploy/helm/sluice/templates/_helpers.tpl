@@ -98,7 +98,7 @@ in the Secret) and the variables the chart sets itself. Call with
 */}}
 {{- define "sluice.checkEnv" -}}
 {{- $where := index . 0 -}}
-{{- $secrets := list "SLUICE_SUBJECT_SECRET" "SLUICE_PAYLOAD_KEYS" "SLUICE_API_TOKEN_KEY" "SLUICE_API_ADMIN_TOKEN" "SLUICE_SMTP_PASSWORD" "SLUICE_SMS_AUTH_TOKEN" "SLUICE_TELNYX_API_KEY" "SLUICE_REDIS_URL" -}}
+{{- $secrets := list "SLUICE_SUBJECT_SECRET" "SLUICE_PAYLOAD_KEYS" "SLUICE_API_TOKEN_KEY" "SLUICE_API_ADMIN_TOKEN" "SLUICE_SMTP_PASSWORD" "SLUICE_SMS_AUTH_TOKEN" "SLUICE_TELNYX_API_KEY" "SLUICE_WHATSAPP_ACCESS_TOKEN" "SLUICE_REDIS_URL" -}}
 {{- $owned := dict "SLUICE_REDIS_CLUSTER_ADDRS" "redis.clusterAddrs" "SLUICE_REDIS_CA_FILE" "redis.caSecret" "SLUICE_QUEUE" "config.queue" "SLUICE_QUEUE_SHARDS" "config.queueShards" "SLUICE_HTTP_ADDR" "the chart (:9090)" "SLUICE_API_ADDR" "the chart (:8081)" "SLUICE_SHUTDOWN_TIMEOUT" "worker.shutdownTimeoutSeconds" "SLUICE_API_SHUTDOWN_TIMEOUT" "api.shutdownTimeoutSeconds" "SLUICE_CONCURRENCY" "worker.concurrency" "SLUICE_PRIORITY_CONCURRENCY" "worker.priorityConcurrency" -}}
 {{- range $k, $v := index . 1 -}}
 {{- if has $k $secrets -}}
@@ -154,6 +154,10 @@ config.env. Both Deployments include this one template.
 {{- if $s.telnyxApiKeyKey }}
 - name: SLUICE_TELNYX_API_KEY
   {{- include "sluice.secretRef" (list $s.name $s.telnyxApiKeyKey) | nindent 2 }}
+{{- end }}
+{{- if $s.whatsappAccessTokenKey }}
+- name: SLUICE_WHATSAPP_ACCESS_TOKEN
+  {{- include "sluice.secretRef" (list $s.name $s.whatsappAccessTokenKey) | nindent 2 }}
 {{- end }}
 {{- if not (hasKey .Values.config.env "SLUICE_LOG_FORMAT") }}
 - name: SLUICE_LOG_FORMAT
