@@ -134,13 +134,15 @@ func TestWorkerKilledMidFlight(t *testing.T) {
 		t.Fatal("no task was in flight on a killed worker: the kills tested nothing")
 	}
 	// Requeued about 16 s after the kill (its lease last moved at or before
-	// the kill; ORPHAN_AFTER 15 s and a sweep; 17 s seen under CI's load),
-	// well under the 55 s Asynq's own recovery needs at the least; then
-	// sent at its recipient's slot.
+	// the kill; ORPHAN_AFTER 15 s and a sweep; 17 s seen under CI's load,
+	// 30 s beside two CPU hogs and a benchmark, as a sweeper counts only
+	// time it saw answers from Redis), well under the 55 s Asynq's own
+	// recovery needs at the least (and the log line says the sweep did it);
+	// then sent at its recipient's slot. The bound is latency: 45 s.
 	if len(requeues) == 0 {
 		t.Fatal("no task of a killed worker was requeued by the orphan sweep")
 	}
-	if worst := requeues[len(requeues)-1]; worst > 25*time.Second {
+	if worst := requeues[len(requeues)-1]; worst > 45*time.Second {
 		t.Fatalf("a killed worker's task was requeued %v after the kill; want ORPHAN_AFTER (15 s) + a sweep", worst)
 	}
 	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
