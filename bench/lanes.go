@@ -559,7 +559,7 @@ func idleVs(ctx context.Context, bin, base, dir, section, name string, most floa
 	ratio := median(nc) / median(bc)
 	add(row{section, name,
 		fmt.Sprintf("%.1f vs %.1f (CPU %v vs %v per s)", median(nc), median(bc), time.Duration(median(ncpu)).Round(time.Microsecond), time.Duration(median(bcpu)).Round(time.Microsecond)),
-		f2(ratio), fmt.Sprintf("≤ %.2g×", most), verdict(ratio <= most)})
+		f2(ratio), fmt.Sprintf("≤ %s×", strconv.FormatFloat(most, 'g', -1, 64)), verdict(ratio <= most)})
 }
 
 func lanesSaturated(ctx context.Context, bin, base, dir string) {
