@@ -189,7 +189,7 @@ func TestRedisCrash(t *testing.T) {
 	time.Sleep(2 * time.Second) // the outage under test: Redis stays dead this long
 	e.redis.Restart(t)
 	ds := e.waitAllDelivered(ids, 2*time.Minute)
-	r := audit(ds, 3, 2*time.Second, byRecipient)
+	r := auditWithin(ds, 3, 2*time.Second, byRecipient, latencyBudget+2*time.Second) // the outage's wait on top (TestRedisOutageRecoversInSeconds)
 	t.Logf("redis crashed for 2 s: %d receipts, %d lost, %d repeats, %d violations", r.receipts, len(ids)-r.delivered, r.duplicates, r.violations)
 	if r.violations != 0 {
 		t.Fatalf("window exceeded across the crash: %s", r.worst)
@@ -277,7 +277,11 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 		}
 	}
 	ds := e.waitAllDelivered(ids, 3*time.Minute)
-	r := audit(ds, 5, time.Minute, byRecipient)
+	// A send caught by the crash between its admission and its request
+	// waits the outage out (one reached the provider 2.51 s after its slot
+	// beside two CPU hogs): the latency budget is the outage's on top of
+	// the audits'. The slots themselves are judged exactly as ever.
+	r := auditWithin(ds, 5, time.Minute, byRecipient, latencyBudget+2*time.Second)
 	var lastLive, lastOrphan time.Time
 	for _, d := range ds {
 		if orphans[d.ID] {
