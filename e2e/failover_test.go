@@ -352,8 +352,9 @@ const onTime = 100 * time.Millisecond
 // 1.9 s before a probe given back woke the waiting sends, up to 8.3 s with
 // the probe left to the next whole-second wake-up). The worker test
 // TestFailoverAtTheGraceAndBackAtTheProbe, without those bookings, holds
-// the return to onTime.
-const returnBudget = 1500 * time.Millisecond
+// the return to onTime. 3 s: 1.644 s was seen beside two CPU hogs; the
+// return before the re-plan was up to 8.3 s.
+const returnBudget = 3 * time.Second
 
 // logInstants are the times that key= carries on the log lines containing
 // msg (slog's text format, RFC 3339).
