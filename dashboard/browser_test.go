@@ -85,7 +85,8 @@ func tab(t *testing.T, browser context.Context, opts ...chromedp.ContextOption) 
 
 // stepTimeout bounds each browser step: a wait for a DOM condition fails
 // after it instead of using up the test's whole budget.
-const stepTimeout = 20 * time.Second
+// 60 s: beside two CPU hogs Chromium took over 20 s to render a page.
+const stepTimeout = 60 * time.Second
 
 // must runs steps, failing the test with what was being done.
 func must(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
@@ -115,6 +116,12 @@ func follow(t *testing.T, ctx context.Context, what string, steps ...chromedp.Ac
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	resp, err := chromedp.RunResponse(ctx, steps...)
+	// A live view replaces its rows as it refreshes: a node found just
+	// before may be gone by the click ("Could not find node with given
+	// id"). The next try finds its replacement.
+	for try := 0; try < 3 && err != nil && strings.Contains(err.Error(), "Could not find node"); try++ {
+		resp, err = chromedp.RunResponse(ctx, steps...)
+	}
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
