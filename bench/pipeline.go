@@ -536,7 +536,8 @@ func reportOverhead(conc int, peers []string, runs overheadRuns) {
 	add(row{"worker", fmt.Sprintf("vs bare Asynq (no-op handler), concurrency %d", conc), fmt.Sprintf("%.0f vs %.0f tasks/s; rounds %s", s, median(rates["asynq"]), roundsOf(runs.ratios["asynq"])), f2(a), "(report)", ""})
 	if sc := float64(workerCPU["sluice/"+c]) / float64(workerCPU["asynq/"+c]); sc > 0 {
 		add(row{"worker", fmt.Sprintf("Redis CPU per task, Sluice vs bare Asynq, concurrency %d", conc),
-			fmt.Sprintf("%.0f vs %.0f µs", us(workerCPU["sluice/"+c]), us(workerCPU["asynq/"+c])), f2(sc), "≤ 1.6×", verdict(sc <= 1.6)})
+			fmt.Sprintf("%.0f vs %.0f µs; rounds %s", us(workerCPU["sluice/"+c]), us(workerCPU["asynq/"+c]), roundsOf(perRound(runs.cpus["sluice"], runs.cpus["asynq"]))),
+			f2(sc), "≤ 1.6×", verdict(sc <= 1.6)})
 	}
 	own, peer := median(runs.owns["sluice"]), median(runs.owns["asynq+redis_rate"])
 	add(row{"worker", fmt.Sprintf("process CPU per task, Sluice vs Asynq + redis_rate, concurrency %d", conc),
@@ -797,6 +798,18 @@ func reportOwnCPU(conc int, peers []string, runs overheadRuns) {
 }
 
 // roundsOf lists each round's ratio, in round order.
+// perRound is a[i]/b[i] for each round both measured (rounds are
+// interleaved, so round i of each peer ran on the same machine state).
+func perRound(a, b []float64) []float64 {
+	out := make([]float64, 0, min(len(a), len(b)))
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			out = append(out, a[i]/b[i])
+		}
+	}
+	return out
+}
+
 func roundsOf(ratios []float64) string {
 	out := make([]string, len(ratios))
 	for i, r := range ratios {
