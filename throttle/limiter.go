@@ -368,6 +368,12 @@ func (l *Limiter) MarkDone(ctx context.Context, group, id string, attempt int, t
 // in the given limits: for a send that definitely did not happen. It reports
 // how many windows held it. An id admitted by Allow is attempt 1.
 func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, limits ...Limit) (int, error) {
+	return l.releaseIn(ctx, group, id, attempt, false, limits)
+}
+
+// releaseIn is Release, or Forget when keep: then the record named is one
+// never written (StateKey + "#": '#' is in no member), so it stays as it is.
+func (l *Limiter) releaseIn(ctx context.Context, group, id string, attempt int, keep bool, limits []Limit) (int, error) {
 	if err := checkMember(id); err != nil {
 		return 0, err
 	}
@@ -391,7 +397,11 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 			keys = append(keys, k)
 		}
 		// The id's record lives in its own group; elsewhere the key named is never written.
-		o := releaseOp{rules: keys, state: l.StateKey(part.group, id), member: l.stored(id), attempt: attempt, limits: part.limits, table: l.tableFrom, subject: l.Subject}
+		state := l.StateKey(part.group, id)
+		if keep {
+			state += "#"
+		}
+		o := releaseOp{rules: keys, state: state, member: l.stored(id), attempt: attempt, limits: part.limits, table: l.tableFrom, subject: l.Subject}
 		_, reply, err := l.batch.do(ctx, l.nowArg(), part.group, o.build())
 		if err != nil {
 			return removed, fmt.Errorf("throttle: release: %w", err)
@@ -402,6 +412,30 @@ func (l *Limiter) Release(ctx context.Context, group, id string, attempt int, li
 		removed += int(reply[0])
 	}
 	return removed, nil
+}
+
+// Forget takes attempt's entries of id out of the sliding logs of limits,
+// leaving id's record as it is: for a booking the send no longer uses
+// because it is being sent through another provider (its record now holds
+// that send's admission or booking, which must stay). The caller must know
+// the attempt was never admitted under these limits — an attempt that was
+// is asked again as an unknown outcome and never comes back admitted under
+// the same number — so Forget only ever removes bookings, and no window
+// goes over. A bucketed or distinct rule is left as it is: its count cannot
+// be taken back without the booking's slot, so it keeps the booking until
+// its window passes (under-use, never over). It reports how many entries
+// it removed.
+func (l *Limiter) Forget(ctx context.Context, group, id string, attempt int, limits ...Limit) (int, error) {
+	logs := make([]Limit, 0, len(limits))
+	for _, lim := range limits {
+		if !lim.Rule.Counter() && !lim.Rule.Distinct {
+			logs = append(logs, lim)
+		}
+	}
+	if len(logs) == 0 {
+		return 0, nil
+	}
+	return l.releaseIn(ctx, group, id, attempt, true, logs)
 }
 
 // part is the limits of a check that live in one group.

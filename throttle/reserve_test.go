@@ -294,3 +294,52 @@ func TestReserveBlockKey(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A send booked at one provider and then placed at another (its provider
+// failed over) leaves its booking in the first provider's window; Forget
+// takes it out — the place is free for the next send there — and leaves
+// the send's record, which now holds its admission at the other provider.
+// A bucketed rule is left as it is. Release, by contrast, rolls the record
+// back.
+func TestForgetFreesABookingElsewhereAndKeepsTheRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	at := func(p string) throttle.Limit {
+		return throttle.Limit{Scope: "sms:provider", Subject: p, Rule: throttle.Rule{Limit: 1, Window: 10 * time.Second}}
+	}
+	primary, backup := at("primary"), at("backup")
+	bucketed := throttle.Limit{Scope: "sms:sender", Subject: "primary", Rule: throttle.Rule{Limit: 5, Window: 10 * time.Second, Buckets: 10}}
+	t0 := b.clock.Now()
+	if d, err := b.lim.Reserve(ctx, b.group, "x", reserveOpts(), primary, bucketed); err != nil || d.Status != throttle.StatusAdmitted {
+		t.Fatalf("x: %+v %v", d, err)
+	}
+	if d, err := b.lim.Reserve(ctx, b.group, "m", reserveOpts(), primary, bucketed); err != nil || d.Status != throttle.StatusBooked || !d.At.Equal(t0.Add(10001*time.Millisecond)) {
+		t.Fatalf("m at the primary: %+v %v", d, err)
+	}
+	// m fails over: placed at the backup, admitted now.
+	d, err := b.lim.Reserve(ctx, b.group, "m", reserveOpts(), backup)
+	if err != nil || d.Status != throttle.StatusAdmitted || d.Attempt != 1 {
+		t.Fatalf("m at the backup: %+v %v", d, err)
+	}
+	if u, _ := b.lim.Usage(ctx, b.group, 0, primary); u[0].Booked != 1 {
+		t.Fatalf("before Forget the primary holds m's booking: %+v", u[0])
+	}
+	if n, err := b.lim.Forget(ctx, b.group, "m", d.Attempt, primary, bucketed); n != 1 || err != nil {
+		t.Fatalf("forget: %d %v; want 1 (the log's entry; the bucketed rule is left)", n, err)
+	}
+	if u, _ := b.lim.Usage(ctx, b.group, 0, primary); u[0].Booked != 0 || u[0].Used != 1 {
+		t.Fatalf("after Forget: %+v", u[0])
+	}
+	// The place m held at the primary is the next send's.
+	if d, _ := b.lim.Reserve(ctx, b.group, "n", reserveOpts(), primary); d.Status != throttle.StatusBooked || !d.At.Equal(t0.Add(10001*time.Millisecond)) {
+		t.Fatalf("n: %+v; want m's old place", d)
+	}
+	// m's record still holds its admission at the backup: asked again it is
+	// an unknown outcome (at least once: attempt 2), not a first attempt.
+	if d, _ := b.lim.Reserve(ctx, b.group, "m", reserveOpts(), backup); d.Attempt != 2 {
+		t.Fatalf("m asked again: %+v; want attempt 2 (its record kept)", d)
+	}
+	if _, err := b.lim.Forget(ctx, b.group, "m#", 1, primary); !errors.Is(err, throttle.ErrInvalidKey) {
+		t.Fatalf("a member with '#': %v", err)
+	}
+}

@@ -289,6 +289,9 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			ad.wait.releaseWaiter(waiter)
 			return nil, nil
 		}
+		if d.Status == throttle.StatusAdmitted || d.Status == throttle.StatusBooked {
+			ad.prov.forgetElsewhere(ctx, *n, c, pk, d.Attempt, log)
+		}
 		switch d.Status {
 		case throttle.StatusAdmitted:
 			// The send may begin no later than half the send slack after its

@@ -373,3 +373,57 @@ func TestLongGraceMovesAtItsEnd(t *testing.T) {
 	}
 	t.Logf("moved %v after the 5 s grace's end (budget %v)", move.Round(time.Millisecond), onTime)
 }
+
+// A send booked at the primary that the primary's outage moves to the
+// backup takes its booking at the primary out with it: the primary's
+// window holds only the bookings of sends that will go there, so after
+// its return the first sends are not booked behind sends that went
+// elsewhere (issue 53: the return came 0.6-0.8 s after the probe).
+func TestMovedSendLeavesNoBookingAtThePrimary(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	b := setup(t, "sms:provider=1/4s,sms.otp:exempt")
+	backup := fakes.NewSMSAPI(t)
+	cfg := withBackup(b.cfg, backup)
+	cfg.FailoverGrace = 300 * time.Millisecond
+	cfg.ProviderFailures = 1
+	cfg.ProviderCooldown = time.Minute
+	b.start(t, cfg)
+	b.serving(t)
+	b.enqueue(t, tasks.NewSMS("acme", "+14155550800", "first"))
+	b.sms.WaitCount(t, 1, 20*time.Second)
+	moved := tasks.NewSMS("acme", "+14155550801", "booked at the primary, 4 s out")
+	b.enqueue(t, moved)
+	lim, err := throttle.New(b.rdb, throttle.Options{Secret: []byte(b.cfg.SubjectSecret), CompactMembers: b.cfg.CompactMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := throttle.Limit{Scope: "sms:provider", Group: "~shared", Rule: throttle.Rule{Limit: 1, Window: 4 * time.Second}}
+	booked := func() int {
+		u, err := lim.Usage(context.Background(), "acme", 0, primary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u[0].Booked
+	}
+	for deadline := time.Now().Add(10 * time.Second); booked() != 1; time.Sleep(20 * time.Millisecond) { // polling Redis: no signal for a booking
+		if time.Now().After(deadline) {
+			t.Fatalf("the second send was not booked at the primary")
+		}
+	}
+	// The primary goes away; an OTP finds it so and marks it down.
+	b.sms.Down(t)
+	otp := tasks.NewSMS("acme", "+14155550802", "code 1")
+	otp.Category = "otp"
+	b.enqueue(t, otp)
+	ds := backup.WaitCount(t, 2, 20*time.Second)
+	for _, d := range ds {
+		if d.ID == moved.ID {
+			if n := booked(); n != 0 {
+				t.Errorf("the send moved to the backup still holds %d booking(s) at the primary", n)
+			}
+			return
+		}
+	}
+	t.Fatalf("the booked send did not reach the backup: %v", ds)
+}
