@@ -16,7 +16,12 @@ import (
 // them all when a worker announces a change it made (a breaker opened or
 // closed, a hold begun: Limiter.ProviderEvents, pub/sub), at the instant a
 // known one is due (a hold's end, a cooldown's end, when a probe may go),
-// and every providerRecheck in case a message was lost. Each reading,
+// and, in case a message was lost, every providerRecheck while a provider
+// is shown down or held (sends may be waiting on it) or every
+// providerIdleRecheck while all are shown up (an idle worker then costs
+// Redis one pipelined read in 5 s, not one a second: issue 55's idle
+// budget). A send's own pick always reads the states it decides on, so a
+// lost announcement delays only what a worker shows. Each reading,
 // the watcher's or a send's pick, is applied only if it was taken after
 // the one shown (stateShown.readAt).
 //
@@ -27,8 +32,12 @@ import (
 // next wake-up.
 
 // providerRecheck bounds how long a worker may show a provider state that
-// no longer holds when an announcement was lost.
-const providerRecheck = time.Second
+// no longer holds when an announcement was lost, while one is shown down
+// or held; providerIdleRecheck while every one is shown up.
+const (
+	providerRecheck     = time.Second
+	providerIdleRecheck = 5 * time.Second
+)
 
 // provState is a provider's state as read from Redis.
 type provState int
@@ -156,7 +165,8 @@ func (ps *providerSet) nudge() {
 
 // readStates reads every provider's state and shows it; it returns how
 // long until the next reading: the next known change (a hold or a
-// cooldown ending), at most providerRecheck.
+// cooldown ending), at most providerRecheck (providerIdleRecheck when
+// every provider is up).
 func (ps *providerSet) readStates(ctx context.Context) time.Duration {
 	var list []*provider
 	var breakers, holds []string
@@ -180,9 +190,13 @@ func (ps *providerSet) readStates(ctx context.Context) time.Duration {
 		return providerRecheck
 	}
 	now := time.Now()
-	next := now.Add(providerRecheck)
+	next := now.Add(providerIdleRecheck)
 	for i, p := range list {
-		ps.observe(p, stateOf(bs[i], hs[i], now), at)
+		st := stateOf(bs[i], hs[i], now)
+		ps.observe(p, st, at)
+		if soon := now.Add(providerRecheck); st != provUp && soon.Before(next) {
+			next = soon
+		}
 		for _, t := range []time.Time{hs[i].Until, bs[i].Until} {
 			if t.After(now) && t.Before(next) {
 				next = t
