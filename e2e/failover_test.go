@@ -368,9 +368,11 @@ const moveBudget = time.Second
 // takes its booking at the primary out (throttle.Limiter.Forget), so the
 // primary's window holds only the bookings of sends that will use it; the
 // return then came 4-8 ms after the probe's instant in 10 runs of 14. In
-// the other 4 (268-781 ms) the primary's window was full at that instant
-// with bookings made before the outage by sends still to come, and the
-// first send went at the first instant it had room: exact, not late.
+// the other 4 (268-781 ms) the primary's window had no room at that
+// instant: a snapshot of its key then (a run of 235 ms) held bookings at
+// the rule's full 20 per 1.25 s (window + slack) from 0.4 s on, made
+// before the outage by sends still to come, and the first send went at the
+// first instant the window allowed: exact, not late.
 // Without the take-back: 5 runs of 8 at 647-796 ms. 3 s: 1.644 s was
 // seen beside two CPU hogs. The worker test
 // TestFailoverAtTheGraceAndBackAtTheProbe, without bookings, holds the
