@@ -154,7 +154,9 @@ func (ad *admission) settled(n tasks.Notification, c check, d throttle.Decision,
 // taken before it (slotBy).
 func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (d throttle.Decision, waiter bool, replied time.Time, err error) {
 	opts := c.opts
-	opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
+	if opts.Nonce == "" {
+		opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
+	}
 	if n.Channel == tasks.SMS && ad.suppressCodes != nil {
 		// The suppression list is read in the same script call.
 		opts.Block = ad.delivery.SuppressKey(n.Tenant, n.Channel, n.To)
@@ -281,6 +283,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 		} else if err != nil {
 			return nil, err
 		}
+		c.opts.Nonce = nonce() // this check's: a held send's fence names it (waiter.hold)
 		d, waiter, replied, err := ad.check(ctx, *n, c, log)
 		if err != nil {
 			return nil, err

@@ -40,6 +40,7 @@ type Config struct {
 	RetryBase             time.Duration `env:"RETRY_BASE" envDefault:"2s" desc:"First backoff of a failed send; doubles per retry."`
 	RetryMax              time.Duration `env:"RETRY_MAX" envDefault:"10m" desc:"Longest backoff of a failed send."`
 	OrphanAfter           time.Duration `env:"ORPHAN_AFTER" envDefault:"15s" desc:"A task Asynq holds as active whose lease has not been extended for this long (while Redis answered) and that no live worker lists is put back at the head of the queue: a worker killed mid-task, or a dequeue whose reply Redis lost as it died. Asynq's own recovery takes 60-120 s. At least 11s (two of Asynq's 5 s heartbeats and a margin); 0 leaves it to Asynq."`
+	HeldDeadAfter         time.Duration `env:"HELD_DEAD_AFTER" envDefault:"1s" desc:"A worker holding sends for their slots (admitted for a slot up to MAX_INLINE_WAIT ahead) stamps itself in Redis every 250 ms; one not stamped for this long, by Redis's clock, is presumed dead and another worker takes its sends over within a sweep (250 ms), their slots kept: about 1.25 s after it stopped, instead of ORPHAN_AFTER. A live worker whose stamps were late loses its sends to the takeover and does not send them (no send goes twice). Between 750ms and 10s; 0 leaves them to ORPHAN_AFTER. Needs ORPHAN_AFTER on."`
 	UnavailableRetry      time.Duration `env:"UNAVAILABLE_RETRY" envDefault:"2s" desc:"When Redis cannot be asked for a quota, how long until the task is tried again (nothing is sent meanwhile)."`
 	RedisWaitReplicas     int           `env:"REDIS_WAIT_REPLICAS" envDefault:"0" desc:"Replicas that must acknowledge each admission (Redis WAIT, right after the quota check on the same connection; on a Cluster to the master of the tenant's slot) before the send goes out, so a failover cannot lose an admission a send went out on. Fewer within REDIS_WAIT_TIMEOUT: nothing is sent, the admission is given back and the task tries again, as when Redis is unreachable. A send acknowledged later than half SEND_SLACK after its slot is asked again, not sent late: set SEND_SLACK to at least twice REDIS_WAIT_TIMEOUT. 0: no wait (Redis replicates asynchronously)."`
 	RedisWaitTimeout      time.Duration `env:"REDIS_WAIT_TIMEOUT" envDefault:"500ms" desc:"How long an admission waits for REDIS_WAIT_REPLICAS acknowledgements (1ms to 2s)."`
@@ -424,6 +425,9 @@ func (c Config) validateTimings(p *config.Problems) {
 	}
 	if c.OrphanAfter != 0 && (c.OrphanAfter < 11*time.Second || c.OrphanAfter > 10*time.Minute) {
 		p.Add("ORPHAN_AFTER", "must be 0 (off) or between 11s and 10m: a live task's lease moves every 5 s, got %v", c.OrphanAfter)
+	}
+	if c.HeldDeadAfter != 0 && (c.HeldDeadAfter < 750*time.Millisecond || c.HeldDeadAfter > 10*time.Second) {
+		p.Add("HELD_DEAD_AFTER", "must be 0 (off) or between 750ms and 10s: a worker holding sends stamps itself every 250 ms, got %v", c.HeldDeadAfter)
 	}
 	if c.MaxWaiters < 0 || c.MaxWaiters > 100_000 {
 		p.Add("MAX_WAITERS", "must be between 0 and 100000, got %d", c.MaxWaiters)

@@ -180,6 +180,7 @@ func (dp *dispatcher) backPressure(ctx context.Context, n tasks.Notification, p 
 func (dp *dispatcher) reask(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admitted, log *slog.Logger) error {
 	c := a.c
 	c.opts.Horizon = 0 // admitted for now, or booked
+	c.opts.Nonce = ""  // a run of its own (check draws one)
 	d, _, replied, err := dp.adm.check(ctx, n, c, log)
 	if err != nil {
 		return err

@@ -39,8 +39,11 @@ type Metrics struct {
 	Digested    *prometheus.CounterVec
 	DigestItems *prometheus.HistogramVec
 	Orphans     prometheus.Counter
-	Moved       *prometheus.CounterVec
-	Suppressed  *prometheus.CounterVec
+	// TakenOver: sends held for their slot that this worker took over from
+	// a worker presumed dead (taken), or lost to another worker (lost).
+	TakenOver  *prometheus.CounterVec
+	Moved      *prometheus.CounterVec
+	Suppressed *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -112,6 +115,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Tasks Asynq held as active with no worker running them (a killed worker, a dequeue reply lost to a Redis crash) that this worker put back in the queue.",
 	})
 	reg.MustRegister(m.Orphans)
+	m.TakenOver = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_held_takeovers_total",
+		Help: "Sends a worker held for their slot whose worker stopped answering: taken (this worker took one over and put it back in the queue, its slot kept) or lost (this worker was presumed dead while it lived and found its send taken over: not sent here).",
+	}, []string{"outcome"})
+	reg.MustRegister(m.TakenOver)
 	m.Suppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_recipients_suppressed_total",
 		Help: "Recipients a provider's refusal marked undeliverable for their tenant (an SMS error code of SMS_SUPPRESS_CODES, an SMTP hard bounce), by channel and source (provider, bounce).",

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/consent"
+	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -21,6 +22,12 @@ type waiter struct {
 	*core
 	waiters chan struct{} // tokens of tasks waiting in process for their slot (MAX_WAITERS)
 	rec     *records
+	// holder registers the sends waiting for their slots, so that another
+	// worker takes them over within seconds should this one die (nil: off,
+	// HELD_DEAD_AFTER=0); skip tells the batched completions to leave a
+	// task taken over alone (held.go).
+	holder *orphans.Holder
+	skip   func(queue, id string)
 }
 
 func (wa *waiter) releaseWaiter(held bool) {
@@ -47,7 +54,10 @@ func (wa *waiter) lateWake(ctx context.Context, n tasks.Notification, d throttle
 
 // giveBack ends a wait for a slot on shutdown: the slot is given back and
 // the task handed to Asynq for it.
-func (wa *waiter) giveBack(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, log *slog.Logger) error {
+func (wa *waiter) giveBack(ctx context.Context, n tasks.Notification, d throttle.Decision, limits []throttle.Limit, h *heldTask, log *slog.Logger) error {
+	if err := wa.own(ctx, h, log); err != nil {
+		return err
+	}
 	wa.rec.release(ctx, n, d.Attempt, limits, log)
 	log.Info("stopping: gave back a slot not yet used; the task goes back to the queue for it")
 	at := time.Now().Add(time.Until(d.Now.Add(d.Wait)))
@@ -81,7 +91,7 @@ func (wa *waiter) heldBack(ctx context.Context, n tasks.Notification, attempt in
 // suppressed), as the check would have. The reading has until sendBy: what
 // Redis cannot answer by then (or at all) lets the send go on what its
 // admission read, at most MaxInlineWait earlier, and the log says so.
-func (wa *waiter) readBeforeSend(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, sendBy time.Time, log *slog.Logger) error {
+func (wa *waiter) readBeforeSend(ctx context.Context, n tasks.Notification, d throttle.Decision, c check, sendBy time.Time, h *heldTask, log *slog.Logger) error {
 	if wa.cfg.SendSlack <= 0 {
 		sendBy = time.Now().Add(50 * time.Millisecond)
 	}
@@ -89,8 +99,13 @@ func (wa *waiter) readBeforeSend(ctx context.Context, n tasks.Notification, d th
 	defer cancel()
 	var held func() (time.Time, error)
 	var verdict func() (consent.Verdict, error)
+	var claimed func() (bool, error)
 	cc := c.opts.Consent
 	_, _ = wa.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
+		if h != nil {
+			claimed = wa.limiter.QueueClaim(rctx, p, n.Tenant, n.ID, h.attempt, h.nonce)
+			wa.endHold(rctx, p, h)
+		}
 		if len(c.opts.Holds) > 0 {
 			held = wa.limiter.QueueHolds(rctx, p, c.opts.Holds...)
 		}
@@ -99,6 +114,9 @@ func (wa *waiter) readBeforeSend(ctx context.Context, n tasks.Notification, d th
 		}
 		return nil
 	}) // each reply is read on its own below
+	if err := wa.claimed(ctx, h, claimed, log); err != nil {
+		return err
+	}
 	if held != nil {
 		if until, err := held(); err != nil {
 			log.Warn("could not read the provider holds before a send that waited; sending", "err", err)
@@ -145,7 +163,10 @@ func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throt
 	limits := c.Limits
 	wa.metrics.InlineWaits.WithLabelValues(string(n.Channel)).Inc()
 	defer waiting(ctx)()
-	peek := len(c.opts.Holds) > 0 || c.opts.Consent != nil
+	h := wa.hold(ctx, n, d, c, log)
+	defer wa.unhold(h)
+	// A held send reads before its slot whether it still owns it (claim).
+	peek := len(c.opts.Holds) > 0 || c.opts.Consent != nil || h != nil
 	wake := slot
 	if peek {
 		wake = slot.Add(-holdPeek)
@@ -155,7 +176,7 @@ func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throt
 	select {
 	case <-timer.C:
 		if peek {
-			if err := wa.readBeforeSend(ctx, n, d, c, sendBy, log); err != nil {
+			if err := wa.readBeforeSend(ctx, n, d, c, sendBy, h, log); err != nil {
 				return err
 			}
 			if rest := time.Until(slot); rest > 0 {
@@ -163,9 +184,9 @@ func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throt
 				select {
 				case <-timer.C:
 				case <-ctx.Done():
-					return wa.giveBack(ctx, n, d, limits, log)
+					return wa.giveBack(ctx, n, d, limits, h, log)
 				case <-wa.stopping:
-					return wa.giveBack(ctx, n, d, limits, log)
+					return wa.giveBack(ctx, n, d, limits, h, log)
 				}
 			}
 		}
@@ -178,13 +199,16 @@ func (wa *waiter) waitForSlot(ctx context.Context, n tasks.Notification, d throt
 		}
 		return nil
 	case <-replan:
+		if err := wa.own(ctx, h, log); err != nil {
+			return err
+		}
 		wa.rec.release(ctx, n, d.Attempt, limits, log)
 		log.Info("a provider ahead of this send's changed state while it waited for its slot; planning again")
 		return errReplan
 	case <-ctx.Done():
 	case <-wa.stopping:
 	}
-	return wa.giveBack(ctx, n, d, limits, log)
+	return wa.giveBack(ctx, n, d, limits, h, log)
 }
 
 // waitForProvider waits in process, for a send whose provider said to

@@ -100,6 +100,10 @@ func New(cfg Config, svc *services.Set, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	path.wait.skip = in.completer.Skip
+	if co.cfg.OrphanAfter > 0 && co.cfg.HeldDeadAfter > 0 {
+		path.wait.holder = orphans.NewHolder(co.rdb, co.log.With("component", "holder"))
+	}
 	w := &Worker{core: co, svc: svc, intake: in, path: path, listener: opts.Listener, registry: svc.Registry,
 		onPlan: opts.OnPlanChange, noRedisChecks: opts.NoRedisChecks}
 	w.queues = newQueueCollector(co.rdb, co.layout, co.log.With("component", "queue-metrics"))
@@ -227,8 +231,12 @@ func (w *Worker) sweeperPart() lifecycle.Part {
 	return lifecycle.Func("orphan-sweep",
 		func(ctx context.Context) error {
 			var err error
-			sweeper, err = orphans.New(w.core.rdb, orphans.Options{Queues: w.core.layout.Queues(), After: w.core.cfg.OrphanAfter, Gate: w.intake.gate,
-				Logger: w.core.log.With("component", "orphans"), OnRequeued: func(string, string) { w.core.metrics.Orphans.Inc() }})
+			opts := orphans.Options{Queues: w.core.layout.Queues(), After: w.core.cfg.OrphanAfter, Gate: w.intake.gate,
+				Logger: w.core.log.With("component", "orphans"), OnRequeued: func(string, string) { w.core.metrics.Orphans.Inc() }}
+			if w.path.wait.holder != nil {
+				opts.Held = &orphans.HeldOptions{DeadAfter: w.core.cfg.HeldDeadAfter, TakeOver: w.path.wait.takeOver}
+			}
+			sweeper, err = orphans.New(w.core.rdb, opts)
 			if err != nil {
 				return err
 			}
@@ -311,6 +319,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if w.core.cfg.OrphanAfter > 0 {
 		parts = append(parts, w.sweeperPart())
+	}
+	if h := w.path.wait.holder; h != nil {
+		// Stamps this worker while it holds sends for their slots; stopped
+		// after the servers (the holds end as their sends do).
+		parts = append(parts, lifecycle.Go("held-stamps", h.Run))
 	}
 	parts = append(parts,
 		lifecycle.Func("limiter", w.loadLimiter, nil),

@@ -60,6 +60,7 @@ type Completer struct {
 	timeout time.Duration
 	before  func(ctx context.Context, p redis.Pipeliner, ids []string) func()
 	mu      sync.Mutex
+	skip    map[string]bool // queue + " " + id: completions answered without a write (Skip)
 	queued  []*completion
 	busy    bool // a batch is on the wire: new completions wait for the next
 	done    atomic.Uint64
@@ -169,11 +170,30 @@ func intString(v any) (string, bool) {
 	return "", false
 }
 
+// Skip makes the next completion of task id of queue answer OK without
+// writing anything: the worker no longer owns the task (another worker
+// took it over and runs it again under the same id), so completing it
+// would delete the other run's task.
+func (c *Completer) Skip(queue, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.skip == nil {
+		c.skip = map[string]bool{}
+	}
+	c.skip[queue+" "+id] = true
+}
+
 // complete queues p and returns once its batch was written: the first
 // caller to find no batch on the wire writes every completion queued
 // meanwhile, batch after batch, until none waits.
 func (c *Completer) complete(p *completion) error {
 	c.mu.Lock()
+	if k := p.queue + " " + p.id; c.skip[k] {
+		delete(c.skip, k)
+		c.mu.Unlock()
+		p.cmd.SetVal("OK")
+		return nil
+	}
 	c.queued = append(c.queued, p)
 	if c.busy {
 		c.mu.Unlock()

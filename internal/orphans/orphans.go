@@ -84,6 +84,9 @@ type Options struct {
 	Logger *slog.Logger
 	// OnRequeued is called for each task put back.
 	OnRequeued func(queue, id string)
+	// Held, when set, recovers the tasks workers hold waiting for their
+	// slots within seconds of their worker's death (held.go).
+	Held *HeldOptions
 }
 
 // MinAfter is the shortest Options.After: a live task's lease moves every
@@ -101,6 +104,7 @@ type Sweeper struct {
 	interval   time.Duration
 	log        *slog.Logger
 	onRequeued func(queue, id string)
+	held       *heldState // nil: held tasks are recovered by the lease sweep only
 
 	mu      sync.Mutex
 	started bool
@@ -134,7 +138,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Sweeper, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	held, err := newHeldState(opts.Held)
+	if err != nil {
+		return nil, err
+	}
 	return &Sweeper{
+		held:       held,
 		rdb:        rdb,
 		insp:       asynq.NewInspectorFromRedisClient(rdb),
 		queues:     opts.Queues,
@@ -181,17 +190,32 @@ func (s *Sweeper) Stop() {
 	<-done
 }
 
-// run sweeps every interval until ctx ends.
+// run sweeps every interval until ctx ends; with held tasks, it also
+// reads the holders every held interval while the last read listed any.
 func (s *Sweeper) run(ctx context.Context) {
-	t := time.NewTicker(s.interval)
+	tick := s.interval
+	if s.held != nil {
+		tick = min(tick, s.held.opts.Interval)
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			if _, err := s.Sweep(ctx, time.Now()); err != nil && ctx.Err() == nil {
-				s.log.Debug("orphan sweep: redis did not answer; observations start again", "err", err)
+		case now := <-t.C:
+			if now.Sub(last) >= s.interval-tick/2 {
+				last = now
+				if _, err := s.Sweep(ctx, time.Now()); err != nil && ctx.Err() == nil {
+					s.log.Debug("orphan sweep: redis did not answer; observations start again", "err", err)
+				}
+				continue
+			}
+			if s.held != nil && s.held.holders > 0 {
+				if _, err := s.SweepHeld(ctx); err != nil && ctx.Err() == nil {
+					s.log.Debug("held-task sweep: redis did not answer", "err", err)
+				}
 			}
 		}
 	}
@@ -206,15 +230,23 @@ func (s *Sweeper) run(ctx context.Context) {
 func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.interval)
 	defer cancel()
-	reads, err := s.readLeases(cctx)
+	reads, dead, err := s.readLeases(cctx)
 	if err != nil {
 		clear(s.seen)
 		return nil, err
 	}
 	s.confirmEmpty(cctx, reads)
+	var heldMoved []string
+	if dead != nil {
+		if heldMoved, err = s.recoverHeld(cctx, dead); err != nil {
+			s.log.Debug("held-task sweep: not every dead holder's task was taken over; the next sweep tries again", "err", err)
+		}
+	} else if s.held != nil {
+		s.held.holders = 0 // nothing leased, nothing held
+	}
 	stale, scores := s.observe(reads, now)
 	if len(stale) == 0 {
-		return nil, nil
+		return heldMoved, nil
 	}
 	listed, err := s.listedTasks()
 	if err != nil {
@@ -224,9 +256,9 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 	moved, err := s.requeue(cctx, stale, scores, listed)
 	if err != nil {
 		clear(s.seen)
-		return moved, err
+		return append(heldMoved, moved...), err
 	}
-	return moved, nil
+	return append(heldMoved, moved...), nil
 }
 
 // leaseRead is one queue's lease set as a sweep reads it.
@@ -236,10 +268,11 @@ type leaseRead struct {
 }
 
 // readLeases reads the lease set of every queue the gate does not know to
-// be empty, in one pipeline.
-func (s *Sweeper) readLeases(ctx context.Context) ([]leaseRead, error) {
-	var reads []leaseRead
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+// be empty, in one pipeline, and with them (when it reads any, and held
+// tasks are recovered) the holders: a task held is leased, so an idle
+// fleet, whose lease sets the gate knows empty, reads neither.
+func (s *Sweeper) readLeases(ctx context.Context) (reads []leaseRead, dead *redis.Cmd, err error) {
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range s.queues {
 			key := keyPrefix(q) + "lease"
 			if s.gate != nil && s.gate.KnownEmpty(key) {
@@ -248,9 +281,15 @@ func (s *Sweeper) readLeases(ctx context.Context) ([]leaseRead, error) {
 			r := leaseRead{queue: q, cmd: p.ZRangeWithScores(ctx, key, 0, -1)}
 			reads = append(reads, r)
 		}
+		if len(reads) > 0 && s.held != nil {
+			dead = s.queueDead(ctx, p)
+		}
 		return nil
 	})
-	return reads, err
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	return reads, dead, err
 }
 
 // confirmEmpty has the gate confirm, on its tracking connection, the lease
