@@ -188,3 +188,16 @@ func (p *Proxy) rearm() {
 	defer p.mu.Unlock()
 	p.trigger = p.armed
 }
+
+// Cut drops every connection and refuses new ones from then on: to the
+// proxy's clients Redis is gone for good, and to Redis they are (a process
+// cut off, as if killed, whose goroutines still run).
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.downUntil = time.Now().Add(24 * time.Hour)
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}

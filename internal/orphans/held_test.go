@@ -1,0 +1,142 @@
+package orphans_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/orphans"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+)
+
+// heldSweeper is a started sweeper recovering held tasks, whose TakeOver
+// records what it was asked and answers take.
+func heldSweeper(t *testing.T, rdb *redis.Client, take bool) (asked func() []orphans.HeldTask, recovered <-chan time.Duration) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []orphans.HeldTask
+	rec := make(chan time.Duration, 16)
+	s, err := orphans.New(rdb, orphans.Options{Queues: []string{queue}, After: orphans.MinAfter, Held: &orphans.HeldOptions{
+		TakeOver: func(_ context.Context, h orphans.HeldTask) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, h)
+			return take, nil
+		},
+		OnRecovered: func(_ orphans.HeldTask, unseen time.Duration) { rec <- unseen },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return func() []orphans.HeldTask {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}, rec
+}
+
+// A task a holder holds comes back to the head of its queue within
+// DeadAfter + a sweep of the holder's last stamp once it stops stamping
+// (its process died: no Unhold), and not while it stamps.
+func TestHeldTaskOfADeadHolderIsRequeued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	id := orphan(t, rdb) // active and leased, as a dequeued task is
+	h := orphans.NewHolder(rdb, nil)
+	hctx, die := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(hctx) }()
+	if err := h.Hold(ctx, queue, id, "fence-1"); err != nil {
+		t.Fatal(err)
+	}
+	asked, recovered := heldSweeper(t, rdb, true)
+
+	// Alive for 2 s (twice DeadAfter): nothing is taken.
+	time.Sleep(2 * time.Second) // the test's subject is time passing with stamps
+	if a := asked(); len(a) != 0 {
+		t.Fatalf("TakeOver asked for %v while the holder stamped", a)
+	}
+	die()
+	<-done
+	died := time.Now()
+	var unseen time.Duration
+	select {
+	case unseen = <-recovered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the dead holder's task was not requeued within 5 s")
+	}
+	took := time.Since(died)
+	t.Logf("requeued %v after the holder stopped (unstamped for %v by Redis's clock)", took.Round(time.Millisecond), unseen.Round(time.Millisecond))
+	// Dead 1 s after its last stamp (at most 250 ms before it stopped), found
+	// by a sweep 250 ms apart: 1.25 s, with a margin for a loaded machine.
+	if took > 2*time.Second {
+		t.Errorf("requeued %v after the holder stopped; want within DeadAfter + a sweep (1.25 s)", took)
+	}
+	if a := asked(); len(a) != 1 || a[0] != (orphans.HeldTask{Queue: queue, ID: id, Fence: "fence-1"}) {
+		t.Fatalf("TakeOver asked for %v, want the one task with its fence", a)
+	}
+	if ids := rdb.LRange(ctx, key("pending"), 0, -1).Val(); !slices.Equal(ids, []string{id}) {
+		t.Fatalf("pending %v, want [%s]", ids, id)
+	}
+	if n := rdb.LLen(ctx, key("active")).Val(); n != 0 {
+		t.Fatalf("%d tasks still active", n)
+	}
+	// The holder's keys are gone: nothing more to read.
+	sluicetest.Eventually(t, 2*time.Second, "the dead holder off the list", func() bool {
+		return rdb.Exists(ctx, orphans.HoldersKey, orphans.HeldKey(h.ID())).Val() == 0
+	})
+}
+
+// A takeover the fence refuses (the holder began its send) moves nothing:
+// the task stays active for the lease sweep.
+func TestRefusedTakeOverMovesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	id := orphan(t, rdb)
+	h := orphans.NewHolder(rdb, nil)
+	if err := h.Hold(ctx, queue, id, "fence-1"); err != nil { // one stamp, then silence
+		t.Fatal(err)
+	}
+	asked, _ := heldSweeper(t, rdb, false)
+	sluicetest.Eventually(t, 5*time.Second, "TakeOver asked", func() bool { return len(asked()) == 1 })
+	sluicetest.Eventually(t, 2*time.Second, "the entry dropped", func() bool { return rdb.Exists(ctx, orphans.HeldKey(h.ID())).Val() == 0 })
+	if ids := rdb.LRange(ctx, key("active"), 0, -1).Val(); !slices.Equal(ids, []string{id}) {
+		t.Fatalf("active %v, want [%s]: a refused takeover must move nothing", ids, id)
+	}
+}
+
+// A holder that ends its holds stamps once more and leaves the list: a
+// fleet holding nothing has no holder to read.
+func TestHolderLeavesTheListWhenItHoldsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	h := orphans.NewHolder(rdb, nil)
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go h.Run(hctx)
+	if err := h.Hold(ctx, queue, "a", "f"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.ZCard(ctx, orphans.HoldersKey).Val(); n != 1 {
+		t.Fatalf("%d holders listed while holding, want 1", n)
+	}
+	if ttl := rdb.PTTL(ctx, orphans.HoldersKey).Val(); ttl <= 0 || ttl > orphans.HeldTTL {
+		t.Fatalf("holders key TTL %v, want (0, %v]", ttl, orphans.HeldTTL)
+	}
+	h.Unhold(ctx, queue, "a")
+	sluicetest.Eventually(t, 2*time.Second, "the holder off the list", func() bool {
+		return rdb.Exists(ctx, orphans.HoldersKey, orphans.HeldKey(h.ID())).Val() == 0
+	})
+}
