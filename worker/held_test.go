@@ -1,0 +1,190 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/orphans"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// heldSlots has the fake SMS API note each send's slot (Redis's clock) as
+// its record said while the request was open.
+func heldSlots(t *testing.T, b *bundle) {
+	t.Helper()
+	l, err := throttle.New(b.rdb, throttle.Options{CompactMembers: true, Secret: []byte("unused-0123456789")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sms.SetSlots(func(id string) time.Time {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r, err := l.Record(ctx, "acme", id)
+		if err != nil || r == nil || r.Kind != throttle.RecordAdmitted {
+			return time.Time{}
+		}
+		return r.At
+	})
+}
+
+// heldCount is how many sends the holders listed hold.
+func heldCount(ctx context.Context, rdb *redis.Client) (holders []string, held int64) {
+	holders = rdb.ZRange(ctx, orphans.HoldersKey, 0, -1).Val()
+	for _, h := range holders {
+		held += rdb.HLen(ctx, orphans.HeldKey(h)).Val()
+	}
+	return holders, held
+}
+
+// enqueuePairs enqueues two SMS to each of n recipients: under 1/2s the
+// first goes at once, the second is admitted for 2 s later and held in
+// process for it.
+func enqueuePairs(t *testing.T, b *bundle, n int) {
+	for i := 0; i < n; i++ {
+		to := fmt.Sprintf("+1415555%04d", 300+i)
+		for j := 0; j < 2; j++ {
+			b.enqueue(t, tasks.NewSMS("acme", to, fmt.Sprintf("pair %d, message %d", i, j)))
+		}
+	}
+}
+
+// checkReceipts fails on a notification received twice or not at all, on
+// two receipts to a recipient less than the window apart, and on a held
+// send received later than by of its slot or of start, whichever is later.
+func checkReceipts(t *testing.T, ds []fakes.Delivery, want int, window time.Duration, start time.Time, by time.Duration) {
+	t.Helper()
+	ids := map[string]int{}
+	byTo := map[string][]fakes.Delivery{}
+	for _, d := range ds {
+		ids[d.ID]++
+		byTo[d.To] = append(byTo[d.To], d)
+	}
+	if len(ds) != want || len(ids) != want {
+		t.Fatalf("%d receipts of %d notifications, want %d of %d (none twice, none lost)", len(ds), len(ids), want, want)
+	}
+	for to, rs := range byTo {
+		slices.SortFunc(rs, func(a, b fakes.Delivery) int { return a.At.Compare(b.At) })
+		for i := 1; i < len(rs); i++ {
+			if gap := rs[i].At.Sub(rs[i-1].At); gap < window {
+				t.Errorf("%s received two %v apart; the rule is 1/%v", to, gap, window)
+			}
+			held := rs[i]
+			if held.Slot.IsZero() {
+				t.Errorf("%s: no slot read for %s", to, held.ID)
+				continue
+			}
+			late := held.At.Sub(later(held.Slot, start))
+			t.Logf("%s: receipts %v apart; the held send received %v after its slot (%v after the slot or the stop, whichever was later)",
+				to, held.At.Sub(rs[i-1].At).Round(time.Millisecond), held.At.Sub(held.Slot).Round(time.Millisecond), late.Round(time.Millisecond))
+			if late > by {
+				t.Errorf("%s: the held send came %v after its slot or the stop; want within %v", to, late, by)
+			}
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// A worker holding sends for their slots is cut off from Redis for good
+// (as if killed: its process lives on, nothing it does reaches Redis).
+// Another worker takes each send over within HELD_DEAD_AFTER (1 s) and a
+// sweep, and sends it at its slot — within 2 s of its slot or of the
+// stop — once: nothing lost, nothing twice, the window exact on every
+// receipt (before: ORPHAN_AFTER, 15 s).
+func TestHeldSendsOfADeadWorkerGoAtTheirSlots(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, "sms:recipient=1/2s")
+	heldSlots(t, b)
+	proxy := redistest.NewProxy(t, b.redis)
+	cfgA := withEnv(b.cfg, "SLUICE_REDIS_URL", proxy.URL())
+	cfgA.RedisURL = proxy.URL()
+	b.start(t, cfgA)
+	const pairs = 4
+	enqueuePairs(t, b, pairs)
+	b.sms.WaitCount(t, pairs, 20*time.Second)
+	sluicetest.Eventually(t, 5*time.Second, "the second of each pair held", func() bool {
+		_, n := heldCount(ctx, b.rdb)
+		return n == pairs
+	})
+	proxy.Cut()
+	stopped := time.Now()
+	run := b.start(t, b.cfg)
+	ds := b.sms.WaitCount(t, 2*pairs, 20*time.Second)
+	checkReceipts(t, ds, 2*pairs, 2*time.Second, stopped, 2*time.Second)
+	if got := metric(t, run.reg, "sluice_held_takeovers_total", map[string]string{"outcome": "taken"}); got != pairs {
+		t.Errorf("sluice_held_takeovers_total{taken} = %v on the survivor, want %d", got, pairs)
+	}
+	b.waitIdle(t, 10*time.Second)
+	if left, n := heldCount(ctx, b.rdb); len(left) != 0 || n != 0 {
+		t.Errorf("holders %v still listed (%d held) after the takeover", left, n)
+	}
+}
+
+// A live worker whose stamps do not reach Redis in time (a starved CPU:
+// here its stamp is held at 0 by the test) is presumed dead and its held
+// sends are taken over; waking at their slots, it finds them no longer
+// its own and sends none, gives back no slot and completes no task: each
+// send goes once, at its slot, from its re-run.
+func TestLateStampsLoseTheSendNotDoubleIt(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, "sms:recipient=1/2s")
+	heldSlots(t, b)
+	a := b.start(t, b.cfg)
+	const pairs = 3
+	enqueuePairs(t, b, pairs)
+	b.sms.WaitCount(t, pairs, 20*time.Second)
+	var holder string
+	sluicetest.Eventually(t, 5*time.Second, "the second of each pair held", func() bool {
+		hs, n := heldCount(ctx, b.rdb)
+		if n == pairs && len(hs) == 1 {
+			holder = hs[0]
+			return true
+		}
+		return false
+	})
+	start := time.Now()
+	other := b.start(t, b.cfg)
+	taken := func() float64 {
+		l := map[string]string{"outcome": "taken"}
+		return metric(t, a.reg, "sluice_held_takeovers_total", l) + metric(t, other.reg, "sluice_held_takeovers_total", l)
+	}
+	// The stamps "late": the holder's score held at 0 until every send it
+	// held was taken over.
+	sluicetest.EventuallyEvery(t, 5*time.Second, 10*time.Millisecond, "the late holder's sends taken over", func() bool {
+		b.rdb.ZAddXX(ctx, orphans.HoldersKey, redis.Z{Score: 0, Member: holder})
+		return taken() >= pairs
+	})
+	ds := b.sms.WaitCount(t, 2*pairs, 20*time.Second)
+	checkReceipts(t, ds, 2*pairs, 2*time.Second, start, 2*time.Second)
+	b.waitIdle(t, 10*time.Second)
+	if got := metric(t, a.reg, "sluice_held_takeovers_total", map[string]string{"outcome": "lost"}); got != pairs {
+		t.Errorf("sluice_held_takeovers_total{lost} = %v on the late worker, want %d", got, pairs)
+	}
+	if got := taken(); got != pairs {
+		t.Errorf("%v takeovers, want %d", got, pairs)
+	}
+	if a := b.sms.Attempts(); a != 2*pairs {
+		t.Errorf("%d send attempts, want %d", a, 2*pairs)
+	}
+	if qi := b.queueStats(t); qi.Archived != 0 || qi.Retry != 0 {
+		t.Errorf("archived %d, retry %d: a task lost to the takeover was handed to Asynq", qi.Archived, qi.Retry)
+	}
+}
