@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+)
+
+// Issue 53 item 2, with the real binaries: kill -9 of a worker holding, in
+// process, digest carriers waiting for their window and an OTP admitted for
+// its slot. A second worker takes each over within HELD_DEAD_AFTER (1 s) and
+// a sweep of the kill and sends it at its slot, kept: within 2 s of its slot
+// (or of the kill, if later). One recipient's digests go in order (the
+// first digest before the one its full first spilled into), every item in
+// exactly one message, nothing lost, and the window holds on every receipt.
+// Before: the lease sweep, 17-30 s after the kill, and a killed worker's
+// carrier after the recipient's later digest.
+func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
+	t.Parallel()
+	const window = 5 * time.Second
+	e := newEnv(t, "sms:recipient=1/5s,sms.otp:exempt,sms.otp:recipient=1/5s,sms.alerts:digest=max:3+window:5s")
+	e.vars["SLUICE_MAX_INLINE_WAIT"] = "6s" // the carriers wait their 5 s window in process
+	w0 := e.worker("w0", nil)
+	const digestTo, otpTo, alerts = "+14155550610", "+14155550611", 5
+	for i := 0; i < alerts; i++ {
+		n := tasks.NewSMS("acme", digestTo, fmt.Sprintf("alert-%d.", i))
+		n.Category = "alerts"
+		e.enqueue(n)
+	}
+	for i := 0; i < 2; i++ {
+		n := tasks.NewSMS("acme", otpTo, fmt.Sprintf("code %d", 100000+i))
+		n.Category = "otp"
+		e.enqueue(n)
+	}
+	// w0 holds the first digest's carrier (its window) and the second OTP
+	// (its slot, 5 s after the first's); the first OTP has gone.
+	e.sms.WaitCount(t, 1, 30*time.Second)
+	held := func() int64 {
+		var n int64
+		for _, h := range e.rdb.ZRange(t.Context(), "sluice:{held}:holders", 0, -1).Val() {
+			n += e.rdb.HLen(t.Context(), "sluice:{held}:h:"+h).Val()
+		}
+		return n
+	}
+	sluicetest.Eventually(t, 10*time.Second, "w0 holding the carrier and the OTP", func() bool { return held() >= 2 })
+	addr := freeAddr(t)
+	w1 := e.worker("w1", map[string]string{"SLUICE_HTTP_ADDR": addr})
+	waitStatus(t, addr, 200, 30*time.Second)
+	w0.kill()
+	killed := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, w := range []*proc{w0, w1} {
+				for _, l := range strings.Split(w.logText(), "\n") {
+					if strings.Contains(l, "held") || strings.Contains(l, "requeued") || strings.Contains(l, "digest") || strings.Contains(l, "took") {
+						t.Log(w.name, l)
+					}
+				}
+			}
+		}
+	})
+	// 2 OTPs, and the alerts in two digests (max 3): 4 receipts.
+	ds := e.sms.WaitCount(t, 4, 30*time.Second)
+	e.waitDrained(30 * time.Second)
+	ds = e.sms.Deliveries()
+	if r := audit(ds, 1, window, byRecipient); r.violations > 0 || r.duplicates > 0 {
+		t.Errorf("window over or a repeat: %d violations, %d repeats (%s)", r.violations, r.duplicates, r.worst)
+	}
+	// Recovery: when w1 put each back (its log), after the kill.
+	var requeued []time.Duration
+	for _, line := range strings.Split(w1.logText(), "\n") {
+		if !strings.Contains(line, `msg="requeued a task its worker held`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "time="); ok {
+				if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
+					requeued = append(requeued, at.Sub(killed))
+				}
+			}
+		}
+	}
+	slices.Sort(requeued)
+	t.Logf("w1 requeued %d held tasks %v after the kill", len(requeued), requeued)
+	if len(requeued) < 2 {
+		t.Errorf("w1 requeued %d held tasks, want the carrier and the OTP at least", len(requeued))
+	}
+	item := regexp.MustCompile(`alert-(\d+)\.`)
+	owner := map[string]int{}
+	var digests [][]string
+	for _, d := range ds {
+		if d.At.After(killed) {
+			late := d.At.Sub(maxTime(d.Slot, killed))
+			t.Logf("%s %s at %s: %v after its slot (%v after its slot or the kill)", d.To, d.ID, d.At.Format("15:04:05.000"),
+				d.At.Sub(d.Slot).Round(time.Millisecond), late.Round(time.Millisecond))
+			if d.Slot.IsZero() || late > 2*time.Second {
+				t.Errorf("%s received %v after its slot or the kill (slot %v); want within 2 s", d.ID, late, d.Slot)
+			}
+		}
+		if d.To != digestTo {
+			continue
+		}
+		found := item.FindAllStringSubmatch(d.Body, -1)
+		var its []string
+		for _, f := range found {
+			its = append(its, f[1])
+			owner[f[1]]++
+		}
+		digests = append(digests, its)
+	}
+	for i := 0; i < alerts; i++ {
+		if n := owner[fmt.Sprint(i)]; n != 1 {
+			t.Errorf("alert-%d in %d messages, want 1", i, n)
+		}
+	}
+	// In order: every item of a digest before every item of the next.
+	for i := 1; i < len(digests); i++ {
+		if slices.Max(digests[i-1]) > slices.Min(digests[i]) {
+			t.Errorf("digests out of order: %v then %v", digests[i-1], digests[i])
+		}
+	}
+	t.Logf("digests in receipt order: %v", digests)
+}
