@@ -47,6 +47,17 @@
 // worker's sweep once its lease has stood still for Config.OrphanAfter and
 // no live server lists it, instead of after Asynq's 60–120 s lease recovery.
 //
+// A send held in process for its slot (waitForSlot: an OTP admitted for a
+// slot ahead, a digest's carrier waiting for its window) is recovered
+// sooner (held.go): while it holds any, a worker stamps itself in Redis
+// every 250 ms; one unstamped for Config.HeldDeadAfter (1 s, by Redis's
+// clock) is presumed dead, and a sweeper turns each send's admission into a
+// booking of the same slot and puts the task back: about 1.25 s after the
+// worker stopped. The holder claims its admission just before its send;
+// the takeover succeeds only on an unclaimed one, so a live worker presumed
+// dead (late stamps) either sends first or neither sends, gives back nor
+// completes what was taken over: no send goes twice.
+//
 // # Retry budget
 //
 // Asynq v0.26 archives a task whose retries are used up before it asks
