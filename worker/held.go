@@ -74,7 +74,7 @@ func (wa *waiter) hold(ctx context.Context, n tasks.Notification, d throttle.Dec
 	h := &heldTask{queue: q, id: id, nid: n.ID, attempt: d.Attempt, nonce: c.opts.Nonce, tenant: n.Tenant}
 	hctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if err := wa.holder.Hold(hctx, q, id, fenceOf(h)); err != nil {
+	if err := wa.holder.Hold(hctx, q, id, h.nonce, fenceOf(h)); err != nil {
 		log.Warn("could not register a send held for its slot; should this worker die, the lease sweep recovers it", "err", err)
 	}
 	return h
@@ -84,7 +84,7 @@ func (wa *waiter) hold(ctx context.Context, n tasks.Notification, d throttle.Dec
 func (wa *waiter) endHold(ctx context.Context, p redis.Pipeliner, h *heldTask) {
 	if h != nil && !h.ended {
 		h.ended = true
-		wa.holder.QueueUnhold(ctx, p, h.queue, h.id)
+		wa.holder.QueueUnhold(ctx, p, h.queue, h.id, h.nonce)
 	}
 }
 
@@ -94,7 +94,7 @@ func (wa *waiter) unhold(h *heldTask) {
 		h.ended = true
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		wa.holder.Unhold(ctx, h.queue, h.id)
+		wa.holder.Unhold(ctx, h.queue, h.id, h.nonce)
 	}
 }
 

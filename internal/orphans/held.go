@@ -54,8 +54,8 @@ const HeldPrefix = "sluice:{held}:"
 // its last stamp, Redis's clock in ms).
 const HoldersKey = HeldPrefix + "holders"
 
-// HeldKey is the hash of the tasks holder holds: field "<queue> <task
-// id>", value the worker's fence.
+// HeldKey is the hash of the tasks holder holds: field "<queue>\n<task
+// id>\n<run>", value the worker's fence.
 func HeldKey(holder string) string { return HeldPrefix + "h:" + holder }
 
 // HeldTTL is how long a holder's keys live after its last stamp or hold.
@@ -153,13 +153,16 @@ func NewHolder(rdb redis.UniversalClient, log *slog.Logger) *Holder {
 // ID names the holder in HoldersKey.
 func (h *Holder) ID() string { return h.id }
 
-func heldField(queue, id string) string { return queue + " " + id }
+// heldField names one run's hold of a task: a task taken over may be held
+// again, by the same holder, while its first run still waits.
+func heldField(queue, id, run string) string { return queue + "\n" + id + "\n" + run }
 
-// Hold registers task id of queue as held, with the worker's fence, and
-// stamps the holder; one round trip. The caller ends the hold with Unhold
+// Hold registers task id of queue as held by one run of it (run: any
+// name unique to the run), with the worker's fence, and stamps the holder;
+// one round trip. The caller ends the hold with Unhold
 // (or QueueUnhold) whatever happens. An error leaves the task to the lease
 // sweep (After) should the worker die; the hold still counts.
-func (h *Holder) Hold(ctx context.Context, queue, id, fence string) error {
+func (h *Holder) Hold(ctx context.Context, queue, id, run, fence string) error {
 	h.mu.Lock()
 	h.n++
 	if h.n == 1 {
@@ -169,7 +172,7 @@ func (h *Holder) Hold(ctx context.Context, queue, id, fence string) error {
 		}
 	}
 	h.mu.Unlock()
-	err := holdScript.Run(ctx, h.rdb, []string{HoldersKey, HeldKey(h.id)}, h.id, heldField(queue, id), fence, HeldTTL.Milliseconds()).Err()
+	err := holdScript.Run(ctx, h.rdb, []string{HoldersKey, HeldKey(h.id)}, h.id, heldField(queue, id, run), fence, HeldTTL.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("orphans: hold %s: %w", id, err)
 	}
@@ -177,14 +180,14 @@ func (h *Holder) Hold(ctx context.Context, queue, id, fence string) error {
 }
 
 // QueueUnhold queues on p the end of a hold (HDEL) and counts it ended.
-func (h *Holder) QueueUnhold(ctx context.Context, p redis.Pipeliner, queue, id string) {
-	p.HDel(ctx, HeldKey(h.id), heldField(queue, id))
+func (h *Holder) QueueUnhold(ctx context.Context, p redis.Pipeliner, queue, id, run string) {
+	p.HDel(ctx, HeldKey(h.id), heldField(queue, id, run))
 	h.ended()
 }
 
 // Unhold ends a hold in a round trip of its own.
-func (h *Holder) Unhold(ctx context.Context, queue, id string) {
-	if err := h.rdb.HDel(ctx, HeldKey(h.id), heldField(queue, id)).Err(); err != nil {
+func (h *Holder) Unhold(ctx context.Context, queue, id, run string) {
+	if err := h.rdb.HDel(ctx, HeldKey(h.id), heldField(queue, id, run)).Err(); err != nil {
 		h.log.Debug("could not end a hold; its entry lapses with the holder's keys", "task", id, "err", err)
 	}
 	h.ended()
@@ -338,11 +341,12 @@ func (s *Sweeper) recoverHolder(ctx context.Context, holder, stamp string, unsee
 	var moved []string
 	var errs []error
 	for field, fence := range entries {
-		q, id, ok := strings.Cut(field, " ")
-		if !ok {
+		parts := strings.SplitN(field, "\n", 3)
+		if len(parts) != 3 {
 			s.rdb.HDel(ctx, key, field)
 			continue
 		}
+		q, id := parts[0], parts[1]
 		t := HeldTask{Queue: q, ID: id, Fence: fence}
 		mine, err := s.held.opts.TakeOver(ctx, t)
 		if err != nil {

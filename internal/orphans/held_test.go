@@ -56,7 +56,7 @@ func TestHeldTaskOfADeadHolderIsRequeued(t *testing.T) {
 	hctx, die := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); h.Run(hctx) }()
-	if err := h.Hold(ctx, queue, id, "fence-1"); err != nil {
+	if err := h.Hold(ctx, queue, id, "run-1", "fence-1"); err != nil {
 		t.Fatal(err)
 	}
 	asked, recovered := heldSweeper(t, rdb, true)
@@ -105,7 +105,7 @@ func TestRefusedTakeOverMovesNothing(t *testing.T) {
 	_, rdb := redistest.New(t)
 	id := orphan(t, rdb)
 	h := orphans.NewHolder(rdb, nil)
-	if err := h.Hold(ctx, queue, id, "fence-1"); err != nil { // one stamp, then silence
+	if err := h.Hold(ctx, queue, id, "run-1", "fence-1"); err != nil { // one stamp, then silence
 		t.Fatal(err)
 	}
 	asked, _ := heldSweeper(t, rdb, false)
@@ -126,7 +126,7 @@ func TestHolderLeavesTheListWhenItHoldsNothing(t *testing.T) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go h.Run(hctx)
-	if err := h.Hold(ctx, queue, "a", "f"); err != nil {
+	if err := h.Hold(ctx, queue, "a", "run-1", "f"); err != nil {
 		t.Fatal(err)
 	}
 	if n := rdb.ZCard(ctx, orphans.HoldersKey).Val(); n != 1 {
@@ -135,7 +135,7 @@ func TestHolderLeavesTheListWhenItHoldsNothing(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, orphans.HoldersKey).Val(); ttl <= 0 || ttl > orphans.HeldTTL {
 		t.Fatalf("holders key TTL %v, want (0, %v]", ttl, orphans.HeldTTL)
 	}
-	h.Unhold(ctx, queue, "a")
+	h.Unhold(ctx, queue, "a", "run-1")
 	sluicetest.Eventually(t, 2*time.Second, "the holder off the list", func() bool {
 		return rdb.Exists(ctx, orphans.HoldersKey, orphans.HeldKey(h.ID())).Val() == 0
 	})
