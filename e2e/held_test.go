@@ -27,19 +27,22 @@ func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 	e := newEnv(t, "sms:recipient=1/5s,sms.otp:exempt,sms.otp:recipient=1/5s,sms.alerts:digest=max:3+window:5s")
 	e.vars["SLUICE_MAX_INLINE_WAIT"] = "6s" // the carriers wait their 5 s window in process
 	w0 := e.worker("w0", nil)
-	const digestTo, otpTo, alerts = "+14155550610", "+14155550611", 5
-	for i := 0; i < alerts; i++ {
-		n := tasks.NewSMS("acme", digestTo, fmt.Sprintf("alert-%d.", i))
-		n.Category = "alerts"
-		e.enqueue(n)
+	const otpTo, alerts = "+14155550611", 5
+	digestTo := []string{"+14155550610", "+14155550612"}
+	for _, to := range digestTo {
+		for i := 0; i < alerts; i++ {
+			n := tasks.NewSMS("acme", to, fmt.Sprintf("alert-%d.", i))
+			n.Category = "alerts"
+			e.enqueue(n)
+		}
 	}
 	for i := 0; i < 2; i++ {
 		n := tasks.NewSMS("acme", otpTo, fmt.Sprintf("code %d", 100000+i))
 		n.Category = "otp"
 		e.enqueue(n)
 	}
-	// w0 holds the first digest's carrier (its window) and the second OTP
-	// (its slot, 5 s after the first's); the first OTP has gone.
+	// w0 holds each recipient's first digest's carrier (its window) and the
+	// second OTP (its slot, 5 s after the first's); the first OTP has gone.
 	e.sms.WaitCount(t, 1, 30*time.Second)
 	held := func() int64 {
 		var n int64
@@ -48,7 +51,7 @@ func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 		}
 		return n
 	}
-	sluicetest.Eventually(t, 10*time.Second, "w0 holding the carrier and the OTP", func() bool { return held() >= 2 })
+	sluicetest.Eventually(t, 10*time.Second, "w0 holding the carriers and the OTP", func() bool { return held() >= 3 })
 	addr := freeAddr(t)
 	w1 := e.worker("w1", map[string]string{"SLUICE_HTTP_ADDR": addr})
 	waitStatus(t, addr, 200, 30*time.Second)
@@ -65,8 +68,8 @@ func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 			}
 		}
 	})
-	// 2 OTPs, and the alerts in two digests (max 3): 4 receipts.
-	ds := e.sms.WaitCount(t, 4, 30*time.Second)
+	// 2 OTPs, and each recipient's alerts in two digests (max 3): 6 receipts.
+	ds := e.sms.WaitCount(t, 6, 30*time.Second)
 	e.waitDrained(30 * time.Second)
 	ds = e.sms.Deliveries()
 	if r := audit(ds, 1, window, byRecipient); r.violations > 0 || r.duplicates > 0 {
@@ -88,12 +91,12 @@ func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 	}
 	slices.Sort(requeued)
 	t.Logf("w1 requeued %d held tasks %v after the kill", len(requeued), requeued)
-	if len(requeued) < 2 {
-		t.Errorf("w1 requeued %d held tasks, want the carrier and the OTP at least", len(requeued))
+	if len(requeued) < 3 {
+		t.Errorf("w1 requeued %d held tasks, want the carriers and the OTP at least", len(requeued))
 	}
 	item := regexp.MustCompile(`alert-(\d+)\.`)
-	owner := map[string]int{}
-	var digests [][]string
+	owner := map[string]int{}          // recipient and item → messages carrying it
+	digests := map[string][][]string{} // recipient → its digests' items, in receipt order
 	for _, d := range ds {
 		if d.At.After(killed) {
 			late := d.At.Sub(maxTime(d.Slot, killed))
@@ -103,27 +106,30 @@ func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 				t.Errorf("%s received %v after its slot or the kill (slot %v); want within 2 s", d.ID, late, d.Slot)
 			}
 		}
-		if d.To != digestTo {
+		if d.To == otpTo {
 			continue
 		}
 		found := item.FindAllStringSubmatch(d.Body, -1)
 		var its []string
 		for _, f := range found {
 			its = append(its, f[1])
-			owner[f[1]]++
+			owner[d.To+" "+f[1]]++
 		}
-		digests = append(digests, its)
+		digests[d.To] = append(digests[d.To], its)
 	}
-	for i := 0; i < alerts; i++ {
-		if n := owner[fmt.Sprint(i)]; n != 1 {
-			t.Errorf("alert-%d in %d messages, want 1", i, n)
+	for _, to := range digestTo {
+		for i := 0; i < alerts; i++ {
+			if n := owner[fmt.Sprintf("%s %d", to, i)]; n != 1 {
+				t.Errorf("%s: alert-%d in %d messages, want 1", to, i, n)
+			}
 		}
-	}
-	// In order: every item of a digest before every item of the next.
-	for i := 1; i < len(digests); i++ {
-		if slices.Max(digests[i-1]) > slices.Min(digests[i]) {
-			t.Errorf("digests out of order: %v then %v", digests[i-1], digests[i])
+		// In order: every item of a digest before every item of the next.
+		ds := digests[to]
+		for i := 1; i < len(ds); i++ {
+			if slices.Max(ds[i-1]) > slices.Min(ds[i]) {
+				t.Errorf("%s: digests out of order: %v then %v", to, ds[i-1], ds[i])
+			}
 		}
+		t.Logf("%s: digests in receipt order: %v", to, ds)
 	}
-	t.Logf("digests in receipt order: %v", digests)
 }
