@@ -37,9 +37,12 @@ import (
 //     Asynq makes when a server stops with a task unfinished).
 //
 // Recovery: the holder's last stamp is at most BeatInterval before it
-// stopped; it is presumed dead DeadAfter after that stamp and found by the
-// next sweep: at most DeadAfter + Interval (1.25 s) after it stopped, plus
-// the takeover's two round trips, then the dequeue.
+// stopped; a read finds it unstamped for DeadAfter at most an Interval
+// after that, and it is presumed dead when the next read, an Interval
+// later, finds the same stamp (two answered reads: a holder whose stamps
+// an outage of Redis held up gets a beat to stamp again): at most
+// DeadAfter + 2 × Interval (1.5 s) after it stopped, plus the takeover's
+// round trips, then the dequeue.
 //
 // A live holder whose stamps were late (a starved CPU) may be presumed dead:
 // the fence decides (see the worker's takeover): it either began its send
@@ -266,6 +269,12 @@ type HeldOptions struct {
 type heldState struct {
 	opts    HeldOptions
 	holders int64 // listed at the last read
+	// suspects are the holders the last answered read found unstamped for
+	// DeadAfter, with that stamp: presumed dead when the next read, at
+	// least an Interval later, finds the same stamp (Redis answered both:
+	// after an outage, a holder gets a beat to stamp again).
+	suspects map[string]string
+	seenAt   time.Time // when suspects were read
 }
 
 func newHeldState(o *HeldOptions) (*heldState, error) {
@@ -307,19 +316,26 @@ func (s *Sweeper) SweepHeld(ctx context.Context) ([]string, error) {
 // recoverHeld takes over the tasks of the dead holders cmd (queueDead) read.
 func (s *Sweeper) recoverHeld(ctx context.Context, cmd *redis.Cmd) ([]string, error) {
 	vals, err := cmd.Slice()
-	if err != nil {
-		return nil, err
+	if err == nil && len(vals) < 2 {
+		err = errors.New("orphans: unexpected reply of the holders' read")
 	}
-	if len(vals) < 2 {
-		return nil, errors.New("orphans: unexpected reply of the holders' read")
+	if err != nil {
+		s.held.suspects = nil
+		return nil, err
 	}
 	now, _ := vals[0].(int64)
 	s.held.holders, _ = vals[1].(int64)
+	prev, confirm := s.held.suspects, time.Since(s.held.seenAt) >= s.held.opts.Interval*3/4
+	s.held.suspects, s.held.seenAt = map[string]string{}, time.Now()
 	var moved []string
 	var errs []error
 	for i := 2; i+1 < len(vals); i += 2 {
 		id, _ := vals[i].(string)
 		stamp, _ := vals[i+1].(string)
+		if !confirm || prev[id] != stamp {
+			s.held.suspects[id] = stamp
+			continue
+		}
 		ms, _ := strconv.ParseInt(stamp, 10, 64)
 		m, err := s.recoverHolder(ctx, id, stamp, time.Duration(now-ms)*time.Millisecond)
 		moved = append(moved, m...)

@@ -140,3 +140,46 @@ func TestHolderLeavesTheListWhenItHoldsNothing(t *testing.T) {
 		return rdb.Exists(ctx, orphans.HoldersKey, orphans.HeldKey(h.ID())).Val() == 0
 	})
 }
+
+// A holder is presumed dead only when two answered reads, an Interval
+// apart, find the same old stamp: one that stamps again in between (its
+// stamps held up by an outage of Redis, say) keeps its tasks.
+func TestHolderIsPresumedDeadOnTwoReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	id := orphan(t, rdb)
+	h := orphans.NewHolder(rdb, nil)
+	if err := h.Hold(ctx, queue, id, "run-1", "fence-1"); err != nil {
+		t.Fatal(err)
+	}
+	var asked []orphans.HeldTask
+	s, err := orphans.New(rdb, orphans.Options{Queues: []string{queue}, After: orphans.MinAfter, Held: &orphans.HeldOptions{
+		TakeOver: func(_ context.Context, h orphans.HeldTask) (bool, error) { asked = append(asked, h); return true, nil },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := func() { rdb.ZAddXX(ctx, orphans.HoldersKey, redis.Z{Score: 1, Member: h.ID()}) }
+	sweep := func(want int) {
+		t.Helper()
+		if moved, err := s.SweepHeld(ctx); err != nil || len(moved) != want {
+			t.Fatalf("SweepHeld = %v, %v; want %d moved", moved, err, want)
+		}
+	}
+	stale()
+	sweep(0) // a suspect
+	if err := h.Hold(ctx, queue, "other", "run-2", "fence-2"); err != nil { // a stamp
+		t.Fatal(err)
+	}
+	time.Sleep(orphans.BeatInterval) // the reads' spacing is what the test varies
+	sweep(0)
+	stale()
+	sweep(0)
+	sweep(0) // too soon after the first: not a confirmation
+	time.Sleep(orphans.BeatInterval)
+	sweep(1)
+	if len(asked) != 2 {
+		t.Fatalf("TakeOver asked for %v, want both of the dead holder's tasks", asked)
+	}
+}

@@ -233,6 +233,9 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 	reads, dead, err := s.readLeases(cctx)
 	if err != nil {
 		clear(s.seen)
+		if s.held != nil {
+			s.held.suspects = nil
+		}
 		return nil, err
 	}
 	s.confirmEmpty(cctx, reads)
@@ -242,7 +245,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 			s.log.Debug("held-task sweep: not every dead holder's task was taken over; the next sweep tries again", "err", err)
 		}
 	} else if s.held != nil {
-		s.held.holders = 0 // nothing leased, nothing held
+		s.held.holders, s.held.suspects = 0, nil // nothing leased, nothing held
 	}
 	stale, scores := s.observe(reads, now)
 	if len(stale) == 0 {
