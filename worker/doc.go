@@ -52,8 +52,8 @@
 // sooner (held.go): while it holds any, a worker stamps itself in Redis
 // every 250 ms; one unstamped for Config.HeldDeadAfter (1 s, by Redis's
 // clock) is presumed dead, and a sweeper turns each send's admission into a
-// booking of the same slot and puts the task back: about 1.25 s after the
-// worker stopped. The holder claims its admission just before its send;
+// booking of the same slot and puts the task back: within 1.5 s of the
+// worker's stop (two reads 250 ms apart find the same old stamp). The holder claims its admission just before its send;
 // the takeover succeeds only on an unclaimed one, so a live worker presumed
 // dead (late stamps) either sends first or neither sends, gives back nor
 // completes what was taken over: no send goes twice.
