@@ -169,8 +169,9 @@ func TestHolderIsPresumedDeadOnTwoReads(t *testing.T) {
 		}
 	}
 	stale()
-	sweep(0)                                                                // a suspect
-	if err := h.Hold(ctx, queue, "other", "run-2", "fence-2"); err != nil { // a stamp
+	sweep(0) // a suspect
+	// A stamp (a hold stamps its holder):
+	if err := h.Hold(ctx, queue, "other", "run-2", "fence-2"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(orphans.BeatInterval) // the reads' spacing is what the test varies
