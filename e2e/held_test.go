@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
@@ -20,11 +22,26 @@ import (
 // first digest before the one its full first spilled into), every item in
 // exactly one message, nothing lost, and the window holds on every receipt.
 // Before: the lease sweep, 17-30 s after the kill, and a killed worker's
-// carrier after the recipient's later digest.
+// carrier after the recipient's later digest. On one node and on a
+// Cluster of 3 masters (the holders' keys in one slot, each send's record
+// in its tenant's, each queue's keys in the queue's).
 func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 	t.Parallel()
+	for _, topology := range []string{"node", "cluster"} {
+		t.Run(topology, func(t *testing.T) {
+			t.Parallel()
+			heldKill(t, topology)
+		})
+	}
+}
+
+func heldKill(t *testing.T, topology string) {
 	const window = 5 * time.Second
 	e := newEnv(t, "sms:recipient=1/5s,sms.otp:exempt,sms.otp:recipient=1/5s,sms.alerts:digest=max:3+window:5s")
+	var rdb redis.UniversalClient = e.rdb
+	if topology == "cluster" {
+		_, rdb = e.onCluster(0)
+	}
 	e.vars["SLUICE_MAX_INLINE_WAIT"] = "6s" // the carriers wait their 5 s window in process
 	w0 := e.worker("w0", nil)
 	const otpTo, alerts = "+14155550611", 5
@@ -46,8 +63,8 @@ func TestHeldWorkSurvivesWorkerKill(t *testing.T) {
 	e.sms.WaitCount(t, 1, 30*time.Second)
 	held := func() int64 {
 		var n int64
-		for _, h := range e.rdb.ZRange(t.Context(), "sluice:{held}:holders", 0, -1).Val() {
-			n += e.rdb.HLen(t.Context(), "sluice:{held}:h:"+h).Val()
+		for _, h := range rdb.ZRange(t.Context(), "sluice:{held}:holders", 0, -1).Val() {
+			n += rdb.HLen(t.Context(), "sluice:{held}:h:"+h).Val()
 		}
 		return n
 	}
