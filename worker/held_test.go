@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // heldSlots has the fake SMS API note each send's slot (Redis's clock) as
@@ -45,9 +46,18 @@ func heldCount(ctx context.Context, rdb *redis.Client) (holders []string, held i
 	return holders, held
 }
 
+// heldConfig lets a worker hold a send for its slot up to 5 s ahead: the
+// second of a pair under 1/2s is admitted for its slot and held from its
+// first check (with the default 2 s it would be booked, then held only for
+// the last half second).
+func heldConfig(cfg worker.Config) worker.Config {
+	cfg.MaxInlineWait = 5 * time.Second
+	return cfg
+}
+
 // enqueuePairs enqueues two SMS to each of n recipients: under 1/2s the
-// first goes at once, the second is admitted for 2 s later and held in
-// process for it.
+// first goes at once, the second is admitted for 2.1 s later (the window
+// and the slack) and held in process for it (heldConfig).
 func enqueuePairs(t *testing.T, b *bundle, n int) {
 	for i := 0; i < n; i++ {
 		to := fmt.Sprintf("+1415555%04d", 300+i)
@@ -126,7 +136,7 @@ func heldOfADeadWorker(t *testing.T, cutAfter time.Duration) {
 	b := setup(t, "sms:recipient=1/2s")
 	heldSlots(t, b)
 	proxy := redistest.NewProxy(t, b.redis)
-	cfgA := withEnv(b.cfg, "SLUICE_REDIS_URL", proxy.URL())
+	cfgA := withEnv(heldConfig(b.cfg), "SLUICE_REDIS_URL", proxy.URL())
 	cfgA.RedisURL = proxy.URL()
 	b.start(t, cfgA)
 	const pairs = 4
@@ -141,7 +151,7 @@ func heldOfADeadWorker(t *testing.T, cutAfter time.Duration) {
 	time.Sleep(time.Until(firsts[0].At.Add(cutAfter)))
 	proxy.Cut()
 	stopped := time.Now()
-	run := b.start(t, b.cfg)
+	run := b.start(t, heldConfig(b.cfg))
 	ds := b.sms.WaitCount(t, 2*pairs, 20*time.Second)
 	checkReceipts(t, ds, 2*pairs, 2*time.Second, stopped, 2*time.Second)
 	if got := metric(t, run.reg, "sluice_held_takeovers_total", map[string]string{"outcome": "taken"}); got != pairs {
@@ -167,7 +177,7 @@ func TestLateStampsLoseTheSendNotDoubleIt(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, "sms:recipient=1/2s")
 	heldSlots(t, b)
-	a := b.start(t, b.cfg)
+	a := b.start(t, heldConfig(b.cfg))
 	const pairs = 3
 	enqueuePairs(t, b, pairs)
 	b.sms.WaitCount(t, pairs, 20*time.Second)
@@ -181,7 +191,7 @@ func TestLateStampsLoseTheSendNotDoubleIt(t *testing.T) {
 		return false
 	})
 	start := time.Now()
-	other := b.start(t, b.cfg)
+	other := b.start(t, heldConfig(b.cfg))
 	taken := func() float64 {
 		l := map[string]string{"outcome": "taken"}
 		return metric(t, a.reg, "sluice_held_takeovers_total", l) + metric(t, other.reg, "sluice_held_takeovers_total", l)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/completer"
 	"github.com/sluicehq/sluice/internal/fairq"
+	"github.com/sluicehq/sluice/internal/orphans"
 	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/sender"
 	"github.com/sluicehq/sluice/tasks"
@@ -37,9 +38,23 @@ type intake struct {
 	fair      *fairq.Dispatcher     // each lane's waiting rooms, dispatched fairly, in batches
 	completer *completer.Completer  // the servers' completions, in batches
 	mux       *asynq.ServeMux
-	busy      [2]atomic.Int64 // tasks on their way to a send (idle): the priority lane's, the others
-	seats     sync.Map        // task id → throttle.Seat: the cohort of a batched dequeue
-	order     *recipientOrder // one recipient's checks in hand-out order
+	busy      [2]atomic.Int64                 // tasks on their way to a send (idle): the priority lane's, the others
+	seats     sync.Map                        // task id → throttle.Seat: the cohort of a batched dequeue
+	order     *recipientOrder                 // one recipient's checks in hand-out order
+	sweeper   atomic.Pointer[orphans.Sweeper] // hears of writes of the holders' list (gate)
+}
+
+// sweepWritten and sweepForgot pass the gate's news to the orphan sweep.
+func (in *intake) sweepWritten(keys []string) {
+	if s := in.sweeper.Load(); s != nil {
+		s.Written(keys)
+	}
+}
+
+func (in *intake) sweepForgot() {
+	if s := in.sweeper.Load(); s != nil {
+		s.Forgot()
+	}
 }
 
 // retryDelay is Asynq's RetryDelayFunc.
@@ -321,7 +336,7 @@ func newIntake(co *core, reg prometheus.Registerer, before func(context.Context,
 	if cfg.QueueRecheck > 0 {
 		in.gate = pollgate.New(co.rdb, co.layout.Queues(), pollgate.Options{Recheck: cfg.QueueRecheck,
 			Logger:  co.log.With("component", "queue-gate"),
-			OnWrite: func(keys []string) { in.fair.OnWrite(keys) }, OnForget: func() { in.fair.Forget() }})
+			OnWrite: func(keys []string) { in.fair.OnWrite(keys); in.sweepWritten(keys) }, OnForget: func() { in.fair.Forget(); in.sweepForgot() }})
 		fo.Notified, fo.Confirm = in.gate.Active, in.gate.Confirm
 	}
 	in.fair = fairq.New(co.rdb, fo)

@@ -240,6 +240,7 @@ func (w *Worker) sweeperPart() lifecycle.Part {
 			if err != nil {
 				return err
 			}
+			w.intake.sweeper.Store(sweeper)
 			if err := sweeper.Start(context.WithoutCancel(ctx)); err != nil {
 				w.core.log.Error("orphan sweep not started", "err", err)
 			}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -275,6 +276,63 @@ type heldState struct {
 	// after an outage, a holder gets a beat to stamp again).
 	suspects map[string]string
 	seenAt   time.Time // when suspects were read
+
+	// With a gate: the holders' list known empty (read so on the gate's
+	// tracking connection, no write of it reported since) until quietUntil;
+	// the sweep then does not read it. Written and Forgot end it.
+	quiet      atomic.Bool
+	quietUntil time.Time
+	epoch      atomic.Uint64 // bumped by every reported write of the list
+}
+
+// quietFor is how long a quiet list is trusted without a write reported
+// (the gate's own default recheck).
+const quietFor = 10 * time.Second
+
+// Written is for the gate's OnWrite: a write of the holders' list ends
+// what the sweeper knew of it.
+func (s *Sweeper) Written(keys []string) {
+	if s.held == nil {
+		return
+	}
+	for _, k := range keys {
+		if k == HoldersKey {
+			s.held.epoch.Add(1)
+			s.held.quiet.Store(false)
+			return
+		}
+	}
+}
+
+// Forgot is for the gate's OnForget: writes may have gone unreported.
+func (s *Sweeper) Forgot() {
+	if s.held != nil {
+		s.held.epoch.Add(1)
+		s.held.quiet.Store(false)
+	}
+}
+
+// readHolders says whether a sweep reads the holders' list: not while it
+// is known empty.
+func (s *Sweeper) readHolders() bool {
+	return s.held != nil && (!s.held.quiet.Load() || time.Now().After(s.held.quietUntil))
+}
+
+// confirmQuiet has the gate read the holders' list, found empty, on its
+// tracking connection: still empty and not written since, the sweep skips
+// it until a write is reported.
+func (s *Sweeper) confirmQuiet(ctx context.Context) {
+	if s.gate == nil || !s.gate.Active() {
+		return
+	}
+	e := s.held.epoch.Load()
+	if n, err := s.gate.Confirm(ctx, HoldersKey); err != nil || n != 0 {
+		return
+	}
+	if s.held.epoch.Load() == e {
+		s.held.quietUntil = time.Now().Add(quietFor)
+		s.held.quiet.Store(true)
+	}
 }
 
 func newHeldState(o *HeldOptions) (*heldState, error) {
@@ -325,6 +383,9 @@ func (s *Sweeper) recoverHeld(ctx context.Context, cmd *redis.Cmd) ([]string, er
 	}
 	now, _ := vals[0].(int64)
 	s.held.holders, _ = vals[1].(int64)
+	if s.held.holders == 0 {
+		s.confirmQuiet(ctx)
+	}
 	prev, confirm := s.held.suspects, time.Since(s.held.seenAt) >= s.held.opts.Interval*3/4
 	s.held.suspects, s.held.seenAt = map[string]string{}, time.Now()
 	var moved []string

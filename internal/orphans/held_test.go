@@ -3,6 +3,8 @@ package orphans_test
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/orphans"
+	"github.com/sluicehq/sluice/internal/pollgate"
 	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
@@ -184,4 +187,67 @@ func TestHolderIsPresumedDeadOnTwoReads(t *testing.T) {
 	if len(asked) != 2 {
 		t.Fatalf("TakeOver asked for %v, want both of the dead holder's tasks", asked)
 	}
+}
+
+// evals counts the scripts Redis ran by EVAL (the sweep's read of the
+// holders rides its lease pipeline as one).
+func evals(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	for _, l := range strings.Split(rdb.Info(context.Background(), "commandstats").Val(), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_eval:calls="); ok {
+			n, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// With the queue gate, a sweep that found no holder has the gate track the
+// holders' list and reads it no more — a busy fleet holding nothing pays
+// nothing for held tasks — until a holder stamps; then it reads it again
+// and takes the holder's task over when it dies.
+func TestHoldersReadOnlyWhenWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	id := orphan(t, rdb) // leased: the sweep reads the lease set
+	var s *orphans.Sweeper
+	gate := pollgate.New(rdb, []string{queue}, pollgate.Options{
+		OnWrite: func(keys []string) { s.Written(keys) }, OnForget: func() { s.Forgot() }})
+	var err error
+	s, err = orphans.New(rdb, orphans.Options{Queues: []string{queue}, After: orphans.MinAfter, Gate: gate, Held: &orphans.HeldOptions{
+		TakeOver: func(context.Context, orphans.HeldTask) (bool, error) { return true, nil },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); gate.Run(gctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	sluicetest.Eventually(t, 5*time.Second, "the gate up", gate.Active)
+	sweep := func() {
+		t.Helper()
+		if _, err := s.Sweep(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep() // reads the holders: none; the gate tracks the list
+	before := evals(t, rdb)
+	for i := 0; i < 3; i++ {
+		sweep()
+	}
+	if n := evals(t, rdb) - before; n != 0 {
+		t.Fatalf("%d reads of an empty holders' list the gate tracks, want 0", n)
+	}
+	h := orphans.NewHolder(rdb, nil)
+	if err := h.Hold(ctx, queue, id, "run-1", "fence-1"); err != nil { // a stamp, then silence
+		t.Fatal(err)
+	}
+	var moved []string
+	sluicetest.EventuallyEvery(t, 5*time.Second, orphans.BeatInterval, "the silent holder's task requeued", func() bool {
+		m, err := s.Sweep(ctx, time.Now())
+		moved = append(moved, m...)
+		return err == nil && slices.Contains(moved, id)
+	})
 }

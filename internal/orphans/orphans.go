@@ -245,7 +245,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 			s.log.Debug("held-task sweep: not every dead holder's task was taken over; the next sweep tries again", "err", err)
 		}
 	} else if s.held != nil {
-		s.held.holders, s.held.suspects = 0, nil // nothing leased, nothing held
+		s.held.holders, s.held.suspects = 0, nil // nothing leased, or known no holder
 	}
 	stale, scores := s.observe(reads, now)
 	if len(stale) == 0 {
@@ -272,8 +272,10 @@ type leaseRead struct {
 
 // readLeases reads the lease set of every queue the gate does not know to
 // be empty, in one pipeline, and with them (when it reads any, and held
-// tasks are recovered) the holders: a task held is leased, so an idle
-// fleet, whose lease sets the gate knows empty, reads neither.
+// tasks are recovered) the holders, unless the gate knows that list empty:
+// a task held is leased, so an idle fleet, whose lease sets the gate knows
+// empty, reads neither, and a busy one whose workers hold nothing reads
+// no holders.
 func (s *Sweeper) readLeases(ctx context.Context) (reads []leaseRead, dead *redis.Cmd, err error) {
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range s.queues {
@@ -284,7 +286,7 @@ func (s *Sweeper) readLeases(ctx context.Context) (reads []leaseRead, dead *redi
 			r := leaseRead{queue: q, cmd: p.ZRangeWithScores(ctx, key, 0, -1)}
 			reads = append(reads, r)
 		}
-		if len(reads) > 0 && s.held != nil {
+		if len(reads) > 0 && s.readHolders() {
 			dead = s.queueDead(ctx, p)
 		}
 		return nil
