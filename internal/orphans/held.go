@@ -279,10 +279,11 @@ type heldState struct {
 
 	// With a gate: the holders' list known empty (read so on the gate's
 	// tracking connection, no write of it reported since) until quietUntil;
-	// the sweep then does not read it. Written and Forgot end it.
-	quiet      atomic.Bool
+	// the sweep then does not read it. quietAt is the epoch it was read
+	// empty in (-1: none); a reported write bumps epoch, which ends it.
+	quietAt    atomic.Int64
 	quietUntil time.Time
-	epoch      atomic.Uint64 // bumped by every reported write of the list
+	epoch      atomic.Int64
 }
 
 // quietFor is how long a quiet list is trusted without a write reported
@@ -298,7 +299,6 @@ func (s *Sweeper) Written(keys []string) {
 	for _, k := range keys {
 		if k == HoldersKey {
 			s.held.epoch.Add(1)
-			s.held.quiet.Store(false)
 			return
 		}
 	}
@@ -308,14 +308,13 @@ func (s *Sweeper) Written(keys []string) {
 func (s *Sweeper) Forgot() {
 	if s.held != nil {
 		s.held.epoch.Add(1)
-		s.held.quiet.Store(false)
 	}
 }
 
 // readHolders says whether a sweep reads the holders' list: not while it
 // is known empty.
 func (s *Sweeper) readHolders() bool {
-	return s.held != nil && (!s.held.quiet.Load() || time.Now().After(s.held.quietUntil))
+	return s.held != nil && (s.held.quietAt.Load() != s.held.epoch.Load() || time.Now().After(s.held.quietUntil))
 }
 
 // confirmQuiet has the gate read the holders' list, found empty, on its
@@ -329,10 +328,8 @@ func (s *Sweeper) confirmQuiet(ctx context.Context) {
 	if n, err := s.gate.Confirm(ctx, HoldersKey); err != nil || n != 0 {
 		return
 	}
-	if s.held.epoch.Load() == e {
-		s.held.quietUntil = time.Now().Add(quietFor)
-		s.held.quiet.Store(true)
-	}
+	s.held.quietUntil = time.Now().Add(quietFor)
+	s.held.quietAt.Store(e) // a write reported since (epoch > e) ends it at once
 }
 
 func newHeldState(o *HeldOptions) (*heldState, error) {
@@ -351,7 +348,9 @@ func newHeldState(o *HeldOptions) (*heldState, error) {
 	if o.Interval <= 0 {
 		o.Interval = BeatInterval
 	}
-	return &heldState{opts: *o}, nil
+	h := &heldState{opts: *o}
+	h.quietAt.Store(-1)
+	return h, nil
 }
 
 // queueDead queues the read of dead holders on p (the script itself: a
