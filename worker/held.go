@@ -116,16 +116,40 @@ func (wa *waiter) claimed(ctx context.Context, h *heldTask, claim func() (bool, 
 }
 
 // own claims h's admission in a round trip of its own, before the slot is
-// given back: nil when it is this run's (or h is nil). An answer Redis does
-// not give leaves the task alone, unsent, as one taken over: the lease
-// sweep puts it back, and its re-run meets an unknown outcome.
+// given back or after the read before the send lost its reply: nil when it
+// is this run's (or h is nil). While Redis does not answer it asks again
+// every UNAVAILABLE_RETRY (nothing is sent meanwhile: a send that then
+// finds its slot past gives it back and asks again), until the task's
+// deadline or the worker stops; an answer never given leaves the task
+// alone, unsent, as one taken over: the lease sweep puts it back.
 func (wa *waiter) own(ctx context.Context, h *heldTask, log *slog.Logger) error {
 	if h == nil {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	mine, err := wa.limiter.Claim(cctx, h.tenant, h.nid, h.attempt, h.nonce)
+	var mine bool
+	claim := func(ctx context.Context) error {
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var err error
+		mine, err = wa.limiter.Claim(tctx, h.tenant, h.nid, h.attempt, h.nonce)
+		return err
+	}
+	var err error
+	select {
+	case <-wa.stopping: // stopping: one try, then the task goes back
+		err = claim(context.WithoutCancel(ctx))
+	default:
+		cctx, cancel := wa.afterSendContext(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-wa.stopping:
+				cancel()
+			case <-cctx.Done():
+			}
+		}()
+		err = wa.withRedis(cctx, log, "the claim of a send held for its slot", claim)
+	}
 	if err != nil {
 		log.Error("could not tell whether this send held for its slot is still this worker's; not sending it, leaving it to the orphan sweep", "err", err)
 		return wa.leave(h, err)
