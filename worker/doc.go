@@ -30,7 +30,10 @@
 //     nothing is sent on an unacknowledged admission; the check is tried
 //     again every Config.UnavailableRetry, without spending a retry. Sends
 //     admitted before may still go out: at most the tasks the worker runs
-//     at once, Concurrency + PriorityConcurrency + 2 × MaxWaiters.
+//     at once, Concurrency + PriorityConcurrency + 2 × MaxWaiters — or,
+//     with Config.HeldDeadAfter on (the default), Concurrency +
+//     PriorityConcurrency: a send held for its slot goes only once Redis
+//     answered its claim (held.go).
 //
 // # Redis's settings
 //
