@@ -276,6 +276,12 @@ type heldState struct {
 	// after an outage, a holder gets a beat to stamp again).
 	suspects map[string]string
 	seenAt   time.Time // when suspects were read
+	// answered is when (Redis's clock, ms) this sweeper's reads began to be
+	// answered again after one was not (0: the last one was not; 1: none
+	// failed yet): a holder is then presumed dead only after Redis answered
+	// for DeadAfter, as time without answers from Redis never counts
+	// against a holder (whose stamps it held up too).
+	answered int64
 
 	// With a gate: the holders' list known empty (read so on the gate's
 	// tracking connection, no write of it reported since) until quietUntil;
@@ -284,6 +290,11 @@ type heldState struct {
 	quietAt    atomic.Int64
 	quietUntil time.Time
 	epoch      atomic.Int64
+}
+
+// forget drops what the reads of holders found: Redis did not answer one.
+func (h *heldState) forget() {
+	h.suspects, h.answered = nil, 0
 }
 
 // quietFor is how long a quiet list is trusted without a write reported
@@ -348,7 +359,7 @@ func newHeldState(o *HeldOptions) (*heldState, error) {
 	if o.Interval <= 0 {
 		o.Interval = BeatInterval
 	}
-	h := &heldState{opts: *o}
+	h := &heldState{opts: *o, answered: 1}
 	h.quietAt.Store(-1)
 	return h, nil
 }
@@ -377,11 +388,14 @@ func (s *Sweeper) recoverHeld(ctx context.Context, cmd *redis.Cmd) ([]string, er
 		err = errors.New("orphans: unexpected reply of the holders' read")
 	}
 	if err != nil {
-		s.held.suspects = nil
+		s.held.forget()
 		return nil, err
 	}
 	now, _ := vals[0].(int64)
 	s.held.holders, _ = vals[1].(int64)
+	if s.held.answered == 0 {
+		s.held.answered = now
+	}
 	if s.held.holders == 0 {
 		s.confirmQuiet(ctx)
 	}
@@ -392,11 +406,14 @@ func (s *Sweeper) recoverHeld(ctx context.Context, cmd *redis.Cmd) ([]string, er
 	for i := 2; i+1 < len(vals); i += 2 {
 		id, _ := vals[i].(string)
 		stamp, _ := vals[i+1].(string)
+		ms, _ := strconv.ParseInt(stamp, 10, 64)
+		if now-s.held.answered <= s.held.opts.DeadAfter.Milliseconds() {
+			continue // Redis has not answered this sweeper for DeadAfter yet
+		}
 		if !confirm || prev[id] != stamp {
 			s.held.suspects[id] = stamp
 			continue
 		}
-		ms, _ := strconv.ParseInt(stamp, 10, 64)
 		m, err := s.recoverHolder(ctx, id, stamp, time.Duration(now-ms)*time.Millisecond)
 		moved = append(moved, m...)
 		if err != nil {

@@ -146,8 +146,9 @@ func TestHolderLeavesTheListWhenItHoldsNothing(t *testing.T) {
 }
 
 // A holder is presumed dead only when two answered reads, an Interval
-// apart, find the same old stamp: one that stamps again in between (its
-// stamps held up by an outage of Redis, say) keeps its tasks.
+// apart, find the same old stamp, and, after a read Redis did not answer,
+// only once Redis has answered the sweeper for DeadAfter again: one that stamps again in between (its stamps held up by an
+// outage of Redis, say) keeps its tasks.
 func TestHolderIsPresumedDeadOnTwoReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -171,7 +172,19 @@ func TestHolderIsPresumedDeadOnTwoReads(t *testing.T) {
 			t.Fatalf("SweepHeld = %v, %v; want %d moved", moved, err, want)
 		}
 	}
+	// A read Redis does not answer: time until it answers again for
+	// DeadAfter does not count against the holder (its stamps may have been
+	// held up as the read was).
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.SweepHeld(dead); err == nil {
+		t.Fatal("SweepHeld answered with its context cancelled")
+	}
 	stale()
+	sweep(0)
+	time.Sleep(orphans.BeatInterval)
+	sweep(0) // stale in two reads, not yet DeadAfter of answers
+	time.Sleep(orphans.DefaultDeadAfter)
 	sweep(0) // a suspect
 	// A stamp (a hold stamps its holder):
 	if err := h.Hold(ctx, queue, "other", "run-2", "fence-2"); err != nil {

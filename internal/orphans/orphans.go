@@ -234,7 +234,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 	if err != nil {
 		clear(s.seen)
 		if s.held != nil {
-			s.held.suspects = nil
+			s.held.forget()
 		}
 		return nil, err
 	}
