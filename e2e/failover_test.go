@@ -236,7 +236,7 @@ func TestLongHoldMovesStandardTrafficToTheBackup(t *testing.T) {
 	backup.SetSlots(e.slotOf)
 	var mu sync.Mutex
 	var first, answered time.Time
-	var late int            // requests that arrived after the first answer left the fake
+	var late int             // requests that arrived after the first answer left the fake
 	var arrivals []time.Time // every request's arrival at the primary
 	e.sms.SetReply(func(string, string) (int, string) {
 		mu.Lock()
