@@ -275,21 +275,23 @@ func TestPersonCapMatchesModel(t *testing.T) {
 
 // SLUICE_RESCHEDULE=naive books nothing: a carrier waits, unbooked, for its
 // slot and then competes for it (no wait in process either: MAX_INLINE_WAIT
-// 0). 7 items under 1/1s with max 3: the first alone, then digests of 3 and
-// 3 at the next slots, every item once, and no carrier asked round after
-// round until its slot opens.
+// 0). 7 items queued under 1/3s with max 3: the first alone, then digests
+// of 3 and 3 at the next slots, every item once, and no carrier asked
+// round after round until its slot opens. (Under 1/1s, with the items
+// enqueued after the worker started, a full run's package phase once took
+// over a second to check them: the first carrier went alone, [1 1 3 2].)
 func TestDigestNaiveReschedule(t *testing.T) {
 	sluicetest.Slow(t)
 	t.Parallel()
-	b := setup(t, "sms:recipient=1/1s,sms.alerts:digest=max:3")
+	b := setup(t, "sms:recipient=1/3s,sms.alerts:digest=max:3")
 	cfg := b.cfg
 	cfg.Reschedule, cfg.MaxInlineWait = "naive", 0
-	r := b.start(t, cfg)
 	for i := 0; i < 7; i++ {
 		x := tasks.NewSMS("acme", "+14155550126", fmt.Sprintf("alert-%d.", i))
 		x.Category = "alerts"
 		b.enqueue(t, x)
 	}
+	r := b.start(t, cfg)
 	ds := b.sms.WaitFor(t, 30*time.Second, "3 messages", func(ds []fakes.Delivery) bool { return len(ds) >= 3 })
 	sluicetest.Eventually(t, 10*time.Second, "the queue drained", func() bool {
 		q := b.queueStats(t)
