@@ -311,10 +311,12 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Fatalf("archived after the outage: %+v %v", qi, err)
 	}
-	// Whichever worker had a task in the outage says so (w0 alone once had
-	// none: a full run's flake).
-	if l0, l1 := w0.logText(), w1.logText(); !strings.Contains(l0+l1, "redis unreachable") {
-		t.Fatalf("neither worker's log says Redis was unreachable:\n%s\n%s", l0, l1)
+	// The workers saw the outage: one with a task on Redis then says
+	// "redis unreachable"; when no task touched Redis in those 2 s (a full
+	// run, its sends late and held back before the crash, had none), the
+	// dequeues Asynq tried did.
+	if l0, l1 := w0.logText(), w1.logText(); !strings.Contains(l0+l1, "redis unreachable") && !strings.Contains(l0+l1, "connection refused") {
+		t.Fatalf("neither worker's log shows the outage:\n%s\n%s", l0, l1)
 	}
 }
 
