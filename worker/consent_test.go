@@ -223,7 +223,7 @@ func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
 	const to = "+14155550179"
 	var once sync.Once
 	optedOut := make(chan error, 1)
-	b.startWith(t, b.cfg, app.WorkerOptions{OnDecision: func(n tasks.Notification, d throttle.Decision) {
+	reg := b.startWith(t, b.cfg, app.WorkerOptions{OnDecision: func(n tasks.Notification, d throttle.Decision) {
 		if n.To == to && d.Status == throttle.StatusAdmitted && d.Wait > 0 {
 			once.Do(func() {
 				_, err := store.Record(ctx, "acme", tasks.SMS, to, consent.Event{Action: consent.OptOut, Source: consent.SourceAPI, Scope: consent.AllCategories()})
@@ -244,7 +244,13 @@ func TestOptOutDuringTheInlineWaitBlocks(t *testing.T) {
 		t.Fatal("the second SMS was never admitted with a wait")
 	}
 	ti := b.waitTask(t, second.ID, 10*time.Second, func(ti *asynq.TaskInfo) bool { return ti.State == asynq.TaskStateArchived })
-	if te := tasks.ReadTaskError(ti.LastErr, false); te.Reason != tasks.ReasonSuppressed || !strings.Contains(ti.LastErr, "while it waited") {
+	// Blocked by the reading just before the slot ("while it waited"); a
+	// process starved past half the send slack instead gives the slot back
+	// and is blocked when asked again (a full run's load did that once):
+	// blocked either way, but only that late wake may take the second path.
+	te := tasks.ReadTaskError(ti.LastErr, false)
+	late := metric(t, reg, "sluice_late_wakes_total", nil) > 0
+	if te.Reason != tasks.ReasonSuppressed || !strings.Contains(ti.LastErr, "while it waited") && !late {
 		t.Fatalf("archived with %q", ti.LastErr)
 	}
 	if n := len(b.sms.Deliveries()); n != 1 {
