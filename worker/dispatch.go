@@ -106,6 +106,14 @@ func (dp *dispatcher) takeCaps(ctx context.Context, n tasks.Notification, a *adm
 // sweep is off). A running send renews its lease every third of it.
 func (dp *dispatcher) capLease() time.Duration { return cmp.Or(dp.cfg.OrphanAfter, 15*time.Second) }
 
+// holdInFlightMargin: an answer to a request sent up to this long after a
+// hold began counts as one already on its way (in_flight), not one that
+// extends the hold. No worker could have read the hold by then, and the
+// request's age is measured before this call's transit to Redis, which
+// makes it look younger: a loaded full run once counted an answer to a
+// request sent before the first 429 as extending the hold.
+const holdInFlightMargin = 100 * time.Millisecond
+
 // holdProvider records a throttling answer of p as a hold of the scope it
 // names (p's account, or the origin at p) for every worker.
 func (dp *dispatcher) holdProvider(ctx context.Context, n tasks.Notification, p *provider, se *sender.SendError, sent time.Time, log *slog.Logger) (throttle.HoldState, error) {
@@ -117,7 +125,7 @@ func (dp *dispatcher) holdProvider(ctx context.Context, n tasks.Notification, p 
 	var h throttle.HoldState
 	err := dp.withRedis(ctx, log, "provider hold", func(ctx context.Context) error {
 		var err error
-		h, err = dp.limiter.Hold(ctx, key, min(time.Since(sent), throttle.MaxHold), min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
+		h, err = dp.limiter.Hold(ctx, key, min(time.Since(sent)+holdInFlightMargin, throttle.MaxHold), min(se.RetryAfter, throttle.MaxHold), holdBase, holdMax, se.Code)
 		return err
 	})
 	if err == nil {
