@@ -305,8 +305,12 @@ func TestRedisOutageRecoversInSeconds(t *testing.T) {
 	if since := lastOrphan.Sub(back); len(orphans) > 0 && since > 22*time.Second {
 		t.Fatalf("a task orphaned by a lost dequeue arrived %v after Redis returned; want ORPHAN_AFTER (15 s) + a few seconds", since)
 	}
-	if len(orphans) > 3 {
-		t.Fatalf("%d tasks stuck active after the restart: more than Asynq's lost dequeue replies explain", len(orphans))
+	// A take whose reply Redis lost as it died leaves every task it leased
+	// active and received by no one: since dequeues are batched (issue 55),
+	// up to a batch (SLUICE_DEQUEUE_BATCH, 16) each, not one; a full run
+	// lost 5 in one reply. More than a batch per worker is a leak.
+	if len(orphans) > 2*16 {
+		t.Fatalf("%d tasks stuck active after the restart: more than the two workers' lost dequeue replies explain (a batch of 16 each)", len(orphans))
 	}
 	if qi, err := e.queueInfo(); err != nil || qi.Archived != 0 {
 		t.Fatalf("archived after the outage: %+v %v", qi, err)
