@@ -34,7 +34,7 @@ import (
 //     Redis's clock is presumed dead; for each task it held, the worker's
 //     HeldOptions.TakeOver fences the task's admission (only one sweeper,
 //     and only while the holder has not begun the send, succeeds) and the
-//     task goes back to the head of its queue (requeueHeld: the move
+//     task goes back to the head of its queue (requeueOrphan without its lease check: the move
 //     Asynq makes when a server stops with a task unfinished).
 //
 // Recovery: the holder's last stamp is at most BeatInterval before it
@@ -116,20 +116,6 @@ var forgetScript = redis.NewScript(`
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) ~= tonumber(ARGV[2]) or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-return 1
-`)
-
-// requeueHeld moves a held task whose admission a takeover fenced from
-// active back to the head of pending.
-//
-// KEYS[1] asynq:{q}:active  KEYS[2] asynq:{q}:lease
-// KEYS[3] asynq:{q}:pending KEYS[4] asynq:{q}:t:<id>
-// ARGV[1] task id
-var requeueHeld = redis.NewScript(`
-if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('RPUSH', KEYS[3], ARGV[1])
-redis.call('HSET', KEYS[4], 'state', 'pending')
 return 1
 `)
 
@@ -448,7 +434,7 @@ func (s *Sweeper) recoverHolder(ctx context.Context, holder, stamp string, unsee
 		}
 		if mine {
 			p := keyPrefix(q)
-			n, err := requeueHeld.Run(ctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + id}, id).Int()
+			n, err := requeueOrphan.Run(ctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + id}, id, "").Int() // no lease to match: the fence decided
 			if err != nil {
 				errs = append(errs, err) // fenced, still active: the lease sweep puts it back
 			} else if n == 1 {

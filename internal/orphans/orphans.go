@@ -56,14 +56,17 @@ const AsynqVersion = "v0.26.0"
 var ErrOptions = errors.New("orphans: bad options")
 
 // requeueOrphan moves one task from active back to the head of pending
-// if its lease is still the one observed.
+// if its lease is still the one observed; a held task whose admission a
+// takeover fenced (held.go) is moved with no lease to match ("").
 //
 // KEYS[1] asynq:{q}:active  KEYS[2] asynq:{q}:lease
 // KEYS[3] asynq:{q}:pending KEYS[4] asynq:{q}:t:<id>
-// ARGV[1] task id           ARGV[2] lease score observed
+// ARGV[1] task id           ARGV[2] lease score observed, or ""
 var requeueOrphan = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[2] ~= '' then
+  local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+end
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('RPUSH', KEYS[3], ARGV[1])
