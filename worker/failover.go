@@ -404,22 +404,34 @@ func (ps *providerSet) bindProvider(c *check, n tasks.Notification, p *provider)
 	// deployment's, and a named provider may have its own From.
 	c.Limits = slices.Clone(c.Limits)
 	for i, e := range c.Match.Rates {
-		switch e.Scope {
-		case plans.ScopeProvider:
-			c.Limits[i].Subject = p.name
-		case plans.ScopeSender:
-			c.Limits[i].Subject = p.name + ":" + o
+		if sub, ok := p.subject(e.Scope, o); ok {
+			c.Limits[i].Subject = sub
 		}
 	}
 	c.Caps = slices.Clone(c.Caps)
 	for i, e := range c.Match.Caps {
-		switch e.Scope {
-		case plans.ScopeProvider:
-			c.Caps[i].Subject = p.name
-		case plans.ScopeSender:
-			c.Caps[i].Subject = p.name + ":" + o
+		if sub, ok := p.subject(e.Scope, o); ok {
+			c.Caps[i].Subject = sub
 		}
 	}
+}
+
+// subject is whom a provider or sender rule counts for a send through p
+// from origin o (ok false for any other scope): a named provider counts
+// under its name; the deployment's own provider, as the plan made them,
+// the channel ("") and the origin.
+func (p *provider) subject(scope, o string) (string, bool) {
+	switch {
+	case scope == plans.ScopeProvider && p.named():
+		return p.name, true
+	case scope == plans.ScopeProvider:
+		return "", true
+	case scope == plans.ScopeSender && p.named():
+		return p.name + ":" + o, true
+	case scope == plans.ScopeSender:
+		return o, true
+	}
+	return "", false
 }
 
 // forgetElsewhere takes a send placed at a provider that is not its first
@@ -450,28 +462,16 @@ func (ps *providerSet) forgetElsewhere(ctx context.Context, n tasks.Notification
 }
 
 // windowsAt are c's provider and sender windows as a send through q would
-// count in them (bindProvider's subjects; the deployment's provider, not
-// named, keeps the plan's).
+// count in them (q.subject).
 func (ps *providerSet) windowsAt(c check, n tasks.Notification, q *provider) []throttle.Limit {
 	var out []throttle.Limit
 	o := q.origin(n)
 	for i, e := range c.Match.Rates {
-		lim := c.Limits[i]
-		switch e.Scope {
-		case plans.ScopeProvider:
-			lim.Subject = ""
-			if q.named() {
-				lim.Subject = q.name
-			}
-		case plans.ScopeSender:
-			lim.Subject = o
-			if q.named() {
-				lim.Subject = q.name + ":" + o
-			}
-		default:
-			continue
+		if sub, ok := q.subject(e.Scope, o); ok {
+			lim := c.Limits[i]
+			lim.Subject = sub
+			out = append(out, lim)
 		}
-		out = append(out, lim)
 	}
 	return out
 }
