@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -209,13 +210,12 @@ func TestFailoverToABackupSMSProvider(t *testing.T) {
 	}
 	allowed, why := probe, "the probe's instant"
 	if pr.at.Equal(probe) && !pr.w.at.After(probe) {
-		ms := float64(probe.UnixMicro()) / 1000
-		fit := earliestFit(pr.w.entries, 20, float64((time.Second + sendSlack).Milliseconds()), ms)
-		if b, ok := firstAtOrAfter(pr.w.entries, ms); ok && b < fit {
-			fit = b
+		at := sluicetest.EarliestFit(pr.w.slots, 20, time.Second+sendSlack, probe)
+		if b, ok := firstAtOrAfter(pr.w.slots, probe); ok && b.Before(at) {
+			at = b
 		}
-		if at := time.UnixMicro(int64(fit * 1000)); at.After(probe) {
-			allowed, why = at, fmt.Sprintf("the first instant the primary's window had room, %v after the probe's (%d entries at the probe)", at.Sub(probe).Round(time.Millisecond), len(pr.w.entries))
+		if at.After(probe) {
+			allowed, why = at, fmt.Sprintf("the first instant the primary's window had room, %v after the probe's (%d entries at the probe)", at.Sub(probe).Round(time.Millisecond), len(pr.w.slots))
 		}
 	}
 	// Never before the probe; at most returnBudget after the instant

@@ -231,3 +231,35 @@ func TestFailureLog(t *testing.T) {
 		t.Errorf("Tail of nothing = %q", got)
 	}
 }
+
+func TestEarliestFit(t *testing.T) {
+	t.Parallel()
+	at := func(ms int64) time.Time { return time.UnixMilli(1_000_000 + ms) }
+	slots := func(ms ...int64) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, at(m))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name  string
+		slots []time.Time
+		limit int
+		from  int64
+		want  int64
+	}{
+		{"empty", nil, 2, 100, 100},
+		{"room", slots(0, 50), 3, 100, 100},
+		{"full behind", slots(0, 50), 2, 100, 1001},
+		{"full ahead", slots(200, 300), 2, 100, 1201},
+		{"runs back to back", slots(200, 300, 1201, 1300), 2, 100, 2202},
+		{"a gap between runs", slots(200, 300, 2500, 2600), 2, 100, 1201},
+		{"not a run: too far apart", slots(0, 1500), 2, 100, 100},
+		{"unsorted", slots(50, 0), 2, 100, 1001},
+	} {
+		if got := sluicetest.EarliestFit(c.slots, c.limit, time.Second, at(c.from)); !got.Equal(at(c.want)) {
+			t.Errorf("%s: EarliestFit = +%v, want +%d ms", c.name, got.Sub(at(0)), c.want)
+		}
+	}
+}
