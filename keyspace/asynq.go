@@ -63,6 +63,9 @@ func (q Queue) IsProcessedOn(key string) bool {
 	return ok && day != ""
 }
 
+// AggregationSets is Asynq's sorted set of a queue's aggregation sets.
+func (q Queue) AggregationSets() string { return q.p + "aggregation_sets" }
+
 // Groups is the set of tenants with a group (a waiting room).
 func (q Queue) Groups() string { return q.p + "groups" }
 

@@ -43,6 +43,7 @@ func TestKeysAsBefore(t *testing.T) {
 		def.Record("acme", "id1", RecordDigestOpened):                        "sl1:{acme}:n:id1:dgo",
 		def.Record("acme", "id1", RecordDigestCarrier):                       "sl1:{acme}:n:id1:dg",
 		def.Record("acme", "id1", RecordRecipient):                           "sl1:{acme}:n:id1:to",
+		def.Record("acme", "id1", RecordProvider):                            "sl1:{acme}:n:id1:prv",
 		def.Subject("acme", "consent:email", "HASHED"):                       "sl1:{acme}:consent:email:HASHED",
 		def.Consent("acme", "sms", hRecipient):                               "sl1:{acme}:consent:sms:zjPL_0AFlVFIdA3Cf7VuJA",
 		sl9.Consent("acme", "sms", hRecipient):                               "sl9:{acme}:consent:sms:zjPL_0AFlVFIdA3Cf7VuJA",
@@ -107,7 +108,7 @@ func TestQueueKeys(t *testing.T) {
 	for got, want := range map[string]string{
 		q.Active(): "asynq:{q.1}:active", q.Lease(): "asynq:{q.1}:lease", q.Paused(): "asynq:{q.1}:paused",
 		q.Retry(): "asynq:{q.1}:retry", q.Archived(): "asynq:{q.1}:archived", q.Completed(): "asynq:{q.1}:completed",
-		q.Processed(): "asynq:{q.1}:processed",
+		q.Processed(): "asynq:{q.1}:processed", q.AggregationSets(): "asynq:{q.1}:aggregation_sets",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
@@ -165,6 +166,7 @@ func TestMatch(t *testing.T) {
 		s.Record("acme", compactID, RecordRecipient):           "sl1:{<tenant>}:n:<id>:to",
 		s.Record("acme", compactID, RecordDelivery):            "sl1:{<tenant>}:n:<id>:dlv",
 		s.Record("acme", compactID, RecordFallback):            "sl1:{<tenant>}:n:<id>:fb",
+		s.Record("acme", compactID, RecordProvider):            "sl1:{<tenant>}:n:<id>:prv",
 		s.Record("acme", compactID, RecordDigestItems):         "sl1:{<tenant>}:n:<id>:dgi",
 		s.Digest("acme", "email", "news", hDigest):             "sl1:{<tenant>}:digest:<channel>.<category>:<HMAC>",
 		s.Consent("acme", "sms", hRecipient):                   "sl1:{<tenant>}:consent:<channel>:<HMAC>",
@@ -191,12 +193,13 @@ func TestMatch(t *testing.T) {
 		WebhookSeen("twilio", "x"):                             "sluice:webhook-seen:<provider>:{<hash>}",
 		q.Fair():                                               "asynq:{<queue>}:fair",
 		q.FairClock():                                          "asynq:{<queue>}:fair:clock",
-		q.Pending():                                            "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed",
-		q.Processed():                                          "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed",
-		q.Task("x"):                                            "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed",
-		q.Group("acme"):                                        "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed",
+		q.Pending():                                            "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed\\|aggregation_sets",
+		q.Processed():                                          "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed\\|aggregation_sets",
+		q.Task("x"):                                            "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed\\|aggregation_sets",
+		q.AggregationSets():                                    "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed\\|aggregation_sets",
+		q.Group("acme"):                                        "asynq:{<queue>}:pending\\|active\\|lease\\|paused\\|scheduled\\|retry\\|archived\\|completed\\|groups\\|processed\\|aggregation_sets",
 		q.Processed() + ":2026-12-07":                          "asynq:{<queue>}:processed:<yyyy-mm-dd>",
-		"asynq:{notifications.sms.0}:aggregation_sets":         "asynq:{<queue>}:<rest>",
+		"asynq:{notifications.sms.0}:unique:x":                 "asynq:{<queue>}:<rest>",
 		"asynq:servers":                                        "asynq:{<queue>}:<rest>",
 		"asynq:servers:{host:1:x}":                             "asynq:{<queue>}:<rest>",
 		"asynq:queues":                                         "asynq:{<queue>}:<rest>",
@@ -232,5 +235,19 @@ func TestPatterns(t *testing.T) {
 		if strings.Contains(row.Owner+row.WrittenBy+row.TTL+row.Note, " | ") {
 			t.Errorf("row %q: a cell holds \" | \", which ends a cell", row.Keys)
 		}
+	}
+}
+
+// An old suppressed key gives the consent and ledger keys of its tenant
+// and recipient, as consent's migration built them.
+func TestFromSuppressed(t *testing.T) {
+	t.Parallel()
+	s := Space{Prefix: "sl9"}
+	c, l, ok := FromSuppressed(s.Suppressed("acme", "sms", hRecipient), "sms")
+	if !ok || c != s.Consent("acme", "sms", hRecipient) || l != s.Ledger("acme", "sms", hRecipient) {
+		t.Errorf("got %q, %q, %v", c, l, ok)
+	}
+	if _, _, ok := FromSuppressed(s.Suppressed("acme", "email", hRecipient), "sms"); ok {
+		t.Error("an email key taken for an SMS one")
 	}
 }

@@ -19,6 +19,7 @@ const (
 	RecordRecipient     = "to"  // the recipient of an SMS (the check's note)
 	RecordDelivery      = "dlv" // its delivery record (delivery.Store)
 	RecordFallback      = "fb"  // its pending fallback (delivery.Store)
+	RecordProvider      = "prv" // the provider that took it (delivery.Store)
 	RecordDigestItems   = "dgi" // a digest carrier's items
 	RecordDigestCarrier = "dg"  // an item's carrier
 	RecordDigestOpened  = "dgo" // when a carrier's digest opened
@@ -210,3 +211,24 @@ func (s Space) Breakers() string { return s.Holds() + "breakers" }
 // ProviderEvents is the pub/sub channel (not a key) of changes of a
 // provider's state.
 func (s Space) ProviderEvents() string { return s.Holds() + "provider-events" }
+
+// HashTag is group as its keys' Cluster hash tag shows it (between the
+// braces): what decides their slot.
+func HashTag(group string) string {
+	var b strings.Builder
+	escapeGroup(&b, group)
+	return b.String()
+}
+
+// FromSuppressed returns the Consent and Ledger keys of the recipient
+// and tenant of old, a Suppressed key of channel (the two share its hash
+// tag and HMAC); ok is false when old is not one.
+func FromSuppressed(old, channel string) (consent, ledger string, ok bool) {
+	sep := "}:suppressed:" + channel + ":"
+	i := strings.LastIndex(old, sep)
+	if i < 0 {
+		return "", "", false
+	}
+	head, hashed := old[:i], old[i+len(sep):]
+	return head + "}:consent:" + channel + ":" + hashed, head + "}:ledger:" + channel + ":" + hashed, true
+}
