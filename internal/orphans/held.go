@@ -434,8 +434,7 @@ func (s *Sweeper) recoverHolder(ctx context.Context, holder, stamp string, unsee
 			continue
 		}
 		if mine {
-			p := keyPrefix(q)
-			n, err := requeueOrphan.Run(ctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + id}, id, "").Int() // no lease to match: the fence decided
+			n, err := requeueOrphan.Run(ctx, s.rdb, requeueKeys(q, id), id, "").Int() // no lease to match: the fence decided
 			if err != nil {
 				errs = append(errs, err) // fenced, still active: the lease sweep puts it back
 			} else if n == 1 {
