@@ -5,6 +5,9 @@ import "strings"
 // asynqPrefix starts every key of Asynq's (and Sluice's beside them).
 const asynqPrefix = "asynq:"
 
+// AsynqQueues is Asynq's set of the queues' names (what its inspector lists).
+const AsynqQueues = asynqPrefix + "queues"
+
 // Queue names the keys of one Asynq queue, "asynq:{<queue>}:…": those
 // Sluice names itself for its scripts and reads (asynq v0.26's private
 // layout, which Asynq builds too), and Sluice's own fair and fair:clock.

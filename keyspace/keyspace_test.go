@@ -92,6 +92,7 @@ func TestKeysAsBefore(t *testing.T) {
 		q.GroupPrefix():                     "asynq:{notifications.sms.0}:g:",
 		q.Group("acme"):                     "asynq:{notifications.sms.0}:g:acme",
 		q.Scheduled():                       "asynq:{notifications.sms.0}:scheduled",
+		AsynqQueues:                         "asynq:queues",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
