@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // HeaderIdempotencyKey is the request header of the IETF httpapi draft
@@ -119,7 +121,7 @@ func NotificationID(tenant, key string, index int) string {
 // hash of the key.
 func IdempotencyRedisKey(tenant, key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "sluice:api:{" + tenant + "}:idem:" + base64.RawURLEncoding.EncodeToString(sum[:])
+	return keyspace.Idempotency(tenant, base64.RawURLEncoding.EncodeToString(sum[:]))
 }
 
 // idemRecord is what is kept per key: in flight (with its owner), then

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // What the server offers the routes mounted beside its own (the dashboard,
@@ -113,12 +115,10 @@ func (r *recorder) SetIdentity(tenant, tokenID string) {
 	r.id = identity{Tenant: tenant, TokenID: tokenID, Admin: tenant == "" && tokenID == AdminTokenID}
 }
 
-// keyEndedSession marks a dashboard session signed out: + a hash of its nonce.
-const keyEndedSession = "sluice:{api}:ui:ended:"
-
+// endedKey is the key that marks the dashboard session of nonce signed out.
 func endedKey(nonce string) string {
 	sum := sha256.Sum256([]byte(nonce))
-	return keyEndedSession + base64.RawURLEncoding.EncodeToString(sum[:12])
+	return keyspace.EndedSession(base64.RawURLEncoding.EncodeToString(sum[:12]))
 }
 
 // EndSession records that the session named by nonce was signed out; it

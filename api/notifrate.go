@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -56,8 +57,8 @@ return {1, 0}
 // long until they fit.
 func (s *Server) notificationRate(ctx context.Context, tokenID string, n int) (time.Duration, bool, error) {
 	r := s.notifRate
-	p := "sluice:api:{ntok:" + tokenID + "}:"
-	res, err := weightedAllow.Run(ctx, s.rdb, []string{p + "log", p + "sum"}, r.Limit, r.Window.Milliseconds(), n, tasks.NewID()).Int64Slice()
+	log, sum := keyspace.NotificationRate(tokenID)
+	res, err := weightedAllow.Run(ctx, s.rdb, []string{log, sum}, r.Limit, r.Window.Milliseconds(), n, tasks.NewID()).Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("api: notification rate: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -28,12 +29,10 @@ var (
 	ErrNoToken = errors.New("no such token")
 )
 
-// Token store keys. They share the {api} hash tag: one Redis Cluster slot,
-// so creating and revoking a token is one transaction.
-const (
-	keyToken  = "sluice:{api}:token:"  // + HMAC of the token: TokenInfo (JSON)
-	keyTenant = "sluice:{api}:tokens:" // + tenant: hash token id -> HMAC
-)
+// Token store keys: keyspace.Token (by the token's HMAC: its TokenInfo,
+// JSON) and keyspace.Tokens (by tenant: a hash token id -> HMAC). They
+// share the {api} hash tag: one Redis Cluster slot, so creating and
+// revoking a token is one transaction.
 
 // TokenInfo is what is stored about a token: never the token itself.
 type TokenInfo struct {
@@ -86,8 +85,8 @@ func (s *Tokens) Create(ctx context.Context, tenant, name, by string) (string, T
 	body, _ := json.Marshal(info)
 	mac := s.mac(token)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, keyToken+mac, body, 0)
-		p.HSet(ctx, keyTenant+tenant, info.ID, mac)
+		p.Set(ctx, keyspace.Token(mac), body, 0)
+		p.HSet(ctx, keyspace.Tokens(tenant), info.ID, mac)
 		return nil
 	})
 	if err != nil {
@@ -101,7 +100,7 @@ func (s *Tokens) Lookup(ctx context.Context, token string) (TokenInfo, error) {
 	if token == "" || len(token) > 256 {
 		return TokenInfo{}, ErrUnknownToken
 	}
-	raw, err := s.rdb.Get(ctx, keyToken+s.mac(token)).Bytes()
+	raw, err := s.rdb.Get(ctx, keyspace.Token(s.mac(token))).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return TokenInfo{}, ErrUnknownToken
 	}
@@ -120,13 +119,13 @@ func (s *Tokens) List(ctx context.Context, tenant string) ([]TokenInfo, error) {
 	if err := tasks.CheckTenant(tenant); err != nil {
 		return nil, err
 	}
-	macs, err := s.rdb.HGetAll(ctx, keyTenant+tenant).Result()
+	macs, err := s.rdb.HGetAll(ctx, keyspace.Tokens(tenant)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("api: list tokens: %w", err)
 	}
 	out := []TokenInfo{}
 	for _, mac := range macs {
-		raw, err := s.rdb.Get(ctx, keyToken+mac).Bytes()
+		raw, err := s.rdb.Get(ctx, keyspace.Token(mac)).Bytes()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -152,7 +151,7 @@ func (s *Tokens) Has(ctx context.Context, tenant, id string) (bool, error) {
 	if err := tasks.CheckTenant(tenant); err != nil {
 		return false, err
 	}
-	ok, err := s.rdb.HExists(ctx, keyTenant+tenant, id).Result()
+	ok, err := s.rdb.HExists(ctx, keyspace.Tokens(tenant), id).Result()
 	if err != nil {
 		return false, fmt.Errorf("api: token of %s: %w", tenant, err)
 	}
@@ -172,13 +171,13 @@ func (s *Tokens) Tenants(ctx context.Context, calls int) (tenants []string, more
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for range calls {
-			keys, next, err := c.Scan(ctx, cursor, keyTenant+"*", 1000).Result()
+			keys, next, err := c.Scan(ctx, cursor, keyspace.TokensPattern, 1000).Result()
 			if err != nil {
 				return err
 			}
 			mu.Lock()
 			for _, k := range keys {
-				if t := strings.TrimPrefix(k, keyTenant); tasks.CheckTenant(t) == nil && !seen[t] {
+				if t, ok := keyspace.TenantOfTokens(k); ok && tasks.CheckTenant(t) == nil && !seen[t] {
 					seen[t] = true
 					tenants = append(tenants, t)
 				}
@@ -214,7 +213,7 @@ func (s *Tokens) Revoke(ctx context.Context, tenant, id string) error {
 	if i := strings.IndexByte(id, '_'); i >= 0 {
 		id = id[:i]
 	}
-	mac, err := s.rdb.HGet(ctx, keyTenant+tenant, id).Result()
+	mac, err := s.rdb.HGet(ctx, keyspace.Tokens(tenant), id).Result()
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: tenant %s has no token %q (see sluice tenant token list %s)", ErrNoToken, tenant, id, tenant)
 	}
@@ -222,8 +221,8 @@ func (s *Tokens) Revoke(ctx context.Context, tenant, id string) error {
 		return fmt.Errorf("api: revoke token: %w", err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, keyToken+mac)
-		p.HDel(ctx, keyTenant+tenant, id)
+		p.Del(ctx, keyspace.Token(mac))
+		p.HDel(ctx, keyspace.Tokens(tenant), id)
 		return nil
 	})
 	if err != nil {

@@ -14,24 +14,45 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/testkit/redistest"
 	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
-// permanentKeys are the keys that may live without a TTL, as patterns
-// ('*': any run of characters): the rows of docs/architecture.md's key
-// table whose TTL is **none**, and only those (TestKeysDoc). Every other
-// key carries a TTL (the design's invariant 4), so idle subjects vanish.
-var permanentKeys = []string{
-	"sl1:{*}:consent:*:*",    // a suppression that never lapses: until an opt-in
-	"sluice:{api}:token:*",   // an API token, until revoked
-	"sluice:{api}:tokens:*",  // a tenant's token ids
-	"sluice:{plans}:tenants", // the tenant plans
-	"sluice:{plans}:version",
-	"sluice:{plans}:log",
-	"sluice:{*}:webhooks",       // a tenant's webhook credentials
-	"sluice:{templates}:digest", // the tenants' digest templates
-	"asynq:*",                   // Asynq's own
+// permanentRows are the rows of keyspace's key table (which
+// docs/architecture.md shows) whose TTL is **none**: a suppression that
+// never lapses, API tokens, tenant plans, webhook credentials, digest
+// templates, Sluice's fair dispatch beside Asynq's keys and Asynq's own.
+// Only their keys may live without a TTL; every other key carries one
+// (the design's invariant 4), so idle subjects vanish.
+var permanentRows = func() []keyspace.Row {
+	var out []keyspace.Row
+	for _, r := range keyspace.Table() {
+		if r.Permanent() {
+			out = append(out, r)
+		}
+	}
+	return out
+}()
+
+// permanentKeys are the key patterns of permanentRows, every
+// <placeholder> written as '*', sorted: what TestKeysDoc finds on the page.
+var permanentKeys = func() []string {
+	var out []string
+	placeholder := regexp.MustCompile(`<[^>]*>`)
+	for _, r := range permanentRows {
+		for _, k := range r.Keys {
+			out = append(out, placeholder.ReplaceAllString(k, "*"))
+		}
+	}
+	slices.Sort(out)
+	return out
+}()
+
+// permanent reports whether key may live without a TTL: a permanent row
+// covers it.
+func permanent(key string) bool {
+	return slices.ContainsFunc(permanentRows, func(r keyspace.Row) bool { return r.Matches(key) })
 }
 
 // leftByTheRun are keys the run below must leave (one pattern each), so a
@@ -85,7 +106,7 @@ func checkKeysExpire(t *testing.T, redisVars map[string]string, rdb redis.Univer
 		}
 	}
 	for _, k := range keysOf(ttls) {
-		if ttls[k] < 0 && !slices.ContainsFunc(permanentKeys, func(p string) bool { return globMatch(p, k) }) {
+		if ttls[k] < 0 && !permanent(k) {
 			t.Errorf("key %s has no TTL and is not among the permanent keys of docs/architecture.md", k)
 		}
 	}
@@ -100,16 +121,16 @@ func TestKeysDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := permanentRows(string(raw))
-	if want := slices.Sorted(slices.Values(permanentKeys)); !slices.Equal(got, want) {
+	got := pagePermanentRows(string(raw))
+	if want := permanentKeys; !slices.Equal(got, want) {
 		t.Errorf("docs/architecture.md's keys without a TTL are\n%q\nthe scan allows\n%q", got, want)
 	}
 }
 
-// permanentRows are the key patterns of the rows of the page's "## Redis
+// pagePermanentRows are the key patterns of the rows of the page's "## Redis
 // keys" table whose last cell starts with **none**: each code span of the
 // first cell, with every <placeholder> written as '*'.
-func permanentRows(page string) []string {
+func pagePermanentRows(page string) []string {
 	var out []string
 	in := false
 	placeholder := regexp.MustCompile(`<[^>]*>`)

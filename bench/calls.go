@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -145,14 +146,15 @@ func workerCheckAlone(ctx context.Context, rdb *redis.Client, n int) {
 		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 			log.Fatal(err)
 		}
+		var ks keyspace.Space // the limiter's default prefix; the subjects in clear
 		for i := 0; i < n; i++ {
 			to := fmt.Sprintf("+1416%07d", i)
 			id := fmt.Sprintf("probe%d", i)
 			opts := throttle.ReserveOptions{
 				Policy: throttle.AtLeastOnce, Slack: 100 * time.Millisecond, StateTTL: 24 * time.Hour,
-				Nonce: "n" + id, Block: "sl1:{bench}:suppressed:sms:" + to, Holds: []string{"sl1:{bench}:hold:sms:provider"},
-				Consent: &throttle.ConsentCheck{Key: "sl1:{bench}:consent:sms:" + to, Category: "default"},
-				Note:    &throttle.Note{Key: "sl1:{bench}:n:" + id + ":to", Value: to, TTL: 24 * time.Hour},
+				Nonce: "n" + id, Block: ks.Suppressed("bench", "sms", to), Holds: []string{ks.Subject("bench", "hold:sms", "provider")},
+				Consent: &throttle.ConsentCheck{Key: ks.Consent("bench", "sms", to), Category: "default"},
+				Note:    &throttle.Note{Key: ks.Record("bench", id, keyspace.RecordRecipient), Value: to, TTL: 24 * time.Hour},
 			}
 			_, err := lim.Reserve(ctx, "bench", id, opts,
 				throttle.Limit{Scope: "sms:recipient", Subject: to, Rule: throttle.Rule{Limit: 100, Window: time.Minute}},

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -56,7 +57,7 @@ func fillOne(ctx context.Context, rdb *redis.Client, rule throttle.Rule) int64 {
 	// and rehashes them in its cron: no signal but the figure itself), so
 	// deleting the one key is all that changes between the two readings.
 	var keys []string
-	iter := rdb.Scan(ctx, 0, "sl1:{bench}:n:*", 10_000).Iterator()
+	iter := rdb.Scan(ctx, 0, keyspace.Space{}.State("bench", "*"), 10_000).Iterator()
 	for iter.Next(ctx) {
 		if keys = append(keys, iter.Val()); len(keys) == 10_000 {
 			rdb.Del(ctx, keys...)

@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -296,7 +297,7 @@ func fairDrain(ctx context.Context, bin, dir string, flood int, rooms bool) time
 			log.Fatal(err)
 		}
 		pending := rdb.LLen(ctx, tasks.RoomOf(q).Pending).Val()
-		active := rdb.LLen(ctx, "asynq:{"+q+"}:active").Val()
+		active := rdb.LLen(ctx, keyspace.AsynqQueue(q).Active()).Val()
 		if waiting.Count+pending+active == 0 {
 			took := time.Since(start)
 			if *cmdStats {

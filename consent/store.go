@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -100,13 +101,13 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Kinds of the keys beside the limiter's (throttle.Limiter.SubjectKey).
-const (
-	kindConsent = "consent:"    // + channel: the suppression hash
-	kindLedger  = "ledger:"     // + channel: the ledger list
-	kindOld     = "suppressed:" // + channel: delivery's suppression list before this package
-	kindLast    = "last:"       // + channel: the category last admitted to the recipient
-)
+// The keys beside the limiter's are built by keyspace (Space.Consent: the
+// suppression hash; Ledger: the ledger list; Suppressed: delivery's list
+// before this package; Last: the category last admitted to the
+// recipient), from the limiter's hash of the recipient.
+
+// space is the limiter's keyspace.
+func (s *Store) space() keyspace.Space { return s.lim.Space() }
 
 // LastCategoryTTL is how long the category last admitted to a recipient is
 // remembered, for an opt-out by keyword under optout=category.
@@ -120,7 +121,7 @@ func (s *Store) LastKey(tenant string, ch tasks.Channel, to string) string {
 	if err != nil {
 		return ""
 	}
-	return s.lim.SubjectKey(tenant, kindLast+string(ch), norm)
+	return s.space().Last(tenant, string(ch), s.lim.Subject(norm))
 }
 
 // LastCategory is the category last admitted to (tenant, ch, to) within
@@ -201,7 +202,7 @@ func (s *Store) hashedKeys(tenant string, ch tasks.Channel, subject string) (has
 	if !ValidSubject(subject) {
 		return "", "", fmt.Errorf("%w: subject hash", ErrInvalid)
 	}
-	return s.lim.HashedSubjectKey(tenant, kindConsent+string(ch), subject), s.lim.HashedSubjectKey(tenant, kindLedger+string(ch), subject), nil
+	return s.space().Consent(tenant, string(ch), subject), s.space().Ledger(tenant, string(ch), subject), nil
 }
 
 // recipient checks and normalises a recipient's address the way the
@@ -230,7 +231,7 @@ func (s *Store) Key(tenant string, ch tasks.Channel, to string) string {
 	if err != nil {
 		return ""
 	}
-	return s.lim.SubjectKey(tenant, kindConsent+string(ch), norm)
+	return s.space().Consent(tenant, string(ch), s.lim.Subject(norm))
 }
 
 // keys returns the hash's and the ledger's keys of (tenant, ch, to).
@@ -239,7 +240,8 @@ func (s *Store) keys(tenant string, ch tasks.Channel, to string) (hash, ledger s
 	if err != nil {
 		return "", "", err
 	}
-	return s.lim.SubjectKey(tenant, kindConsent+string(ch), norm), s.lim.SubjectKey(tenant, kindLedger+string(ch), norm), nil
+	h := s.lim.Subject(norm)
+	return s.space().Consent(tenant, string(ch), h), s.space().Ledger(tenant, string(ch), h), nil
 }
 
 func (s *Store) nowArg() string {
@@ -471,10 +473,7 @@ func (s *Store) ledger(ctx context.Context, lkey string) ([]Event, error) {
 func (s *Store) MigrateDelivery(ctx context.Context) (int, error) {
 	var moved atomic.Int64
 	for _, ch := range []tasks.Channel{tasks.SMS, tasks.Email} {
-		// The pattern of every tenant's old keys: the key of tenant "x"
-		// and an empty subject, with the tenant and the HMAC wildcarded.
-		base := strings.TrimSuffix(s.lim.SubjectKey("x", kindOld+string(ch), ""), s.lim.Subject(""))
-		pattern := strings.Replace(base, "{x}", "{*}", 1) + "*"
+		pattern := s.space().SuppressedPattern(string(ch)) // every tenant's old keys
 		scan := func(ctx context.Context, node redis.UniversalClient) error {
 			it := node.Scan(ctx, 0, pattern, 1000).Iterator()
 			for it.Next(ctx) {
@@ -515,7 +514,7 @@ const MigrationMarkerTTL = 365 * 24 * time.Hour
 // one pass empties them; `sluice suppression migrate` runs it again at
 // will). ran is false when an earlier run had completed.
 func (s *Store) MigrateDeliveryOnce(ctx context.Context) (moved int, ran bool, err error) {
-	marker := s.lim.SubjectKey("sluice", "migrated:", "delivery-suppressions")
+	marker := s.space().Migrated(s.lim.Subject("delivery-suppressions"))
 	n, err := s.rdb.Exists(ctx, marker).Result()
 	if err != nil {
 		return 0, false, fmt.Errorf("consent: migrate: %w", err)
@@ -536,14 +535,10 @@ func (s *Store) MigrateDeliveryOnce(ctx context.Context) (moved int, ran bool, e
 // migrateKey moves one old key (through the store's client, which routes
 // by the key's slot); false when it was gone or is not one.
 func (s *Store) migrateKey(ctx context.Context, old string, ch tasks.Channel) (bool, error) {
-	sep := "}:" + kindOld + string(ch) + ":"
-	i := strings.LastIndex(old, sep)
-	if i < 0 {
+	hkey, lkey, ok := keyspace.FromSuppressed(old, string(ch))
+	if !ok {
 		return false, nil
 	}
-	head, hmac := old[:i], old[i+len(sep):]
-	hkey := head + "}:" + kindConsent + string(ch) + ":" + hmac
-	lkey := head + "}:" + kindLedger + string(ch) + ":" + hmac
 	_, ok, err := s.run(ctx, []string{hkey, lkey, old}, "migrate",
 		Event{Source: SourceProvider, Scope: AllCategories(), Ref: "delivery-migration"})
 	return ok, err
@@ -559,7 +554,7 @@ func (s *Store) Once(ctx context.Context, tenant string, ch tasks.Channel, to, w
 	if what == "" || strings.ContainsAny(what, ":{}") {
 		return false, fmt.Errorf("%w: once %q", ErrInvalid, what)
 	}
-	ok, err := s.rdb.SetNX(ctx, s.lim.SubjectKey(tenant, "once:"+what+":"+string(ch), norm), "1", ttl).Result()
+	ok, err := s.rdb.SetNX(ctx, s.space().Once(tenant, what, string(ch), s.lim.Subject(norm)), "1", ttl).Result()
 	if err != nil {
 		return false, fmt.Errorf("consent: once: %w", err)
 	}

@@ -17,9 +17,6 @@ import (
 // messages; outside it only approved templates.
 const ServiceWindow = 24 * time.Hour
 
-// kindInbound + channel: when the recipient last wrote to the tenant.
-const kindInbound = "inbound:"
-
 // ErrWindowClosed reports a free-form message to a recipient whose
 // customer-service window is closed (no message from it in ServiceWindow).
 var ErrWindowClosed = errors.New("consent: the recipient's customer-service window is closed (no message from it in 24 h): only a template may start the conversation")
@@ -44,7 +41,7 @@ func (s *Store) InboundKey(tenant string, ch tasks.Channel, to string) string {
 	if err != nil {
 		return ""
 	}
-	return s.lim.SubjectKey(tenant, kindInbound+string(ch), norm)
+	return s.space().Inbound(tenant, string(ch), s.lim.Subject(norm))
 }
 
 // RecordInbound notes that to wrote to tenant on ch at at (a provider's

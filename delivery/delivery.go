@@ -41,6 +41,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/throttle"
@@ -205,7 +206,7 @@ func NewStore(rdb redis.UniversalClient, lim *throttle.Limiter) *Store {
 
 // RecordKind names delivery records among the limiter's records of a
 // notification (throttle.Limiter.RecordKey).
-const RecordKind = "dlv"
+const RecordKind = keyspace.RecordDelivery
 
 // Key is the key of id's delivery record in tenant: beside the limiter's
 // record of the notification, in its hash slot.
@@ -260,7 +261,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*Record, error) {
 // (throttle.ReserveOptions.Block).
 func (s *Store) SuppressKey(tenant string, ch tasks.Channel, recipient string) string {
 	to := tasks.Notification{Channel: ch, To: recipient}.Normalized().To
-	return s.lim.SubjectKey(tenant, "suppressed:"+string(ch), to)
+	return s.lim.Space().Suppressed(tenant, string(ch), s.lim.Subject(to))
 }
 
 // Suppress puts recipient on tenant's old suppression list of channel ch
@@ -318,7 +319,7 @@ func CodeClass(code int) string {
 
 // RecipientKind names the record of whom an SMS went to, beside its
 // delivery record: the keyed hash of the number, nothing in clear.
-const RecipientKind = "to"
+const RecipientKind = keyspace.RecordRecipient
 
 // RecipientNote is the record that the SMS id of tenant goes to recipient
 // (its keyed hash), for ttl: the worker's check writes it with the

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -22,7 +23,7 @@ import (
 // most once, whoever triggers it.
 
 // FallbackKind names the fallback notes among a notification's records.
-const FallbackKind = "fb"
+const FallbackKind = keyspace.RecordFallback
 
 // FallbackKey is the key of the note of id's pending fallback in tenant.
 func (s *Store) FallbackKey(tenant, id string) string {
@@ -64,7 +65,7 @@ func (s *Store) RunFallback(ctx context.Context, insp *asynq.Inspector, tenant, 
 }
 
 // ProviderKind names the note of which provider took a notification.
-const ProviderKind = "prv"
+const ProviderKind = keyspace.RecordProvider
 
 // NoteProvider records that provider (a name of SLUICE_*_PROVIDERS) took
 // the notification id of tenant, for ttl: the status shows it.

@@ -35,6 +35,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
@@ -86,12 +87,20 @@ func parseItem(s string) (Item, error) {
 // channel and category, recipient (keyed hash) and group.
 func (s *Store) openKey(n tasks.Notification, d plans.Digest) string {
 	nn := n.Normalized()
-	return s.lim.SubjectKey(n.Tenant, "digest:"+string(n.Channel)+"."+n.CategoryOrDefault(), nn.To+"\x00"+d.GroupOf(n))
+	return s.lim.Space().Digest(n.Tenant, string(n.Channel), n.CategoryOrDefault(), s.lim.Subject(nn.To+"\x00"+d.GroupOf(n)))
 }
 
-func (s *Store) itemsKey(tenant, id string) string  { return s.lim.RecordKey(tenant, id, "dgi") }
-func (s *Store) openedKey(tenant, id string) string { return s.lim.RecordKey(tenant, id, "dgo") }
-func (s *Store) noteKey(tenant, id string) string   { return s.lim.RecordKey(tenant, id, "dg") }
+func (s *Store) itemsKey(tenant, id string) string {
+	return s.lim.RecordKey(tenant, id, keyspace.RecordDigestItems)
+}
+
+func (s *Store) openedKey(tenant, id string) string {
+	return s.lim.RecordKey(tenant, id, keyspace.RecordDigestOpened)
+}
+
+func (s *Store) noteKey(tenant, id string) string {
+	return s.lim.RecordKey(tenant, id, keyspace.RecordDigestCarrier)
+}
 
 // Outcome is what Join did.
 type Outcome struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -35,7 +36,7 @@ var ErrBadTemplate = errors.New("digest: bad template")
 
 // templatesKey holds every tenant's digest templates: field
 // "<tenant>/<channel>.<category>", a JSON Template.
-const templatesKey = "sluice:{templates}:digest"
+const templatesKey = keyspace.DigestTemplates
 
 // maxTemplate bounds one template's text.
 const maxTemplate = 64 << 10

@@ -27,6 +27,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
 	"github.com/sluicehq/sluice/testkit/redistest"
@@ -97,6 +98,7 @@ type env struct {
 // started is left unused.)
 func (e *env) onCluster(replicas int) (*redistest.Cluster, *redis.ClusterClient) {
 	cl, cc := redistest.NewCluster(e.t, 3, replicas)
+	e.t.Cleanup(func() { e.checkKeysInTable(cc) }) // before the Cluster stops
 	e.cc = cc
 	e.vars["SLUICE_REDIS_CLUSTER_ADDRS"] = strings.Join(cl.Addrs, ",")
 	e.client = asynq.NewClientFromRedisClient(cc)
@@ -122,6 +124,7 @@ func newEnv(t *testing.T, rules string, redisArgs ...string) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, keys: keys, redis: srv, rdb: srv.Client(t), sms: fakes.NewSMSAPI(t)}
+	t.Cleanup(func() { e.checkKeysInTable(e.rdb) }) // before Redis stops and its client closes
 	e.sms.SetSlots(e.slotOf)
 	e.client = asynq.NewClientFromRedisClient(e.rdb)
 	e.insp = asynq.NewInspectorFromRedisClient(e.rdb)
@@ -461,6 +464,55 @@ func stateSlot(v string) time.Time {
 
 // byRecipient keys receipts by their recipient.
 func byRecipient(d fakes.Delivery) string { return d.To }
+
+// checkKeysInTable fails the test on every key the run left, on every
+// master of rdb, that no row of keyspace's key table (docs/architecture.md's
+// "Redis keys") covers: a key Sluice writes that the table does not
+// document. It runs at the env's cleanup, after the test's processes were
+// stopped (cleanups run last registered first) and before Redis stops; a
+// Redis the test left down cannot be scanned, which it logs.
+func (e *env) checkKeysInTable(rdb redis.UniversalClient) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var stray []string
+	scanned := 0
+	scan := func(ctx context.Context, node *redis.Client) error {
+		it := node.Scan(ctx, 0, "*", 1000).Iterator()
+		for it.Next(ctx) {
+			_, ok := keyspace.Match(it.Val())
+			mu.Lock()
+			scanned++
+			if !ok {
+				stray = append(stray, it.Val())
+			}
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		err = fmt.Errorf("a %T", rdb)
+	}
+	if err != nil {
+		e.t.Logf("key table check: Redis could not be scanned (%v): not checked", err)
+		return
+	}
+	slices.Sort(stray)
+	for i, k := range stray {
+		if i == 20 {
+			e.t.Errorf("… and %d more keys in no row", len(stray)-i)
+			break
+		}
+		e.t.Errorf("key %q is in no row of keyspace's key table (docs/architecture.md, \"Redis keys\")", k)
+	}
+	e.t.Logf("key table check: %d keys scanned, %d in no row", scanned, len(stray))
+}
 
 // noKeyWithoutTTL fails if a Sluice key other than Asynq's lives forever.
 func (e *env) keysWithoutTTL() []string {

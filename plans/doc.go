@@ -50,8 +50,8 @@
 // Besides the standard library the package depends on
 // github.com/nyaruka/phonenumbers (zones and US states of numbers),
 // github.com/redis/go-redis/v9 (tenant plans in Redis), and Sluice's tasks
-// (the notification), throttle (the limits it builds) and consent (to check
-// a tenant's keywords); never on the worker, the API or the command
+// (the notification), throttle (the limits it builds), consent (to check
+// a tenant's keywords) and keyspace (the keys of the plans in Redis); never on the worker, the API or the command
 // (TestDependencies, TestPackageDoc; internal/codecheck's TestLayers keeps
 // every package in its layer).
 //

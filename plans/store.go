@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -23,10 +24,10 @@ var ErrNoPlan = errors.New("no plan")
 // The store's keys share the {plans} hash tag: one Redis Cluster slot, so a
 // change is one transaction.
 const (
-	keyPlans   = "sluice:{plans}:tenants" // hash: tenant -> Plan (JSON)
-	keyVersion = "sluice:{plans}:version" // counter of changes
-	keyLog     = "sluice:{plans}:log"     // list of Change (JSON), newest first, capped
-	channel    = "sluice:plans:changed"   // pub/sub: a change's version
+	keyPlans   = keyspace.PlansTenants // hash: tenant -> Plan (JSON)
+	keyVersion = keyspace.PlansVersion // counter of changes
+	keyLog     = keyspace.PlansLog     // list of Change (JSON), newest first, capped
+	channel    = keyspace.PlansChanged // pub/sub: a change's version
 	logLength  = 1000
 )
 

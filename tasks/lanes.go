@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // Lane is the part of the queue a notification waits in. Workers serve the
@@ -173,7 +175,7 @@ func (l Layout) Queues() []string {
 // queues starts with ("asynq:{<base>": the legacy queue's "asynq:{<base>}:…"
 // and every shard's "asynq:{<base>.…"). It may match other queues whose
 // names start with the base too.
-func (l Layout) KeyPrefix() string { return "asynq:{" + l.base() }
+func (l Layout) KeyPrefix() string { return keyspace.QueuesStartingWith(l.base()) }
 
 // Parse tells which lane and shard a queue name of this layout is; ok is
 // false for the legacy queue and for names of other layouts.

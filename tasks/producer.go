@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 )
 
@@ -269,7 +270,7 @@ func (p *Producer) publish(ctx context.Context, queues []string) error {
 	if len(fresh) == 0 {
 		return nil
 	}
-	if err := p.rdb.SAdd(ctx, "asynq:queues", fresh...).Err(); err != nil {
+	if err := p.rdb.SAdd(ctx, keyspace.AsynqQueues, fresh...).Err(); err != nil {
 		return fmt.Errorf("tasks: enqueue: %w", err)
 	}
 	for _, q := range fresh {

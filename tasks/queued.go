@@ -10,6 +10,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // Per-tenant caps on queued work (one tenant cannot fill the Redis every
@@ -100,8 +102,8 @@ func (q *QueueQuota) Caps() Caps { return q.caps }
 
 // queuedKeys are one tenant's ledger keys, in its Cluster slot.
 func queuedKeys(tenant string) []string {
-	p := "sluice:queued:{" + tenant + "}:"
-	return []string{p + "due", p + "bytes", p + "total"}
+	due, bytes, total := keyspace.Queued(tenant)
+	return []string{due, bytes, total}
 }
 
 // KEYS[1] due (zset id -> lapse ms)  KEYS[2] bytes (hash id -> bytes)  KEYS[3] total

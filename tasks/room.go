@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 )
 
@@ -39,16 +40,16 @@ type Room struct {
 // RoomOf returns the keys of queue's waiting rooms. They share the
 // queue's Redis Cluster hash tag ({queue}), like every Asynq key of it.
 func RoomOf(queue string) Room {
-	p := "asynq:{" + queue + "}:"
-	return Room{Queue: queue, Pending: p + "pending", Groups: p + "groups", Fair: p + "fair", Clock: p + "fair:clock",
-		TaskPrefix: p + "t:", GroupPrefix: p + "g:", Scheduled: p + "scheduled"}
+	q := keyspace.AsynqQueue(queue)
+	return Room{Queue: queue, Pending: q.Pending(), Groups: q.Groups(), Fair: q.Fair(), Clock: q.FairClock(),
+		TaskPrefix: q.TaskPrefix(), GroupPrefix: q.GroupPrefix(), Scheduled: q.Scheduled()}
 }
 
 // Group is the key of tenant's group (its waiting room) in the queue.
-func (r Room) Group(tenant string) string { return r.GroupPrefix + tenant }
+func (r Room) Group(tenant string) string { return keyspace.AsynqQueue(r.Queue).Group(tenant) }
 
 // Task is the key of a task's hash in the queue.
-func (r Room) Task(id string) string { return r.TaskPrefix + id }
+func (r Room) Task(id string) string { return keyspace.AsynqQueue(r.Queue).Task(id) }
 
 // asynqMessage is what Asynq keeps of a task (its TaskMessage, asynq
 // v0.26), as asynq.Client fills it for Sluice's options.

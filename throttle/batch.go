@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 )
 
@@ -595,10 +596,8 @@ func lenOf(v any) int {
 // slotOf is the Redis Cluster hash slot of the keys of group: CRC16 (XMODEM)
 // of the escaped group, the keys' hash tag, modulo 16384.
 func slotOf(group string) int {
-	var b strings.Builder
-	escapeGroup(&b, group)
 	var crc uint16
-	for _, c := range []byte(b.String()) {
+	for _, c := range []byte(keyspace.HashTag(group)) {
 		crc ^= uint16(c) << 8
 		for i := 0; i < 8; i++ {
 			if crc&0x8000 != 0 {

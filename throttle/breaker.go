@@ -27,18 +27,18 @@ const breakerLinger = time.Minute
 // BreakerKey("sms", "backup"). The name is a configured provider name,
 // not PII: it is kept in clear.
 func (l *Limiter) BreakerKey(channel, provider string) string {
-	return l.prefix + ":{" + holdGroup + "}:breaker:" + channel + ":" + provider
+	return l.space.Breaker(channel, provider)
 }
 
 // ProviderEvents is the pub/sub channel on which a worker announces a
 // change of a provider's state it made (a breaker opened or closed, a hold
 // begun): every worker reads the providers' states again at once, so all
 // show the same state and sends waiting on it plan again.
-func (l *Limiter) ProviderEvents() string { return l.prefix + ":{" + holdGroup + "}:provider-events" }
+func (l *Limiter) ProviderEvents() string { return l.space.ProviderEvents() }
 
 // breakerIndex is the set of the breaker keys that opened and have not
 // closed: OpenBreakers lists it.
-func (l *Limiter) breakerIndex() string { return l.prefix + ":{" + holdGroup + "}:breakers" }
+func (l *Limiter) breakerIndex() string { return l.space.Breakers() }
 
 // ProviderDown is a provider whose breaker opened and has not closed.
 type ProviderDown struct {
@@ -64,7 +64,7 @@ func (l *Limiter) OpenBreakers(ctx context.Context) ([]ProviderDown, error) {
 		if bs[i].Since.IsZero() {
 			continue // lapsed (its key expired): closed
 		}
-		ch, name, _ := strings.Cut(strings.TrimPrefix(k, l.prefix+":{"+holdGroup+"}:breaker:"), ":")
+		ch, name, _ := l.space.BreakerOf(k)
 		out = append(out, ProviderDown{Channel: ch, Provider: name, Breaker: bs[i]})
 	}
 	return out, nil
@@ -144,7 +144,7 @@ func (o *breakerOp) encode(e *enc) {
 
 // breaker runs one breaker operation.
 func (l *Limiter) breaker(ctx context.Context, o breakerOp) ([]int64, error) {
-	if !strings.HasPrefix(o.breaker, l.prefix+":{"+holdGroup+"}:breaker:") {
+	if !l.space.IsBreaker(o.breaker) {
 		return nil, fmt.Errorf("%w: %q is not a breaker key (BreakerKey)", ErrInvalidKey, o.breaker)
 	}
 	o.linger, o.index = breakerLinger, l.breakerIndex()
@@ -218,13 +218,13 @@ func (l *Limiter) ProviderRecovered(ctx context.Context, key string) error {
 func (l *Limiter) ProviderStates(ctx context.Context, breakers, holds []string) ([]Breaker, []HoldSpan, error) {
 	keys := make([]string, 0, len(breakers)+len(holds))
 	for _, k := range breakers {
-		if k != "" && !strings.HasPrefix(k, l.prefix+":{"+holdGroup+"}:breaker:") {
+		if k != "" && !l.space.IsBreaker(k) {
 			return nil, nil, fmt.Errorf("%w: %q is not a breaker key (BreakerKey)", ErrInvalidKey, k)
 		}
 		keys = append(keys, k)
 	}
 	for _, k := range holds {
-		if !strings.HasPrefix(k, l.prefix+":{"+holdGroup+"}:") {
+		if !strings.HasPrefix(k, l.space.Holds()) {
 			return nil, nil, fmt.Errorf("%w: %q is not a hold key (HoldKey)", ErrInvalidKey, k)
 		}
 		keys = append(keys, k)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // Holds: a provider's back-pressure ("429, retry after 5 s") shared by every
@@ -21,7 +23,7 @@ import (
 // Retry-After); one during a hold only extends it.
 
 // holdGroup is the group hold keys live in (their Cluster hash tag).
-const holdGroup = "hold"
+const holdGroup = keyspace.HoldGroup
 
 // holdLinger is how long a hold key outlives its hold: the memory of the
 // last hold's level.
@@ -34,15 +36,11 @@ const MaxHold = time.Hour
 // subject is set, on that subject of it (e.g. a From number, stored as its
 // HMAC like every subject).
 func (l *Limiter) HoldKey(scope, subject string) string {
-	var b strings.Builder
-	b.WriteString(l.prefix)
-	b.WriteString(":{" + holdGroup + "}:")
-	b.WriteString(scope)
+	var hashed string
 	if subject != "" {
-		b.WriteByte(':')
-		b.WriteString(l.Subject(subject))
+		hashed = l.Subject(subject)
 	}
-	return b.String()
+	return l.space.Hold(scope, hashed)
 }
 
 // HoldState is a hold as Hold set it.
@@ -74,7 +72,7 @@ func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, bas
 	if retryAfter < 0 || base <= 0 || max < base || max > MaxHold || retryAfter > MaxHold || sentAgo < 0 || sentAgo > MaxHold {
 		return HoldState{}, fmt.Errorf("%w: hold of %v (base %v, max %v, sent %v ago): want 0–%v, 0 < base ≤ max", ErrInvalidRule, retryAfter, base, max, sentAgo, MaxHold)
 	}
-	if !strings.HasPrefix(key, l.prefix+":{"+holdGroup+"}:") {
+	if !strings.HasPrefix(key, l.space.Holds()) {
 		return HoldState{}, fmt.Errorf("%w: %q is not a hold key (HoldKey)", ErrInvalidKey, key)
 	}
 	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code, sentAgo: sentAgo}

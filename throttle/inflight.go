@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -39,18 +38,11 @@ func (l *Limiter) CapKey(group string, c Cap) (string, error) {
 	if c.Max < 1 || c.Max > MaxLimit {
 		return "", fmt.Errorf("%w: concurrency %d must be between 1 and %d", ErrInvalidRule, c.Max, MaxLimit)
 	}
-	var b strings.Builder
-	b.WriteString(l.prefix)
-	b.WriteString(":{")
-	escapeGroup(&b, group)
-	b.WriteString("}:")
-	b.WriteString(c.Scope)
-	b.WriteString(":inflight")
+	var hashed string
 	if c.Subject != "" {
-		b.WriteByte(':')
-		b.WriteString(l.Subject(c.Subject))
+		hashed = l.Subject(c.Subject)
 	}
-	return b.String(), nil
+	return l.space.Inflight(group, c.Scope, hashed), nil
 }
 
 // Lease is the answer of Acquire.

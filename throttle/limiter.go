@@ -17,12 +17,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // DefaultPrefix starts every key the limiter writes. The "1" is the key
 // layout's version: a new layout gets a new prefix and the old keys expire
 // with their windows.
-const DefaultPrefix = "sl1"
+const DefaultPrefix = keyspace.DefaultPrefix
 
 // defaultWaitTimeout is Options.WaitTimeout's default.
 const defaultWaitTimeout = 500 * time.Millisecond
@@ -133,7 +135,7 @@ type Options struct {
 type Limiter struct {
 	client  redis.UniversalClient
 	linger  time.Duration
-	prefix  string
+	space   keyspace.Space
 	secret  []byte
 	now     func() time.Time
 	clock   func() time.Time
@@ -170,10 +172,7 @@ func New(client redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.DoneLinger < 0 || opts.DoneLinger > time.Minute {
 		return nil, fmt.Errorf("throttle: DoneLinger %v must be 0–1m", opts.DoneLinger)
 	}
-	l := &Limiter{client: client, linger: opts.DoneLinger, prefix: opts.Prefix, secret: append([]byte(nil), opts.Secret...), now: opts.Now, clock: opts.Clock, compact: opts.CompactMembers}
-	if l.prefix == "" {
-		l.prefix = DefaultPrefix
-	}
+	l := &Limiter{client: client, linger: opts.DoneLinger, space: keyspace.Space{Prefix: cmp.Or(opts.Prefix, DefaultPrefix)}, secret: append([]byte(nil), opts.Secret...), now: opts.Now, clock: opts.Clock, compact: opts.CompactMembers}
 	if l.clock == nil {
 		l.clock = time.Now
 	}
@@ -618,24 +617,19 @@ func (l *Limiter) Key(group string, lim Limit) (string, error) {
 	if err := lim.Rule.Validate(); err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	b.Grow(len(l.prefix) + len(group) + len(lim.Scope) + 48)
-	b.WriteString(l.prefix)
-	b.WriteString(":{")
-	escapeGroup(&b, group)
-	b.WriteString("}:")
-	b.WriteString(lim.Scope)
-	b.WriteByte(':')
-	lim.Rule.writeKeyPart(&b)
+	var hashed string
 	if lim.Subject != "" {
 		if len(lim.Subject) > 1024 {
 			return "", fmt.Errorf("%w: subject longer than 1024 bytes", ErrInvalidKey)
 		}
-		b.WriteByte(':')
-		b.WriteString(l.Subject(lim.Subject))
+		hashed = l.Subject(lim.Subject)
 	}
-	return b.String(), nil
+	return l.space.Window(group, lim.Scope, lim.Rule.keyPart(), hashed), nil
 }
+
+// Space is the limiter's keyspace (its prefix): where callers build the
+// keys of records beside the limiter's (keyspace.Space).
+func (l *Limiter) Space() keyspace.Space { return l.space }
 
 // Subject returns the keyed hash a subject is stored as: the first 16 bytes
 // of its HMAC-SHA256, base64url (22 characters).
@@ -651,19 +645,16 @@ func (l *Limiter) Subject(subject string) string {
 
 // StateKey returns the key of id's record in group (booked, admitted, done):
 // prefix:{group}:n:<id>, the id hashed when members are compact.
-func (l *Limiter) StateKey(group, id string) string {
-	var b strings.Builder
-	b.WriteString(l.prefix)
-	b.WriteString(":{")
-	escapeGroup(&b, group)
-	b.WriteString("}:n:")
-	if l.compact {
-		sum := sha256.Sum256([]byte(id))
-		b.WriteString(base64.RawURLEncoding.EncodeToString(sum[:12]))
-	} else {
-		b.WriteString(id)
+func (l *Limiter) StateKey(group, id string) string { return l.space.State(group, l.Member(id)) }
+
+// Member is id as the limiter stores it: its SHA-256's first 12 bytes,
+// base64url, when members are compact; else id itself.
+func (l *Limiter) Member(id string) string {
+	if !l.compact {
+		return id
 	}
-	return b.String()
+	sum := sha256.Sum256([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
 // SubjectKey returns the key of another record about a subject of group,
@@ -678,15 +669,7 @@ func (l *Limiter) SubjectKey(group, kind, subject string) string {
 // Subject: for a reader that holds the hash and never the subject (a
 // one-click unsubscribe link carries the hash of its address).
 func (l *Limiter) HashedSubjectKey(group, kind, hashed string) string {
-	var b strings.Builder
-	b.WriteString(l.prefix)
-	b.WriteString(":{")
-	escapeGroup(&b, group)
-	b.WriteString("}:")
-	b.WriteString(kind)
-	b.WriteByte(':')
-	b.WriteString(hashed)
-	return b.String()
+	return l.space.Subject(group, kind, hashed)
 }
 
 // stateKeys is how many keys a check names after its rules' (see reserve):
@@ -800,21 +783,4 @@ func checkScope(s string) error {
 		}
 	}
 	return nil
-}
-
-// escapeGroup writes g with every byte outside [A-Za-z0-9._-] as %XX, so
-// that no group can close the hash tag ('}') or mimic another group's key:
-// the escaping is one-to-one.
-func escapeGroup(b *strings.Builder, g string) {
-	const hexdig = "0123456789ABCDEF"
-	for i := 0; i < len(g); i++ {
-		c := g[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexdig[c>>4])
-		b.WriteByte(hexdig[c&15])
-	}
 }

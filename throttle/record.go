@@ -114,5 +114,5 @@ func (l *Limiter) Records(ctx context.Context, group string, ids []string) ([]*R
 // in the same hash slot: StateKey(group, id) + ":" + kind (e.g. "dlv" for
 // the delivery report of an SMS).
 func (l *Limiter) RecordKey(group, id, kind string) string {
-	return l.StateKey(group, id) + ":" + kind
+	return l.space.Record(group, l.Member(id), kind)
 }

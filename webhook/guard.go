@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // Guard is the replay guard: the deliveries seen, by provider and
@@ -27,7 +29,7 @@ func NewGuard(rdb redis.UniversalClient) *Guard { return &Guard{rdb: rdb} }
 
 func seenKey(provider, id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return "sluice:webhook-seen:" + provider + ":{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+	return keyspace.WebhookSeen(provider, base64.RawURLEncoding.EncodeToString(sum[:16]))
 }
 
 // First reports whether id is new for provider, whatever the tenant, and

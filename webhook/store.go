@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -36,7 +37,7 @@ func NewStore(rdb redis.UniversalClient, keys *tasks.Keyring) *Store {
 }
 
 // Key is the Redis key of tenant's credentials.
-func Key(tenant string) string { return "sluice:{" + tenant + "}:webhooks" }
+func Key(tenant string) string { return keyspace.Webhooks(tenant) }
 
 // sealedAs binds a sealed value to its tenant and provider (the AEAD's
 // additional data).

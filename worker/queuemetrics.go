@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 )
 
@@ -76,10 +77,10 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	waiting := make([]*redis.Cmd, len(queues))
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
-			k := "asynq:{" + q + "}:"
-			rs[i].counts = [5]*redis.IntCmd{p.LLen(ctx, k+"pending"), p.LLen(ctx, k+"active"),
-				p.ZCard(ctx, k+"scheduled"), p.ZCard(ctx, k+"retry"), p.ZCard(ctx, k+"archived")}
-			rs[i].oldest = p.LIndex(ctx, k+"pending", -1)
+			k := keyspace.AsynqQueue(q)
+			rs[i].counts = [5]*redis.IntCmd{p.LLen(ctx, k.Pending()), p.LLen(ctx, k.Active()),
+				p.ZCard(ctx, k.Scheduled()), p.ZCard(ctx, k.Retry()), p.ZCard(ctx, k.Archived())}
+			rs[i].oldest = p.LIndex(ctx, k.Pending(), -1)
 			waiting[i] = tasks.WaitingCmd(ctx, p, q)
 		}
 		return nil
@@ -107,7 +108,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
 			if id, err := rs[i].oldest.Result(); err == nil {
-				since[i] = p.HGet(ctx, "asynq:{"+q+"}:t:"+id, "pending_since")
+				since[i] = p.HGet(ctx, keyspace.AsynqQueue(q).Task(id), "pending_since")
 				cmds = append(cmds, since[i])
 			}
 		}

@@ -25,4 +25,10 @@
 // layers_test.go; docs/architecture.md shows them, generated from there
 // (TestLayersDoc; SLUICE_UPDATE_DOCS=1 rewrites the page's table).
 // TestLayersCatchFaults checks the check on a graph made for it.
+//
+// # Key table
+//
+// TestKeysTableDoc keeps docs/architecture.md's "Redis keys" table equal
+// to keyspace.Table, the table of every key Sluice writes or reads, in the
+// package that builds them (SLUICE_UPDATE_DOCS=1 rewrites the page's table).
 package codecheck

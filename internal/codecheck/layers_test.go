@@ -45,6 +45,7 @@ var layers = []layer{
 	{"internal utilities, outside the domain", []string{"internal/connlimit", "internal/lifecycle", "internal/orphans",
 		"internal/redisguard", "internal/telemetry"}},
 	{"internal utilities they use", []string{"internal/problem", "internal/pollgate"}},
+	{"every Redis key Sluice writes or reads, and their table", []string{"keyspace"}},
 }
 
 // harness are the test harness's packages, beside the layers: tests and

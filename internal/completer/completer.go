@@ -21,13 +21,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 )
 
@@ -130,31 +130,21 @@ func recognise(c *redis.Cmd) (*completion, bool) {
 		return nil, false
 	}
 	active, _ := args[3].(string)
-	q, ok := queueOf(active, "active")
-	if !ok {
+	q, rest, ok := keyspace.QueueOf(active)
+	if !ok || rest != "active" {
 		return nil, false
 	}
-	p := "asynq:{" + q + "}:"
+	keys := keyspace.AsynqQueue(q)
 	id, _ := args[8].(string)
 	daily, _ := args[6].(string)
-	if id == "" || args[4] != p+"lease" || args[5] != p+"t:"+id || args[7] != p+"processed" || !strings.HasPrefix(daily, p+"processed:") {
+	if id == "" || args[4] != keys.Lease() || args[5] != keys.Task(id) || args[7] != keys.Processed() || !keys.IsProcessedOn(daily) {
 		return nil, false
 	}
 	expireAt, ok := intString(args[9])
 	if !ok {
 		return nil, false
 	}
-	return &completion{cmd: c, queue: q, id: id, daily: daily, total: p + "processed", expireAt: expireAt, ready: make(chan struct{})}, true
-}
-
-// queueOf is the queue of an Asynq key "asynq:{<queue>}:<suffix>".
-func queueOf(key, suffix string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, "asynq:{")
-	if !ok {
-		return "", false
-	}
-	q, ok := strings.CutSuffix(rest, "}:"+suffix)
-	return q, ok && q != ""
+	return &completion{cmd: c, queue: q, id: id, daily: daily, total: keys.Processed(), expireAt: expireAt, ready: make(chan struct{})}, true
 }
 
 func intString(v any) (string, bool) {
@@ -251,12 +241,13 @@ func (c *Completer) write(batch []*completion) {
 			}
 			for _, g := range order {
 				first := g.items[0]
-				args := []any{first.expireAt, strconv.FormatInt(1<<63-1, 10), "asynq:{" + first.queue + "}:t:"}
+				keys := keyspace.AsynqQueue(first.queue)
+				args := []any{first.expireAt, strconv.FormatInt(1<<63-1, 10), keys.TaskPrefix()}
 				for _, p := range g.items {
 					args = append(args, p.id)
 				}
 				g.cmd = scripts.FairDone.EvalSha(ctx, pipe,
-					[]string{"asynq:{" + first.queue + "}:active", "asynq:{" + first.queue + "}:lease", first.daily, first.total}, args...)
+					[]string{keys.Active(), keys.Lease(), first.daily, first.total}, args...)
 			}
 			return nil
 		})
@@ -293,7 +284,7 @@ func (c *Completer) load(ctx context.Context, gs []*group) error {
 	}
 	var errs []error
 	for _, g := range gs {
-		node, err := cc.MasterForKey(ctx, "asynq:{"+g.items[0].queue+"}:active")
+		node, err := cc.MasterForKey(ctx, keyspace.AsynqQueue(g.items[0].queue).Active())
 		if err == nil {
 			err = scripts.FairDone.Load(ctx, node).Err()
 		}

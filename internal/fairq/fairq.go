@@ -51,7 +51,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +58,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/scripts"
 	"github.com/sluicehq/sluice/tasks"
 )
@@ -233,7 +233,7 @@ func (d *Dispatcher) OnWrite(keys []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, k := range keys {
-		q, ok := queueOf(k)
+		q, _, ok := keyspace.QueueOf(k)
 		if !ok {
 			continue
 		}
@@ -255,16 +255,6 @@ func (d *Dispatcher) Forget() {
 		s.epoch++
 		s.known = false
 	}
-}
-
-// queueOf is the queue of an Asynq key "asynq:{<queue>}:…".
-func queueOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, "asynq:{")
-	if !ok {
-		return "", false
-	}
-	q, _, ok := strings.Cut(rest, "}:")
-	return q, ok
 }
 
 // Hook returns the go-redis hook to add, before any other, to the client
@@ -308,8 +298,8 @@ func (d *Dispatcher) dequeueOf(c *redis.Cmd) *shard {
 		return nil
 	}
 	pending, _ := args[3].(string)
-	q, ok := queueOf(pending)
-	if !ok || pending != "asynq:{"+q+"}:pending" || args[4] != "asynq:{"+q+"}:paused" {
+	q, rest, ok := keyspace.QueueOf(pending)
+	if !ok || rest != "pending" || args[4] != keyspace.AsynqQueue(q).Paused() {
 		return nil
 	}
 	return d.shards[q]
@@ -432,8 +422,8 @@ func (d *Dispatcher) pick(asked *shard, tried map[*shard]bool) (*shard, bool) {
 // queue's order, or redis.Nil.
 func (d *Dispatcher) take(ctx context.Context, c *redis.Cmd, s *shard, refill bool, next redis.ProcessHook) ([]takenTask, error) {
 	args := append([]any(nil), c.Args()...)
-	p := "asynq:{" + s.queue + "}:"
-	args[3], args[4], args[5], args[6], args[8] = p+"pending", p+"paused", p+"active", p+"lease", p+"t:"
+	k := keyspace.AsynqQueue(s.queue)
+	args[3], args[4], args[5], args[6], args[8] = k.Pending(), k.Paused(), k.Active(), k.Lease(), k.TaskPrefix()
 	if k := d.batchOf(s); k > 1 {
 		return d.takeMany(ctx, s, refill, args, k)
 	}
@@ -643,7 +633,7 @@ func (d *Dispatcher) runLoading(ctx context.Context, s *shard, cmd *redis.Cmd) e
 func loadScripts(ctx context.Context, rdb redis.UniversalClient, queue string, ss ...*redis.Script) error {
 	for _, sc := range ss {
 		if c, ok := rdb.(*redis.ClusterClient); ok {
-			node, err := c.MasterForKey(ctx, "asynq:{"+queue+"}:pending")
+			node, err := c.MasterForKey(ctx, keyspace.AsynqQueue(queue).Pending())
 			if err != nil {
 				return err
 			}
@@ -728,7 +718,8 @@ func (d *Dispatcher) untake(ctx context.Context, ts []takenTask) (int, error) {
 	for _, q := range order {
 		ids := byQueue[q]
 		r := tasks.RoomOf(q)
-		got, err := scripts.FairUntake.Run(ctx, d.rdb, []string{r.Pending, "asynq:{" + q + "}:active", "asynq:{" + q + "}:lease"},
+		k := keyspace.AsynqQueue(q)
+		got, err := scripts.FairUntake.Run(ctx, d.rdb, []string{r.Pending, k.Active(), k.Lease()},
 			append([]any{r.TaskPrefix}, ids...)...).Int()
 		n += got
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // Held tasks: a task a worker holds in process, waiting for the slot it
@@ -50,17 +52,16 @@ import (
 // first (the takeover fails; nothing moves), or it finds, just before its
 // send, that it lost the task, and neither sends nor completes it.
 
-// HeldPrefix starts the keys of held tasks; "{held}" is their Redis
-// Cluster hash tag (one slot: a holder's stamp and its hash in one script).
-const HeldPrefix = "sluice:{held}:"
+// The keys of held tasks share the Redis Cluster hash tag "{held}" (one
+// slot: a holder's stamp and its hash in one script).
 
 // HoldersKey lists the holders (sorted set: member the holder's id, score
 // its last stamp, Redis's clock in ms).
-const HoldersKey = HeldPrefix + "holders"
+const HoldersKey = keyspace.Holders
 
 // HeldKey is the hash of the tasks holder holds: field "<queue>\n<task
 // id>\n<run>", value the worker's fence.
-func HeldKey(holder string) string { return HeldPrefix + "h:" + holder }
+func HeldKey(holder string) string { return keyspace.Held(holder) }
 
 // HeldTTL is how long a holder's keys live after its last stamp or hold.
 const HeldTTL = time.Minute
@@ -433,8 +434,7 @@ func (s *Sweeper) recoverHolder(ctx context.Context, holder, stamp string, unsee
 			continue
 		}
 		if mine {
-			p := keyPrefix(q)
-			n, err := requeueOrphan.Run(ctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + id}, id, "").Int() // no lease to match: the fence decided
+			n, err := requeueOrphan.Run(ctx, s.rdb, requeueKeys(q, id), id, "").Int() // no lease to match: the fence decided
 			if err != nil {
 				errs = append(errs, err) // fenced, still active: the lease sweep puts it back
 			} else if n == 1 {

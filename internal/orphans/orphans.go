@@ -45,6 +45,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/pollgate"
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // AsynqVersion is the Asynq release whose key names and task states the
@@ -159,8 +160,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Sweeper, error) {
 	}, nil
 }
 
-// keyPrefix is the prefix of Asynq's keys of queue.
-func keyPrefix(queue string) string { return "asynq:{" + queue + "}:" }
+// requeueKeys are requeueOrphan's keys of task id of queue: active, lease,
+// pending and its hash.
+func requeueKeys(queue, id string) []string {
+	q := keyspace.AsynqQueue(queue)
+	return []string{q.Active(), q.Lease(), q.Pending(), q.Task(id)}
+}
 
 // Start sweeps every second (or After/4) in the background until ctx ends
 // or Stop. A second Start is an error.
@@ -282,7 +287,7 @@ type leaseRead struct {
 func (s *Sweeper) readLeases(ctx context.Context) (reads []leaseRead, dead *redis.Cmd, err error) {
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range s.queues {
-			key := keyPrefix(q) + "lease"
+			key := keyspace.AsynqQueue(q).Lease()
 			if s.gate != nil && s.gate.KnownEmpty(key) {
 				continue
 			}
@@ -309,7 +314,7 @@ func (s *Sweeper) confirmEmpty(ctx context.Context, reads []leaseRead) {
 	var empty []string
 	for _, r := range reads {
 		if len(r.cmd.Val()) == 0 && r.cmd.Err() == nil {
-			empty = append(empty, keyPrefix(r.queue)+"lease")
+			empty = append(empty, keyspace.AsynqQueue(r.queue).Lease())
 		}
 	}
 	s.gate.ConfirmEmpty(ctx, empty...)
@@ -367,8 +372,7 @@ func (s *Sweeper) requeue(ctx context.Context, stale []taskRef, scores map[taskR
 		if listed[ref.id] {
 			continue
 		}
-		p := keyPrefix(ref.queue)
-		n, err := requeueOrphan.Run(ctx, s.rdb, []string{p + "active", p + "lease", p + "pending", p + "t:" + ref.id}, ref.id, scores[ref]).Int()
+		n, err := requeueOrphan.Run(ctx, s.rdb, requeueKeys(ref.queue, ref.id), ref.id, scores[ref]).Int()
 		if err != nil {
 			errs = append(errs, err)
 			continue

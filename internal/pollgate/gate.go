@@ -49,6 +49,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/sluicehq/sluice/keyspace"
 )
 
 // Options configure a Gate. The zero value of each field is its default.
@@ -150,15 +152,15 @@ func New(rdb redis.UniversalClient, queues []string, opts Options) *Gate {
 		g.now = time.Now
 	}
 	for _, q := range queues {
-		p := "asynq:{" + q + "}:"
+		k := keyspace.AsynqQueue(q)
 		pending := &state{kind: kPending}
-		g.keys[p+"pending"] = pending
-		g.keys[p+"paused"] = &state{kind: kPaused, queue: pending}
-		g.keys[p+"scheduled"] = &state{kind: kDelayed}
-		g.keys[p+"retry"] = &state{kind: kDelayed}
-		g.keys[p+"completed"] = &state{kind: kHouse}
-		g.keys[p+"lease"] = &state{kind: kHouse}
-		g.keys[p+"aggregation_sets"] = &state{kind: kHouse}
+		g.keys[k.Pending()] = pending
+		g.keys[k.Paused()] = &state{kind: kPaused, queue: pending}
+		g.keys[k.Scheduled()] = &state{kind: kDelayed}
+		g.keys[k.Retry()] = &state{kind: kDelayed}
+		g.keys[k.Completed()] = &state{kind: kHouse}
+		g.keys[k.Lease()] = &state{kind: kHouse}
+		g.keys[k.AggregationSets()] = &state{kind: kHouse}
 	}
 	return g
 }
