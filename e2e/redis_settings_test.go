@@ -107,6 +107,7 @@ func TestEvictionDegradesReadiness(t *testing.T) {
 	e.sms.WaitCount(t, 5, 30*time.Second)
 
 	// The other application writes its cache until Redis evicts.
+	e.notSluice("otherapp:")
 	ctx := context.Background()
 	v := strings.Repeat("c", 4<<10)
 	for i := 0; ; i++ {
