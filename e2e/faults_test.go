@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -197,15 +196,6 @@ func TestRedisCrash(t *testing.T) {
 	if r.duplicates != 0 {
 		t.Fatalf("%d notifications were received twice", r.duplicates)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func readyz(addr string) int {

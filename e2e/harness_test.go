@@ -187,8 +187,22 @@ func (e *env) sluiceProc(name string, extra map[string]string, args ...string) *
 	}
 	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() { cmd.Wait(); f.Close(); close(p.done) }()
-	e.t.Cleanup(func() { p.kill() })
+	e.t.Cleanup(func() {
+		p.kill()
+		if e.t.Failed() {
+			e.t.Logf("%s's log, its last %d lines:\n%s", name, procLogTail, lastLines(p.logText(), procLogTail))
+		}
+	})
 	return p
+}
+
+// procLogTail is how many lines of each sluice process's log a failed
+// test prints.
+const procLogTail = 30
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func (e *env) environ(extra map[string]string) []string {
