@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,14 +234,28 @@ func TestOutageSendsOnlyWhatWasAdmitted(t *testing.T) {
 		}
 		ids[n.ID] = n.To
 	}
-	// Kill while sends are at the provider: 30 received ends a wave of
-	// requests that started together, and on a loaded machine the kill
-	// once fell between two waves ("nothing was in flight").
-	e.sms.WaitFor(t, time.Minute, "30 received and 4 requests at the provider", func(ds []fakes.Delivery) bool {
+	// Kill while sends are at the provider. The provider answers the first
+	// 30 and holds every later request unanswered until Redis is dead, so
+	// that requests are in flight at the kill however the machine is
+	// loaded: timed by the provider's latency alone, a loaded run once
+	// killed between two waves (30 received ended one), and a run beside two
+	// CPU hogs saw 4 in flight and yet none answered after the kill: the
+	// kill came more than the latency (1 s) after the look ("nothing was in
+	// flight").
+	var answered atomic.Int64
+	gate := make(chan struct{})
+	e.sms.SetReply(func(string, string) (int, string) {
+		if answered.Add(1) > 30 {
+			<-gate // a scenario: held until the kill below, then answered
+		}
+		return 0, ""
+	})
+	e.sms.WaitFor(t, time.Minute, "30 received and 4 requests held at the provider", func(ds []fakes.Delivery) bool {
 		return len(ds) >= 30 && e.sms.InFlightFrom("+15005550006") >= 4
 	})
-	e.redis.Stop()
 	killed := time.Now()
+	e.redis.Stop()
+	close(gate)
 	// A send admitted before the kill arrives within the provider's latency
 	// (or MAX_INLINE_WAIT, 2 s, for one waiting for its slot); nothing else
 	// may arrive while Redis is down.
