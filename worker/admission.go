@@ -191,6 +191,11 @@ func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, l
 		log.Error("quota check failed; nothing sent, will try again", "err", err, "cause", unavailableWhy(err))
 		return d, false, replied, &UnavailableError{Err: err}
 	}
+	if c.Match.Digest != nil && !c.digestItem && !c.rerun {
+		// A digest's carrier has its slot now: the recipient's later
+		// items may go on, to join it while it waits (digestBefore).
+		placeOf(ctx).done()
+	}
 	if ad.onDecide != nil {
 		ad.onDecide(n, d)
 	}

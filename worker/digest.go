@@ -226,8 +226,9 @@ type digestLook struct {
 // digestBefore is the join before n's check, in the first round of its
 // run only (later rounds get what it found): false, nil when n goes on to
 // its check. It comes after n's wait for its recipient's order
-// (recipientOrder): the item before it has sent, or opened a digest
-// (joinDigest frees its place), which n joins.
+// (recipientOrder): the item before it has sent, or opened a digest and
+// booked its carrier's slot (admission.check frees its place), which n
+// joins.
 func (dgs *digester) digestBefore(ctx context.Context, t *asynq.Task, n tasks.Notification, c *check, look *digestLook, log *slog.Logger) (bool, error) {
 	if look.looked {
 		c.rerun = look.rerun
@@ -294,8 +295,11 @@ func (dgs *digester) joinDigest(ctx context.Context, t *asynq.Task, n tasks.Noti
 		log.Info("carried by a digest", "digest", o.Carrier, "again", o.Again)
 	case digest.Started:
 		// Its carrier now: the recipient's later items go on (recipientOrder)
-		// while it waits for its slot, and join it.
-		placeOf(ctx).done()
+		// once its check has booked its slot, and join it while it waits
+		// for the slot (admission.check frees its place). Not before: a
+		// later item that finds this digest full opens the next one, and
+		// its carrier must not book ahead of this one's (beside two CPU
+		// hogs a starved first carrier was booked 5 s after the second).
 		log.Info("opened a digest; it carries the notifications that follow to its slot", "max", dg.Max, "window", dg.Window)
 		if o.Opened.IsZero() {
 			o.Opened = time.Now() // not from Redis (it always is): this process's clock
