@@ -175,6 +175,9 @@ func scanTTLs(t *testing.T, rdb redis.UniversalClient) map[string]time.Duration 
 			if err != nil {
 				return err
 			}
+			if ttl == -2 {
+				continue // gone since the scan listed it (emptied, or expired): not a key without TTL
+			}
 			mu.Lock()
 			out[it.Val()] = ttl
 			mu.Unlock()
