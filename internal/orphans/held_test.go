@@ -264,3 +264,75 @@ func TestHoldersReadOnlyWhenWritten(t *testing.T) {
 		return err == nil && slices.Contains(moved, id)
 	})
 }
+
+// A hold whose end never reached Redis (its HDel rides the read a send
+// makes just before it goes, and that read failed: beside two CPU hogs,
+// a context deadline) leaves the holder listed, with an entry for a task
+// long done, after its last stamp. Once the holder is silent a sweep takes
+// it off the list within DeadAfter and two reads, even with no task leased
+// (every lease set known empty to the gate, as on a fleet gone idle);
+// before, such a fleet read no holders, and the entry stayed until the
+// keys' TTL (HeldTTL, a minute).
+func TestSilentHolderWithAStaleEntryLeavesAnIdleList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := redistest.New(t)
+	var s *orphans.Sweeper
+	gate := pollgate.New(rdb, []string{queue}, pollgate.Options{
+		OnWrite: func(keys []string) { s.Written(keys) }, OnForget: func() { s.Forgot() }})
+	var mu sync.Mutex
+	var asked []orphans.HeldTask
+	var err error
+	s, err = orphans.New(rdb, orphans.Options{Queues: []string{queue}, After: orphans.MinAfter, Gate: gate, Held: &orphans.HeldOptions{
+		TakeOver: func(_ context.Context, h orphans.HeldTask) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, h)
+			return false, nil // the task is done: its fence is not the sweeper's to take
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); gate.Run(gctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	sluicetest.Eventually(t, 5*time.Second, "the gate up", gate.Active)
+
+	h := orphans.NewHolder(rdb, nil)
+	hctx, die := context.WithCancel(ctx)
+	held := make(chan struct{})
+	go func() { defer close(held); h.Run(hctx) }()
+	if err := h.Hold(ctx, queue, "done", "run-1", "fence-1"); err != nil {
+		t.Fatal(err)
+	}
+	p := rdb.Pipeline()
+	h.QueueUnhold(ctx, p, queue, "done", "run-1")
+	p.Discard() // the end of the hold never reaches Redis
+	// The holder's last stamp (it holds nothing now, but its hash is not
+	// empty, so it stays listed), then silence.
+	sluicetest.Eventually(t, 2*time.Second, "the holder's last stamp", func() bool {
+		return rdb.ZScore(ctx, orphans.HoldersKey, h.ID()).Val() > 0
+	})
+	time.Sleep(2 * orphans.BeatInterval) // the test's subject is a holder gone quiet: its last beat comes within one interval
+	die()
+	<-held
+	if n := rdb.HLen(ctx, orphans.HeldKey(h.ID())).Val(); n != 1 {
+		t.Fatalf("the holder's hash holds %d entries, want the stale one", n)
+	}
+	sluicetest.EventuallyEvery(t, 5*time.Second, orphans.BeatInterval, "the silent holder off the list, no task leased", func() bool {
+		if _, err := s.Sweep(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return rdb.Exists(ctx, orphans.HoldersKey, orphans.HeldKey(h.ID())).Val() == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 1 || asked[0] != (orphans.HeldTask{Queue: queue, ID: "done", Fence: "fence-1"}) {
+		t.Fatalf("TakeOver asked for %v, want the stale entry once", asked)
+	}
+	if n := rdb.LLen(ctx, key("pending")).Val(); n != 0 {
+		t.Fatalf("%d tasks pending: a done task was put back", n)
+	}
+}

@@ -253,7 +253,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) ([]string, error) {
 			s.log.Debug("held-task sweep: not every dead holder's task was taken over; the next sweep tries again", "err", err)
 		}
 	} else if s.held != nil {
-		s.held.holders, s.held.suspects = 0, nil // nothing leased, or known no holder
+		s.held.holders, s.held.suspects = 0, nil // known no holder
 	}
 	stale, scores := s.observe(reads, now)
 	if len(stale) == 0 {
@@ -279,11 +279,13 @@ type leaseRead struct {
 }
 
 // readLeases reads the lease set of every queue the gate does not know to
-// be empty, in one pipeline, and with them (when it reads any, and held
-// tasks are recovered) the holders, unless the gate knows that list empty:
-// a task held is leased, so an idle fleet, whose lease sets the gate knows
-// empty, reads neither, and a busy one whose workers hold nothing reads
-// no holders.
+// be empty, in one pipeline, and with them (when held tasks are recovered)
+// the holders, unless the gate knows that list empty: a fleet whose
+// workers hold nothing reads no holders, and an idle one, whose lease sets
+// and holders' list the gate knows empty, reads nothing. The holders are
+// read even when no lease set is: a hold whose end never reached Redis (a
+// send's read that failed) leaves its holder listed after the task is
+// done, and it is taken off the list only by a read that finds it silent.
 func (s *Sweeper) readLeases(ctx context.Context) (reads []leaseRead, dead *redis.Cmd, err error) {
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range s.queues {
@@ -294,7 +296,7 @@ func (s *Sweeper) readLeases(ctx context.Context) (reads []leaseRead, dead *redi
 			r := leaseRead{queue: q, cmd: p.ZRangeWithScores(ctx, key, 0, -1)}
 			reads = append(reads, r)
 		}
-		if len(reads) > 0 && s.readHolders() {
+		if s.readHolders() {
 			dead = s.queueDead(ctx, p)
 		}
 		return nil
