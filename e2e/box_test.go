@@ -42,7 +42,7 @@ func procKB(pid int, field string) int {
 //
 // The 1 s is the work the box lets a template do, so it is judged on the
 // process's CPU time (user + system, every thread: what the template cost,
-// however the machine schedules it; measured about 0.1–0.5 s). The wall
+// however the machine schedules it; measured 0.07–0.17 s alone). The wall
 // clock is latency, on its own budget: beside two CPU hogs the nested bomb
 // took 3.35 s from start to refusal.
 func TestTemplateBombRefusedAtSetTime(t *testing.T) {

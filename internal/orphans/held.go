@@ -31,8 +31,9 @@ import (
 //     A worker holding nothing sends nothing.
 //   - The sweeper reads HoldersKey with the lease sets it already reads
 //     (unless its gate knows the list empty: an idle fleet reads nothing),
-//     and while any holder is listed, every HeldOptions.Interval (250 ms). A holder not stamped for HeldOptions.DeadAfter (1 s) by
-//     Redis's clock is presumed dead; for each task it held, the worker's
+//     and while any holder is listed, every HeldOptions.Interval (250 ms).
+//     A holder not stamped for HeldOptions.DeadAfter (1 s) by Redis's
+//     clock is presumed dead; for each task it held, the worker's
 //     HeldOptions.TakeOver fences the task's admission (only one sweeper,
 //     and only while the holder has not begun the send, succeeds) and the
 //     task goes back to the head of its queue (requeueOrphan without its lease check: the move
