@@ -96,13 +96,18 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 				rollback()
 				return Decision{}, err
 			}
-			if d.At.Sub(t) < agreeLead || !d.At.After(d.Now) {
+			switch {
+			case d.DeniedBy >= 0 && d.At.After(d.Now):
+				// One of its rules set the slot: that instant, exactly (a
+				// move of a few ms is a window's end, not the clock).
+				a.t, a.rule = d.At, d.DeniedBy
+			case d.At.Sub(t) < agreeLead || !d.At.After(d.Now):
 				// Only the clock moved on between the calls (or the nodes'
 				// clocks differ a little; or t was past when the own group
 				// read it, which then admits its now): aim every group at one
 				// instant ahead, which the own group admits for that instant.
 				a.ahead(d.At)
-			} else {
+			default:
 				a.t = d.At
 			}
 		default:
