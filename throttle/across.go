@@ -96,20 +96,7 @@ func (l *Limiter) reserveAcross(ctx context.Context, group, id string, policy Re
 				rollback()
 				return Decision{}, err
 			}
-			switch {
-			case d.DeniedBy >= 0 && d.At.After(d.Now):
-				// One of its rules set the slot: that instant, exactly (a
-				// move of a few ms is a window's end, not the clock).
-				a.t, a.rule = d.At, d.DeniedBy
-			case d.At.Sub(t) < agreeLead || !d.At.After(d.Now):
-				// Only the clock moved on between the calls (or the nodes'
-				// clocks differ a little; or t was past when the own group
-				// read it, which then admits its now): aim every group at one
-				// instant ahead, which the own group admits for that instant.
-				a.ahead(d.At)
-			default:
-				a.t = d.At
-			}
+			a.ownLater(d)
 		default:
 			rollback()
 			return d, nil
@@ -146,6 +133,24 @@ func (a *aim) take(x time.Time, r int, index []int) bool {
 		a.t, a.rule = x, index[r]
 	}
 	return true
+}
+
+// ownLater moves the aim to the own group's answer d, later than a.t.
+func (a *aim) ownLater(d Decision) {
+	switch {
+	case d.DeniedBy >= 0 && d.At.After(d.Now):
+		// One of its rules set the slot: that instant, exactly (a move of
+		// a few ms is a window's end, not the clock).
+		a.t, a.rule = d.At, d.DeniedBy
+	case d.At.Sub(a.t) < agreeLead || !d.At.After(d.Now):
+		// Only the clock moved on between the calls (or the nodes' clocks
+		// differ a little; or t was past when the own group read it, which
+		// then admits its now): aim every group at one instant ahead,
+		// which the own group admits for that instant.
+		a.ahead(d.At)
+	default:
+		a.t = d.At
+	}
 }
 
 // ahead aims lead past x and doubles the lead (up to maxAgreeLead).

@@ -191,21 +191,31 @@ func redisTime(b *testing.B, c *redis.Client) func() {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var us float64
-		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"fcall", "evalsha", "eval"} {
-				rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-				if !ok {
-					continue
+		us, _ := scriptStats(info)
+		b.ReportMetric(us/float64(b.N), "redis-µs/op")
+	}
+}
+
+// scriptStats sums the Redis time (µs) and the number of the limiter's
+// script calls (FCALL, EVALSHA, EVAL) in an INFO commandstats reply.
+func scriptStats(info string) (usec, calls float64) {
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					usec += n
 				}
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						n, _ := strconv.ParseFloat(v, 64)
-						us += n
-					}
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					calls += n
 				}
 			}
 		}
-		b.ReportMetric(us/float64(b.N), "redis-µs/op")
 	}
+	return usec, calls
 }
