@@ -38,8 +38,11 @@ func TestStatusWaitingThenSent(t *testing.T) {
 	if st.Reason != "throttled" || st.Rule != "sms:recipient 1/3s" || st.Slot.IsZero() || st.NextAttemptAt.IsZero() || st.NextAttemptAt.After(st.Slot) {
 		t.Fatalf("waiting: %+v", st)
 	}
+	// Never before the slot the status gave (exact); after it on a latency
+	// budget of 5 s (a few ms alone; 2.75 s beside two CPU hogs, where a
+	// starved wake-up gives its slot back and asks again).
 	ds := b.SMS.WaitCount(t, 2, 10*time.Second)
-	if at := ds[1].At; at.Before(st.Slot) || at.After(st.Slot.Add(time.Second)) {
+	if at := ds[1].At; at.Before(st.Slot) || at.After(st.Slot.Add(5*time.Second)) {
 		t.Fatalf("sent at %v; the status said slot %v", at, st.Slot)
 	}
 	sluicetest.Eventually(t, 5*time.Second, "the second notification to read as sent", func() bool {
