@@ -119,17 +119,26 @@ func TestWhatsAppPortfolioLimit(t *testing.T) {
 	if len(lastIn1) != limit {
 		t.Errorf("%d distinct users served in the first window, want exactly %d", len(lastIn1), limit)
 	}
-	// Repeats to counted users are not held by the portfolio limit: every
-	// message to a user of the first window reached it in that window (the
-	// pair rate spaces them 6 s; 600 repeats over 400 users).
+	// Repeats to counted users are not held by the portfolio limit: a
+	// message to a user of the first window came in that window, or, where
+	// the pair rate spaced that user's messages past its end (600 repeats
+	// over 400 users, 6 s and the slack apart), one pair spacing after the
+	// user's message before it, on a latency budget of 10 s (the takeover of
+	// what the killed worker held included). Beside two CPU hogs a user's
+	// second message came 27.5 s in and its seventh, held by the killed
+	// worker, at 70.5 s, 14.9 s after its sixth. A repeat held for the
+	// portfolio would wait for the first exit, 61 s after the first receipt.
 	late := 0
+	prev := map[string]time.Time{}
 	for _, d := range ds {
-		if _, ok := lastIn1[d.To]; ok && d.At.After(t0.Add(window)) {
+		p, seen := prev[d.To]
+		prev[d.To] = d.At
+		if _, ok := lastIn1[d.To]; ok && d.At.After(t0.Add(window)) && (!seen || d.At.Sub(p) > pair+waSlack+10*time.Second) {
 			late++
 		}
 	}
 	if late > 0 {
-		t.Errorf("%d messages to users counted in the first window came after it", late)
+		t.Errorf("%d messages to users counted in the first window came after it, later than a pair spacing and the latency budget after the one before", late)
 		shown := 0
 		for u := range lastIn1 {
 			var at []string
