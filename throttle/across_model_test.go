@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,10 +170,10 @@ func runAcrossTrial(t *testing.T, addrs []string, rng *rand.Rand, trial int, st 
 	record := func(c *acrossCheck, now int64) {
 		switch {
 		case errors.Is(c.err, errInjected):
-			atomic.AddInt64(&st.failed, 1)
+			st.failed++
 			return
 		case errors.Is(c.err, throttle.ErrNoAgreement):
-			atomic.AddInt64(&st.noAgreement, 1)
+			st.noAgreement++
 			return
 		case c.err != nil:
 			t.Errorf("trial %d, %s: %v", trial, c.id, c.err)
@@ -182,14 +181,14 @@ func runAcrossTrial(t *testing.T, addrs []string, rng *rand.Rand, trial int, st 
 		}
 		switch c.d.Status {
 		case throttle.StatusBooked:
-			atomic.AddInt64(&st.booked, 1)
+			st.booked++
 		case throttle.StatusAdmitted:
 		default:
 			t.Errorf("trial %d, %s: %s, want admitted or booked", trial, c.id, c.d.Status)
 			return
 		}
 		if c.d.At.UnixMilli() > firstAim(now, c.tmin) {
-			atomic.AddInt64(&st.moved, 1)
+			st.moved++
 		}
 		for i, r := range c.rules {
 			if r.slots[c.keys[i]] == nil {
