@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // The SMS provider answers 429 with Retry-After: 5 for 5 s in the middle of
@@ -16,7 +18,27 @@ import (
 // no retry budget is spent (no send is logged as a transient failure).
 func TestProviderBackPressureHoldsEveryWorker(t *testing.T) {
 	t.Parallel()
+	backPressureHoldsEveryWorker(t, false)
+}
+
+// The same on a 3-master Cluster, where each worker serves its checks'
+// hold reads from memory (throttle.Limiter.WatchHolds) and the hold's
+// announcement crosses the Cluster bus: the bound is the same. A worker
+// whose send met the hold, in flight or not, forgets its cached holds as
+// it records the answer, so its next check reads the hold; only a worker
+// with no send in flight may check one before the announcement reaches it
+// — and that send is its one request during the hold.
+func TestProviderBackPressureHoldsEveryWorkerCluster(t *testing.T) {
+	sluicetest.Slow(t)
+	t.Parallel()
+	backPressureHoldsEveryWorker(t, true)
+}
+
+func backPressureHoldsEveryWorker(t *testing.T, cluster bool) {
 	e := newEnv(t, "sms:tenant=100000/1h")
+	if cluster {
+		e.onCluster(0)
+	}
 	var mu sync.Mutex
 	var t0 time.Time // the first 429
 	during, delivered := 0, 0

@@ -44,7 +44,7 @@ var table = []Row{
 		TTL:       "the lease (`SLUICE_ORPHAN_AFTER`, renewed while the send runs)"},
 	{Keys: []string{"sl1:{hold}:<channel>:provider\\|sender[:<HMAC>]"},
 		Owner:     "`throttle` (`Limiter.HoldKey`)",
-		WrittenBy: "workers on a provider's throttling answer (`Limiter.Hold`)",
+		WrittenBy: "workers on a provider's throttling answer (`Limiter.Hold`, which announces a hold begun or extended on `sl1:{hold}:provider-events` in the same script); on a Cluster each worker serves its reads from memory (`Limiter.WatchHolds`)",
 		TTL:       "the hold + 1 min"},
 	{Keys: []string{"sl1:{hold}:breaker:<channel>:<provider>"},
 		Owner:     "`throttle` (`Limiter.BreakerKey`)",

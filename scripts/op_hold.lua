@@ -16,6 +16,8 @@
 -- ARGV[5]     -> code: the provider's answer (429, 20429, 421, ...), kept for readers
 -- ARGV[6]     -> sent_ago_ms: how long before this call the answered request was sent (in the
 --                caller's clock: a duration, so the clocks need not agree)
+-- ARGV[7]     -> events: the pub/sub channel a hold begun or extended is announced on, with the
+--                write (Limiter.ProviderEvents; the workers' hold caches empty at the message)
 --
 -- Returns {until_ms, level, state}: state 0 the hold began, 1 a live hold was extended (or kept,
 -- when it already lasted longer), 2 the answered request was in flight when the live hold began
@@ -23,7 +25,7 @@
 
 local function hold()
   local hkey = key()
-  local retry, base, cap, linger, code, ago = arg(6)
+  local retry, base, cap, linger, code, ago, events = arg(7)
   retry, base, cap, linger, ago = tonumber(retry), tonumber(base), tonumber(cap), tonumber(linger), tonumber(ago)
   local cu, lvl, since = 0, -1, 0
   local cur = call('GET', hkey)
@@ -44,6 +46,7 @@ local function hold()
   local u = max(cu, now + dur)
   if not live then since = now end
   call('SET', hkey, fmt(u) .. ':' .. fmt(lvl) .. ':' .. code .. ':' .. fmt(since), 'PX', fmt(u - now + linger))
+  call('PUBLISH', events, 'hold')
   local ext = 0
   if live then ext = 1 end
   return {u, lvl, ext}

@@ -2,9 +2,7 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -75,8 +73,13 @@ func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, bas
 	if !strings.HasPrefix(key, l.space.Holds()) {
 		return HoldState{}, fmt.Errorf("%w: %q is not a hold key (HoldKey)", ErrInvalidKey, key)
 	}
-	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code, sentAgo: sentAgo}
+	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code, sentAgo: sentAgo, events: l.ProviderEvents()}
 	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, o.build())
+	if c := l.holds.Load(); c != nil {
+		// Its own checks read the hold at once, whenever the announcement
+		// reaches this process (over a Cluster's bus).
+		c.forget(false)
+	}
 	if err != nil {
 		return HoldState{}, fmt.Errorf("throttle: hold: %w", err)
 	}
@@ -89,36 +92,44 @@ func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, bas
 // HeldUntil reads hold keys (HoldKey) and returns when the last live hold
 // among them lifts; zero when none is live. A send admitted before a hold
 // began and held back since (a wait for its slot, for an in-flight cap)
-// asks it before it goes: the check that admitted it saw no hold.
+// asks it before it goes: the check that admitted it saw no hold. A
+// Limiter watching holds answers from memory (WatchHolds).
 func (l *Limiter) HeldUntil(ctx context.Context, keys ...string) (time.Time, error) {
 	if len(keys) == 0 {
 		return time.Time{}, nil
 	}
-	var read func() (time.Time, error)
-	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		read = l.QueueHolds(ctx, p, keys...)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return time.Time{}, fmt.Errorf("throttle: read holds: %w", err)
+	ends, err := l.readHolds(ctx, keys)
+	if err != nil {
+		return time.Time{}, err
 	}
-	return read()
+	return l.lastLive(ends), nil
 }
 
 // QueueHolds adds HeldUntil's reads of hold keys to p, for a caller that
 // reads them in the same round trip as something else; the function it
-// returns, called once p has run, answers what HeldUntil would.
+// returns, called once p has run, answers what HeldUntil would. A Limiter
+// watching holds that has them all in memory adds nothing to p.
 func (l *Limiter) QueueHolds(ctx context.Context, p redis.Pipeliner, keys ...string) func() (time.Time, error) {
+	c := l.holds.Load()
+	var gen uint64
+	if c != nil {
+		ends, g, ok := c.cached(keys)
+		if ok {
+			return func() (time.Time, error) { return l.lastLive(ends), nil }
+		}
+		gen = g
+	}
+	at := l.cacheNow(c)
 	cmds := queueHoldReads(ctx, p, keys)
 	return func() (time.Time, error) {
-		spans, err := l.holdSpansOf(cmds)
-		var until time.Time
-		for _, s := range spans {
-			if s.End.After(until) {
-				until = s.End
-			}
+		ends, err := holdEnds(cmds)
+		if err != nil {
+			return time.Time{}, err
 		}
-		return until, err
+		if c != nil {
+			c.keep(gen, at, keys, ends)
+		}
+		return l.lastLive(ends), nil
 	}
 }
 
@@ -130,41 +141,38 @@ func queueHoldReads(ctx context.Context, p redis.Pipeliner, keys []string) []*re
 	return cmds
 }
 
-// holdSpans reads hold keys (a Cluster's check reads them before its own
-// script call) as closed spans ending when each live hold lifts.
-func (l *Limiter) holdSpans(ctx context.Context, keys []string) ([]Interval, error) {
-	var cmds []*redis.StringCmd
-	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmds = queueHoldReads(ctx, p, keys)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("throttle: read holds: %w", err)
+// holdNow is the instant holds are judged live at.
+func (l *Limiter) holdNow() time.Time {
+	if l.now != nil {
+		return l.now()
 	}
-	return l.holdSpansOf(cmds)
+	return time.Now()
 }
 
-// holdSpansOf reads the replies of queueHoldReads as holdSpans does.
-func (l *Limiter) holdSpansOf(cmds []*redis.StringCmd) ([]Interval, error) {
-	now := time.Now()
-	if l.now != nil {
-		now = l.now()
+// lastLive is the latest of ends still ahead; zero when none is.
+func (l *Limiter) lastLive(ends []time.Time) time.Time {
+	now := l.holdNow()
+	var until time.Time
+	for _, e := range ends {
+		if e.After(now) && e.After(until) {
+			until = e
+		}
 	}
+	return until
+}
+
+// holdSpans reads hold keys (a Cluster's check reads them before its own
+// script call, or has them from memory: WatchHolds) as closed spans ending
+// when each live hold lifts.
+func (l *Limiter) holdSpans(ctx context.Context, keys []string) ([]Interval, error) {
+	ends, err := l.readHolds(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	now := l.holdNow()
 	var out []Interval
-	for _, c := range cmds {
-		v, err := c.Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("throttle: read holds: %w", err)
-		}
-		ms, _, _ := strings.Cut(v, ":")
-		until, err := strconv.ParseInt(ms, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("throttle: read holds: %w: %q", ErrBadRecord, v)
-		}
-		if end := time.UnixMilli(until); end.After(now) {
+	for _, end := range ends {
+		if end.After(now) {
 			out = append(out, Interval{Start: time.UnixMilli(1), End: end})
 		}
 	}

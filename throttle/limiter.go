@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -142,6 +143,7 @@ type Limiter struct {
 	compact bool
 	macs    *sync.Pool // of HMAC-SHA256 keyed with secret: hmac.New per key is a hot-path cost
 	batch   *batcher
+	holds   atomic.Pointer[holdCache] // set while WatchHolds runs (a Cluster's)
 }
 
 // New returns a Limiter over any go-redis client (single node, Sentinel, Cluster).

@@ -309,12 +309,13 @@ type holdOp struct {
 	retry, base, max, linger time.Duration
 	answer                   int           // the provider's answer (429, 20429, 421, ...)
 	sentAgo                  time.Duration // how long ago the answered request was sent
+	events                   string        // the channel a change is announced on (ProviderEvents)
 }
 
 func (o *holdOp) code() string { return opHold }
 
 func (o *holdOp) build() *op {
-	e := newEnc(opHold, 1, 6)
+	e := newEnc(opHold, 1, 7)
 	o.encode(&e)
 	return &e.op
 }
@@ -327,6 +328,7 @@ func (o *holdOp) encode(e *enc) {
 	e.arg("linger_ms", o.linger.Milliseconds())
 	e.arg("code", o.answer)
 	e.arg("sent_ago_ms", o.sentAgo.Milliseconds())
+	e.arg("events", o.events)
 }
 
 // leaseOp is "L" (scripts/op_lease.lua): Acquire, in one group.

@@ -129,10 +129,10 @@ func (dp *dispatcher) holdProvider(ctx context.Context, n tasks.Notification, p 
 		return err
 	})
 	if err == nil {
+		// A hold begun or extended was announced with its write (the
+		// script's PUBLISH on ProviderEvents): every worker reads the
+		// providers' states now, and its hold cache forgets.
 		dp.metrics.Holds.WithLabelValues(string(n.Channel), scope, holdLabel(h)).Inc()
-		if !h.Extended && !h.InFlight {
-			dp.prov.announce(ctx, log) // a hold began: every worker reads the provider's state now
-		}
 	}
 	return h, err
 }

@@ -260,7 +260,7 @@ func (b *bundle) waitTask(t *testing.T, id string, timeout time.Duration, cond f
 }
 
 // mustKeys is the key ring of testKeys.
-func mustKeys(t *testing.T) *tasks.Keyring {
+func mustKeys(t testing.TB) *tasks.Keyring {
 	k, err := tasks.ParseKeyring(testKeys)
 	if err != nil {
 		t.Fatal(err)

@@ -335,6 +335,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		// worker (sluice_provider_up, /readyz), and its changes to the
 		// sends waiting on one.
 		lifecycle.Go("provider-states", w.path.prov.watch),
+		// On a Cluster, the provider holds every check names are read
+		// from memory, emptied at each hold's announcement (issue 52):
+		// the master of the {hold} slot no longer carries every send.
+		lifecycle.Go("hold-cache", w.core.limiter.WatchHolds),
 		lifecycle.Func("asynq", w.intake.startServers, w.intake.stopServers),
 		// The suppression lists of Sluice before consent move into the
 		// consent store once (the limiter reads both meanwhile).

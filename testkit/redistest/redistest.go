@@ -318,11 +318,23 @@ func newCluster(tb testing.TB, certs *tlstest.Certs, masters, replicasPerMaster 
 	if certs != nil {
 		cliArgs = []string{"--tls", "--cacert", certs.CAFile}
 	}
-	args := append(cliArgs, "--cluster", "create")
-	args = append(args, c.Addrs...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	if masters < 3 {
+		// redis-cli --cluster create wants 3 masters at least; a smaller
+		// Cluster (1 master: the baseline of a capacity measurement) is
+		// made by hand.
+		if replicasPerMaster != 0 || certs != nil {
+			tb.Fatalf("redistest: a Cluster of %d masters is made without replicas or TLS only", masters)
+		}
+		if err := c.assignSlots(); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+	} else {
+		args := append(cliArgs, "--cluster", "create")
+		args = append(args, c.Addrs...)
+		args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
+		if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+			tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+		}
 	}
 	opt := &redis.ClusterOptions{Addrs: c.Addrs}
 	if certs != nil {
@@ -335,6 +347,33 @@ func newCluster(tb testing.TB, certs *tlstest.Certs, masters, replicasPerMaster 
 		c.waitReplicasSynced(tb)
 	}
 	return c, client
+}
+
+// assignSlots makes the Cluster's nodes (masters only) meet and splits the
+// 16,384 slots between them in even ranges.
+func (c *Cluster) assignSlots() error {
+	ctx := context.Background()
+	const slots = 16384
+	for i, s := range c.Nodes {
+		n := s.newClient()
+		err := func() error {
+			defer n.Close()
+			if i > 0 {
+				if err := n.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)).Err(); err != nil {
+					return fmt.Errorf("CLUSTER MEET: %w", err)
+				}
+			}
+			lo, hi := i*slots/len(c.Nodes), (i+1)*slots/len(c.Nodes)-1
+			if err := n.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
+				return fmt.Errorf("CLUSTER ADDSLOTSRANGE %d %d: %w", lo, hi, err)
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitReplicasSynced waits until every replica's link to its master is up,

@@ -1,0 +1,196 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The hold cache (issue 52, item 5). Hold keys are global: every tenant's
+// check names its channel's and its origin's. On a Cluster they live in
+// one slot, so reading them per send (Reserve's read before its script, a
+// waited send's read before its slot) made one master carry part of every
+// tenant's sends. A Limiter that watches holds (WatchHolds) serves those
+// reads from memory instead:
+//
+//   - every write of a hold that changes it (Hold: begun or extended) is
+//     announced on ProviderEvents, and every announcement empties the cache
+//     at once, as does every (re)subscription (messages sent while the
+//     subscription was down are lost);
+//   - a read that began before an announcement is answered but not kept;
+//   - an entry is kept at most HoldCacheTTL, bounding what a lost
+//     announcement can hide (a silently dead subscription is found by
+//     go-redis's ping only after seconds).
+//
+// So a hold stops the sends of every worker within the announcement's
+// latency (a round trip and the Cluster bus: milliseconds), and within
+// HoldCacheTTL should the announcement be lost. A single node reads holds
+// inside the check's script, exactly, and keeps doing so: the cache serves
+// Clusters only.
+
+// HoldCacheTTL is the longest a watched hold read is served from memory.
+const HoldCacheTTL = 250 * time.Millisecond
+
+// holdAnnounced is the payload of Hold's announcement on ProviderEvents.
+const holdAnnounced = "hold"
+
+type holdCache struct {
+	now func() time.Time // this process's clock (a test's own)
+	mu  sync.Mutex
+	// gen counts the announcements and (re)subscriptions seen; live is
+	// set from the first subscription on.
+	gen     uint64
+	live    bool
+	entries map[string]holdEntry
+}
+
+// holdEntry is a hold key as read at at (this process's clock): the end
+// of its hold (zero: no key).
+type holdEntry struct {
+	until time.Time
+	at    time.Time
+}
+
+// WatchHolds serves this Limiter's reads of hold keys on a Cluster
+// (Reserve's, HeldUntil, QueueHolds) from memory, kept fresh by the
+// announcements on ProviderEvents (see HoldCacheTTL for the bound), until
+// ctx ends. On a single node it returns at once: the check's script reads
+// the holds itself.
+func (l *Limiter) WatchHolds(ctx context.Context) { l.watchHolds(ctx, time.Now) }
+
+func (l *Limiter) watchHolds(ctx context.Context, now func() time.Time) {
+	if !l.batch.cluster {
+		return
+	}
+	c := &holdCache{now: now, entries: map[string]holdEntry{}}
+	l.holds.Store(c)
+	defer l.holds.CompareAndSwap(c, nil)
+	sub := l.client.Subscribe(ctx, l.ProviderEvents())
+	defer sub.Close()
+	events := sub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(time.Second))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-events:
+			_, subscribed := ev.(*redis.Subscription)
+			c.forget(subscribed)
+		}
+	}
+}
+
+// forget empties the cache: an announcement, or a (re)subscription.
+func (c *holdCache) forget(subscribed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.live = c.live || subscribed
+	clear(c.entries)
+}
+
+// cached returns the ends of keys' holds if every one is cached and
+// fresh, with ok; else the generation a read from Redis starts at.
+func (c *holdCache) cached(keys []string) (until []time.Time, gen uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.live {
+		return nil, c.gen, false
+	}
+	until = make([]time.Time, len(keys))
+	for i, k := range keys {
+		e, found := c.entries[k]
+		if !found || c.now().Sub(e.at) >= HoldCacheTTL {
+			return nil, c.gen, false
+		}
+		until[i] = e.until
+	}
+	return until, c.gen, true
+}
+
+// keep stores a read that began at generation gen, at at, unless an
+// announcement came since.
+func (c *holdCache) keep(gen uint64, at time.Time, keys []string, until []time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen || !c.live {
+		return
+	}
+	for i, k := range keys {
+		c.entries[k] = holdEntry{until: until[i], at: at}
+	}
+}
+
+// announceHold tells every worker's cache that a hold changed.
+func (l *Limiter) announceHold(ctx context.Context) error {
+	if err := l.client.Publish(ctx, l.ProviderEvents(), holdAnnounced).Err(); err != nil {
+		return fmt.Errorf("throttle: announce a hold: %w", err)
+	}
+	return nil
+}
+
+// readHolds returns the ends of keys' holds (zero: none), from the cache
+// when it holds them all, else from Redis in one pipeline.
+func (l *Limiter) readHolds(ctx context.Context, keys []string) ([]time.Time, error) {
+	c := l.holds.Load()
+	var gen uint64
+	if c != nil {
+		until, g, ok := c.cached(keys)
+		if ok {
+			return until, nil
+		}
+		gen = g
+	}
+	at := l.cacheNow(c)
+	var cmds []*redis.StringCmd
+	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds = queueHoldReads(ctx, p, keys)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("throttle: read holds: %w", err)
+	}
+	until, err := holdEnds(cmds)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		c.keep(gen, at, keys, until)
+	}
+	return until, nil
+}
+
+// cacheNow is c's clock (nil: none is watched).
+func (l *Limiter) cacheNow(c *holdCache) time.Time {
+	if c == nil {
+		return time.Time{}
+	}
+	return c.now()
+}
+
+// holdEnds reads the replies of queueHoldReads: each hold's end, zero for
+// a key that is not there.
+func holdEnds(cmds []*redis.StringCmd) ([]time.Time, error) {
+	out := make([]time.Time, len(cmds))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("throttle: read holds: %w", err)
+		}
+		ms, _, _ := strings.Cut(v, ":")
+		until, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("throttle: read holds: %w: %q", ErrBadRecord, v)
+		}
+		out[i] = time.UnixMilli(until)
+	}
+	return out, nil
+}

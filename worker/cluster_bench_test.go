@@ -1,0 +1,226 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/tasks"
+	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// BenchmarkClusterSpread measures how a Cluster's masters share the Redis
+// work of a drain (issue 52): each op enqueues 20,000 SMS to 5,000
+// recipients (admitted at once: the rules are far from full) through the
+// producers' path, two in-process workers send them to a loopback SMS API,
+// and every master's INFO commandstats is read before and after. One tenant
+// or eight, on 1, 3 or 6 masters.
+//
+// Each master's commands and CPU while the workers idle (3 s, measured
+// first) are taken off at their rate. It reports, per send: the commands (commandstats calls: a script's own
+// calls included) and the microseconds of CPU (the main thread's, INFO cpu)
+// over all masters, the busiest master's share of both, and the commands
+// of the master holding the global {hold} keys; and
+// "sends/s/busiest-core": 1 s over the busiest master's CPU per send, the most sends a second that master's one core admits at this
+// spread (the Cluster's capacity when Redis is the bottleneck: on this
+// 2-core machine the workers are, so throughput itself is not compared).
+//
+//	go test ./worker -run XXX -bench ClusterSpread -benchtime 1x
+func BenchmarkClusterSpread(b *testing.B) {
+	for _, masters := range []int{1, 3, 6} {
+		for _, tenants := range []int{1, 8} {
+			b.Run(fmt.Sprintf("masters=%d/tenants=%d", masters, tenants), func(b *testing.B) {
+				benchClusterSpread(b, masters, tenants)
+			})
+		}
+	}
+}
+
+const spreadSends, spreadRecipients = 20000, 5000
+
+func benchClusterSpread(b *testing.B, masters, tenants int) {
+	cl, cc := redistest.NewCluster(b, masters, 0)
+	sms := fakes.NewSMSAPI(b)
+	cfg, err := worker.ParseConfig(map[string]string{
+		"SLUICE_REDIS_URL":           "redis://" + cl.Addrs[0],
+		"SLUICE_REDIS_CLUSTER_ADDRS": strings.Join(cl.Addrs, ","),
+		"SLUICE_RULES":               "sms:recipient=100/1m,sms:tenant=1000000/1h",
+		"SLUICE_SUBJECT_SECRET":      "test-secret-0123456789",
+		"SLUICE_PAYLOAD_KEYS":        testKeys,
+		"SLUICE_HTTP_ADDR":           "off",
+		"SLUICE_LOG_LEVEL":           "error",
+		"SLUICE_SMS_SENDER":          "http",
+		"SLUICE_SMS_BASE_URL":        sms.URL,
+		"SLUICE_SMS_ACCOUNT_SID":     sms.AccountSID,
+		"SLUICE_SMS_AUTH_TOKEN":      sms.AuthToken,
+		"SLUICE_SMS_FROM":            "+15005550006",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 2 {
+		w, err := app.NewWorker(cfg, app.WorkerOptions{Registry: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sluicetest.Background(b, "worker.Run "+strconv.Itoa(i), w.Run)
+	}
+	keys := mustKeys(b)
+	client := asynq.NewClientFromRedisClient(cc)
+	b.Cleanup(func() { client.Close() })
+	ctx := context.Background()
+	hold, err := cc.MasterForKey(ctx, "{hold}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Each master's CPU while the workers idle, per second: taken off the
+	// drain's, so what is left is what the sends cost.
+	idleFrom, idleAt := masterStats(b, cc), time.Now()
+	time.Sleep(3 * time.Second)
+	idle := idleFrom.until(masterStats(b, cc)).per(time.Since(idleAt))
+	var total spreadStats
+	sent := 0
+	b.ResetTimer()
+	for op := range b.N {
+		before, at := masterStats(b, cc), time.Now()
+		enqueueSpread(b, ctx, client, keys, tenants, op)
+		sent += spreadSends
+		sms.WaitCount(b, sent, 5*time.Minute)
+		total.add(before.until(masterStats(b, cc)).less(idle, time.Since(at)))
+	}
+	b.StopTimer()
+	total.report(b, float64(b.N*spreadSends), hold.Options().Addr)
+}
+
+// enqueueSpread enqueues one op's sends from 8 goroutines, as producers do.
+func enqueueSpread(b *testing.B, ctx context.Context, client *asynq.Client, keys *tasks.Keyring, tenants, op int) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < spreadSends; i += 8 {
+				to := fmt.Sprintf("+1415%07d", i%spreadRecipients)
+				n := tasks.NewSMS("t"+strconv.Itoa(i%tenants), to, "spread "+strconv.Itoa(op))
+				if _, err := tasks.Enqueue(ctx, client, keys, n); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// spreadStats are each master's commands and main-thread CPU (µs), by address.
+type spreadStats struct{ calls, usec map[string]float64 }
+
+func (s *spreadStats) add(o spreadStats) {
+	if s.calls == nil {
+		s.calls, s.usec = map[string]float64{}, map[string]float64{}
+	}
+	for a, v := range o.calls {
+		s.calls[a] += v
+		s.usec[a] += o.usec[a]
+	}
+}
+
+func (s spreadStats) until(after spreadStats) spreadStats {
+	d := spreadStats{calls: map[string]float64{}, usec: map[string]float64{}}
+	for a := range after.calls {
+		d.calls[a], d.usec[a] = after.calls[a]-s.calls[a], after.usec[a]-s.usec[a]
+	}
+	return d
+}
+
+// per is s per second over d.
+func (s spreadStats) per(d time.Duration) spreadStats {
+	p := spreadStats{calls: map[string]float64{}, usec: map[string]float64{}}
+	for a := range s.calls {
+		p.calls[a], p.usec[a] = s.calls[a]/d.Seconds(), s.usec[a]/d.Seconds()
+	}
+	return p
+}
+
+// less is s without d of the idle rates.
+func (s spreadStats) less(idle spreadStats, d time.Duration) spreadStats {
+	for a := range s.calls {
+		s.calls[a] = max(0, s.calls[a]-idle.calls[a]*d.Seconds())
+		s.usec[a] = max(0, s.usec[a]-idle.usec[a]*d.Seconds())
+	}
+	return s
+}
+
+func (s spreadStats) report(b *testing.B, sends float64, holdAddr string) {
+	var calls, usec, topCalls, topUsec float64
+	var shares []string
+	for a, v := range s.usec {
+		calls, usec = calls+s.calls[a], usec+v
+		topCalls, topUsec = max(topCalls, s.calls[a]), max(topUsec, v)
+	}
+	for _, v := range s.usec {
+		shares = append(shares, strconv.Itoa(int(100*v/usec+0.5)))
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(shares)))
+	b.ReportMetric(calls/sends, "cmds/send")
+	b.ReportMetric(usec/sends, "µs/send")
+	b.ReportMetric(100*topUsec/usec, "busiest-%time")
+	b.ReportMetric(100*topCalls/calls, "busiest-%cmds")
+	b.ReportMetric(s.calls[holdAddr]/sends, "hold-master-cmds/send")
+	b.ReportMetric(sends/(topUsec/1e6), "sends/s/busiest-core")
+	b.Logf("%.0f sends; CPU by master (%%): %s", sends, strings.Join(shares, " "))
+}
+
+// masterStats reads every master's commands and main-thread CPU.
+func masterStats(b *testing.B, cc *redis.ClusterClient) spreadStats {
+	s := spreadStats{calls: map[string]float64{}, usec: map[string]float64{}}
+	var mu sync.Mutex
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			return err
+		}
+		var calls, usec float64
+		for _, line := range strings.Split(info, "\n") {
+			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+			switch {
+			case !ok:
+			case name == "used_cpu_sys_main_thread" || name == "used_cpu_user_main_thread":
+				x, _ := strconv.ParseFloat(fields, 64)
+				usec += 1e6 * x
+			case strings.HasPrefix(name, "cmdstat_"):
+				for _, f := range strings.Split(fields, ",") {
+					if k, v, _ := strings.Cut(f, "="); k == "calls" {
+						x, _ := strconv.ParseFloat(v, 64)
+						calls += x
+					}
+				}
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		s.calls[m.Options().Addr], s.usec[m.Options().Addr] = calls, usec
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
