@@ -16,12 +16,15 @@
 -- ARGV[3]     -> window_ms: the window failures are counted in (mode 1)
 -- ARGV[4]     -> cooldown_ms: how long it stays open (mode 1); a probe's lease (mode 2)
 -- ARGV[5]     -> linger_ms: how long the key outlives what it must remember
+-- ARGV[6]     -> events: the pub/sub channel every write of the key is announced on, with the
+--                write (Limiter.ProviderEvents, message "breaker"; the workers' caches of the
+--                provider keys empty at it)
 --
 -- Returns {open (1: open now), since_ms, until_ms, fails, probe (mode 2: 1 when this call won it)}.
 
 local function breaker()
   local bkey, ikey = key(), key()
-  local mode, need, win, cool, linger = arg(5)
+  local mode, need, win, cool, linger, events = arg(6)
   mode, need, win, cool, linger = tonumber(mode), tonumber(need), tonumber(win), tonumber(cool), tonumber(linger)
   local u, since, fails, ws, probe = 0, 0, 0, 0, 0
   local cur = call('GET', bkey)
@@ -31,7 +34,7 @@ local function breaker()
   end
   local won = 0
   if mode == 3 then
-    call('DEL', bkey)
+    if call('DEL', bkey) == 1 then call('PUBLISH', events, 'breaker') end
     call('SREM', ikey, bkey)
     return {0, 0, 0, 0, 0}
   elseif mode == 2 then
@@ -57,6 +60,7 @@ local function breaker()
   end
   local keep = max(u, ws + win, probe) - now + linger
   call('SET', bkey, fmt(u) .. ':' .. fmt(since) .. ':' .. fmt(fails) .. ':' .. fmt(ws) .. ':' .. fmt(probe), 'PX', fmt(keep))
+  call('PUBLISH', events, 'breaker')
   if since > 0 and call('PTTL', ikey) < keep then call('PEXPIRE', ikey, fmt(keep)) end -- the index outlives its keys
   return {u > now and 1 or 0, since, u, fails, won}
 end

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 )
 
 // Breakers: a provider's circuit breaker, shared by every worker, so a
@@ -111,6 +110,7 @@ type breakerOp struct {
 	policy  BreakerPolicy
 	lease   time.Duration // the probe's (mode 2)
 	linger  time.Duration
+	events  string // the channel a write is announced on (ProviderEvents)
 }
 
 const (
@@ -123,7 +123,7 @@ const (
 func (o *breakerOp) code() string { return opBreaker }
 
 func (o *breakerOp) build() *op {
-	e := newEnc(opBreaker, 2, 5)
+	e := newEnc(opBreaker, 2, 6)
 	o.encode(&e)
 	return &e.op
 }
@@ -140,6 +140,7 @@ func (o *breakerOp) encode(e *enc) {
 	e.arg("window_ms", o.policy.Window.Milliseconds())
 	e.arg("cooldown_ms", cool.Milliseconds())
 	e.arg("linger_ms", o.linger.Milliseconds())
+	e.arg("events", o.events)
 }
 
 // breaker runs one breaker operation.
@@ -147,8 +148,9 @@ func (l *Limiter) breaker(ctx context.Context, o breakerOp) ([]int64, error) {
 	if !l.space.IsBreaker(o.breaker) {
 		return nil, fmt.Errorf("%w: %q is not a breaker key (BreakerKey)", ErrInvalidKey, o.breaker)
 	}
-	o.linger, o.index = breakerLinger, l.breakerIndex()
+	o.linger, o.index, o.events = breakerLinger, l.breakerIndex(), l.ProviderEvents()
 	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, o.build())
+	l.forgetHolds() // its own next reading sees the write at once
 	if err != nil {
 		return nil, fmt.Errorf("throttle: breaker: %w", err)
 	}
@@ -213,7 +215,8 @@ func (l *Limiter) ProviderRecovered(ctx context.Context, key string) error {
 }
 
 // ProviderStates reads breaker keys (BreakerKey; "" reads as closed) and
-// hold keys (HoldKey) in one pipelined round trip: each breaker's state,
+// hold keys (HoldKey) in one pipelined round trip — from memory on a
+// Cluster whose holds are watched (WatchHolds) — : each breaker's state,
 // and each hold's span, judged against the limiter's clock.
 func (l *Limiter) ProviderStates(ctx context.Context, breakers, holds []string) ([]Breaker, []HoldSpan, error) {
 	keys := make([]string, 0, len(breakers)+len(holds))
@@ -229,39 +232,22 @@ func (l *Limiter) ProviderStates(ctx context.Context, breakers, holds []string) 
 		}
 		keys = append(keys, k)
 	}
-	cmds := make([]*redis.StringCmd, len(keys))
-	if _, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			if k != "" {
-				cmds[i] = p.Get(ctx, k)
-			}
-		}
-		return nil
-	}); err != nil && err != redis.Nil {
+	raw, err := l.readRaw(ctx, keys)
+	if err != nil {
 		return nil, nil, fmt.Errorf("throttle: provider states: %w", err)
 	}
-	now := time.Now()
-	if l.now != nil {
-		now = l.now()
-	}
+	now := l.holdNow()
 	vals := make([][]int64, len(keys))
-	for i, c := range cmds {
-		if c == nil {
+	for i, v := range raw {
+		if v == nil {
 			continue
-		}
-		v, err := c.Result()
-		if err == redis.Nil {
-			continue
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("throttle: provider states: %w", err)
 		}
 		// A breaker's five fields; a hold's until, level, code and since
 		// (since absent in keys written before it was kept).
-		for _, f := range strings.Split(v, ":") {
+		for _, f := range strings.Split(*v, ":") {
 			n, err := strconv.ParseInt(f, 10, 64)
 			if err != nil {
-				return nil, nil, fmt.Errorf("throttle: provider states: %w: %q", ErrBadRecord, v)
+				return nil, nil, fmt.Errorf("throttle: provider states: %w: %q", ErrBadRecord, *v)
 			}
 			vals[i] = append(vals[i], n)
 		}

@@ -75,11 +75,7 @@ func (l *Limiter) Hold(ctx context.Context, key string, sentAgo, retryAfter, bas
 	}
 	o := holdOp{hold: key, retry: retryAfter, base: base, max: max, linger: holdLinger, answer: code, sentAgo: sentAgo, events: l.ProviderEvents()}
 	_, reply, err := l.batch.do(ctx, l.nowArg(), holdGroup, o.build())
-	if c := l.holds.Load(); c != nil {
-		// Its own checks read the hold at once, whenever the announcement
-		// reaches this process (over a Cluster's bus).
-		c.forget(false)
-	}
+	l.forgetHolds() // its own checks read the hold at once
 	if err != nil {
 		return HoldState{}, fmt.Errorf("throttle: hold: %w", err)
 	}
@@ -113,30 +109,42 @@ func (l *Limiter) QueueHolds(ctx context.Context, p redis.Pipeliner, keys ...str
 	c := l.holds.Load()
 	var gen uint64
 	if c != nil {
-		ends, g, ok := c.cached(keys)
+		vals, g, ok := c.cached(keys)
 		if ok {
-			return func() (time.Time, error) { return l.lastLive(ends), nil }
+			return func() (time.Time, error) { return l.lastLiveOf(vals) }
 		}
 		gen = g
 	}
 	at := l.cacheNow(c)
 	cmds := queueHoldReads(ctx, p, keys)
 	return func() (time.Time, error) {
-		ends, err := holdEnds(cmds)
+		vals, err := rawOf(cmds)
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, fmt.Errorf("throttle: read holds: %w", err)
 		}
 		if c != nil {
-			c.keep(gen, at, keys, ends)
+			c.keep(gen, at, keys, vals)
 		}
-		return l.lastLive(ends), nil
+		return l.lastLiveOf(vals)
 	}
 }
 
+// lastLiveOf is lastLive of hold keys' values.
+func (l *Limiter) lastLiveOf(vals []*string) (time.Time, error) {
+	ends, err := holdEnds(vals)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return l.lastLive(ends), nil
+}
+
+// queueHoldReads adds a GET of each key to p ("" keys: none, a nil command).
 func queueHoldReads(ctx context.Context, p redis.Pipeliner, keys []string) []*redis.StringCmd {
 	cmds := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = p.Get(ctx, k)
+		if k != "" {
+			cmds[i] = p.Get(ctx, k)
+		}
 	}
 	return cmds
 }

@@ -12,33 +12,41 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The hold cache (issue 52, item 5). Hold keys are global: every tenant's
-// check names its channel's and its origin's. On a Cluster they live in
-// one slot, so reading them per send (Reserve's read before its script, a
-// waited send's read before its slot) made one master carry part of every
-// tenant's sends. A Limiter that watches holds (WatchHolds) serves those
-// reads from memory instead:
+// The hold cache (issue 52, item 5). Hold and breaker keys are global:
+// every tenant's check names its channel's and its origin's holds, and a
+// channel with several providers reads their breakers and holds at each
+// pick. On a Cluster they live in one slot, so reading them per send
+// (Reserve's read before its script, a waited send's read before its slot,
+// a pick's ProviderStates) made one master carry part of every tenant's
+// sends. A Limiter that watches holds (WatchHolds) serves those reads from
+// memory instead:
 //
-//   - every write of a hold that changes it (Hold: begun or extended) is
-//     announced on ProviderEvents, and every announcement empties the cache
-//     at once, as does every (re)subscription (messages sent while the
-//     subscription was down are lost);
+//   - every write of a hold (Hold: begun or extended) and of a breaker is
+//     announced on ProviderEvents by the script that writes it, in the same
+//     call, and every announcement empties the cache at once, as does
+//     every (re)subscription (messages sent while it was down are lost);
+//   - the process that wrote empties its own cache as the write returns;
 //   - a read that began before an announcement is answered but not kept;
 //   - an entry is kept at most HoldCacheTTL, bounding what a lost
 //     announcement can hide (a silently dead subscription is found by
-//     go-redis's ping only after seconds).
+//     go-redis's ping only after a second or more).
 //
-// So a hold stops the sends of every worker within the announcement's
-// latency (a round trip and the Cluster bus: milliseconds), and within
-// HoldCacheTTL should the announcement be lost. A single node reads holds
-// inside the check's script, exactly, and keeps doing so: the cache serves
-// Clusters only.
+// So a hold or a breaker's change reaches every worker's checks within the
+// announcement's latency (a round trip and the Cluster bus: milliseconds),
+// and within HoldCacheTTL should the announcement be lost. A single node
+// reads holds inside the check's script, exactly, and keeps doing so: the
+// cache serves Clusters only.
 
 // HoldCacheTTL is the longest a watched hold read is served from memory.
 const HoldCacheTTL = 250 * time.Millisecond
 
-// holdAnnounced is the payload of Hold's announcement on ProviderEvents.
-const holdAnnounced = "hold"
+// The messages the scripts announce their writes with on ProviderEvents:
+// a hold begun or extended (Hold), and every write of a breaker key (the
+// breaker's worker announces a change of its state itself, with "").
+const (
+	HoldWritten    = "hold"
+	BreakerWritten = "breaker"
+)
 
 type holdCache struct {
 	now func() time.Time // this process's clock (a test's own)
@@ -50,11 +58,11 @@ type holdCache struct {
 	entries map[string]holdEntry
 }
 
-// holdEntry is a hold key as read at at (this process's clock): the end
-// of its hold (zero: no key).
+// holdEntry is a hold or breaker key as read at at (this process's
+// clock): its value, nil when there is no key.
 type holdEntry struct {
-	until time.Time
-	at    time.Time
+	val *string
+	at  time.Time
 }
 
 // WatchHolds serves this Limiter's reads of hold keys on a Cluster
@@ -94,55 +102,66 @@ func (c *holdCache) forget(subscribed bool) {
 	clear(c.entries)
 }
 
-// cached returns the ends of keys' holds if every one is cached and
-// fresh, with ok; else the generation a read from Redis starts at.
-func (c *holdCache) cached(keys []string) (until []time.Time, gen uint64, ok bool) {
+// cached returns keys' values if every one is cached and fresh, with ok;
+// else the generation a read from Redis starts at.
+func (c *holdCache) cached(keys []string) (vals []*string, gen uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.live {
 		return nil, c.gen, false
 	}
-	until = make([]time.Time, len(keys))
+	vals = make([]*string, len(keys))
 	for i, k := range keys {
 		e, found := c.entries[k]
 		if !found || c.now().Sub(e.at) >= HoldCacheTTL {
 			return nil, c.gen, false
 		}
-		until[i] = e.until
+		vals[i] = e.val
 	}
-	return until, c.gen, true
+	return vals, c.gen, true
 }
 
 // keep stores a read that began at generation gen, at at, unless an
 // announcement came since.
-func (c *holdCache) keep(gen uint64, at time.Time, keys []string, until []time.Time) {
+func (c *holdCache) keep(gen uint64, at time.Time, keys []string, vals []*string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen || !c.live {
 		return
 	}
 	for i, k := range keys {
-		c.entries[k] = holdEntry{until: until[i], at: at}
+		c.entries[k] = holdEntry{val: vals[i], at: at}
 	}
 }
 
-// announceHold tells every worker's cache that a hold changed.
-func (l *Limiter) announceHold(ctx context.Context) error {
-	if err := l.client.Publish(ctx, l.ProviderEvents(), holdAnnounced).Err(); err != nil {
-		return fmt.Errorf("throttle: announce a hold: %w", err)
+// forgetHolds empties the cache (if one is watched) after this process
+// wrote a hold or breaker: its own next reading sees the write whenever
+// the announcement reaches it (over a Cluster's bus).
+func (l *Limiter) forgetHolds() {
+	if c := l.holds.Load(); c != nil {
+		c.forget(false)
 	}
-	return nil
 }
 
 // readHolds returns the ends of keys' holds (zero: none), from the cache
 // when it holds them all, else from Redis in one pipeline.
 func (l *Limiter) readHolds(ctx context.Context, keys []string) ([]time.Time, error) {
+	raw, err := l.readRaw(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("throttle: read holds: %w", err)
+	}
+	return holdEnds(raw)
+}
+
+// readRaw returns keys' values (nil: no key; "" keys read as none), from
+// the cache when it holds them all, else from Redis in one pipeline.
+func (l *Limiter) readRaw(ctx context.Context, keys []string) ([]*string, error) {
 	c := l.holds.Load()
 	var gen uint64
 	if c != nil {
-		until, g, ok := c.cached(keys)
+		vals, g, ok := c.cached(keys)
 		if ok {
-			return until, nil
+			return vals, nil
 		}
 		gen = g
 	}
@@ -153,16 +172,16 @@ func (l *Limiter) readHolds(ctx context.Context, keys []string) ([]time.Time, er
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("throttle: read holds: %w", err)
+		return nil, err
 	}
-	until, err := holdEnds(cmds)
+	vals, err := rawOf(cmds)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil {
-		c.keep(gen, at, keys, until)
+		c.keep(gen, at, keys, vals)
 	}
-	return until, nil
+	return vals, nil
 }
 
 // cacheNow is c's clock (nil: none is watched).
@@ -173,22 +192,37 @@ func (l *Limiter) cacheNow(c *holdCache) time.Time {
 	return c.now()
 }
 
-// holdEnds reads the replies of queueHoldReads: each hold's end, zero for
-// a key that is not there.
-func holdEnds(cmds []*redis.StringCmd) ([]time.Time, error) {
-	out := make([]time.Time, len(cmds))
+// rawOf reads the replies of queueHoldReads (a nil command: a "" key).
+func rawOf(cmds []*redis.StringCmd) ([]*string, error) {
+	out := make([]*string, len(cmds))
 	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
 		v, err := c.Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("throttle: read holds: %w", err)
+			return nil, err
 		}
-		ms, _, _ := strings.Cut(v, ":")
+		out[i] = &v
+	}
+	return out, nil
+}
+
+// holdEnds reads hold keys' values: each hold's end, zero for a key that
+// is not there.
+func holdEnds(vals []*string) ([]time.Time, error) {
+	out := make([]time.Time, len(vals))
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		ms, _, _ := strings.Cut(*v, ":")
 		until, err := strconv.ParseInt(ms, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("throttle: read holds: %w: %q", ErrBadRecord, v)
+			return nil, fmt.Errorf("throttle: read holds: %w: %q", ErrBadRecord, *v)
 		}
 		out[i] = time.UnixMilli(until)
 	}

@@ -114,10 +114,15 @@ func TestHoldCacheCluster(t *testing.T) {
 	// A read that began before an announcement is answered, not kept.
 	_, gen, _ := c.cached([]string{key})
 	c.forget(false)
-	c.keep(gen, clock.now(), []string{key}, []time.Time{{}})
+	c.keep(gen, clock.now(), []string{key}, []*string{nil})
 	if _, _, ok := c.cached([]string{key}); ok {
 		t.Fatal("a read begun before an announcement was kept")
 	}
+
+	// A provider's breaker and hold, read together at a pick: from
+	// memory, and a breaker opened (announced by its script) seen at the
+	// message.
+	testBreakerCache(t, l, master)
 
 	// Reserve on the Cluster books after the cached hold, reading none.
 	heldUntil(t, l, key)
@@ -192,4 +197,44 @@ func cmdCalls(t *testing.T, m *redis.Client, cmd string) int64 {
 		}
 	}
 	return 0
+}
+
+// testBreakerCache: ProviderStates from memory (0 GETs once read), and a
+// breaker that opens seen at its script's announcement, the clock standing.
+func testBreakerCache(t *testing.T, l *Limiter, master *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	bkey, hkey := l.BreakerKey("sms", "backup"), l.HoldKey("sms:provider", "")
+	states := func() Breaker {
+		t.Helper()
+		bs, _, err := l.ProviderStates(ctx, []string{bkey, ""}, []string{hkey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bs[0]
+	}
+	if b := states(); b.Open {
+		t.Fatal("a breaker open before any failure")
+	}
+	before := cmdCalls(t, master, "get")
+	for range 50 {
+		states()
+	}
+	if n := cmdCalls(t, master, "get") - before; n != 0 {
+		t.Fatalf("%d GETs for 50 watched provider-state reads; want 0", n)
+	}
+	other, err := New(l.client, Options{Secret: l.secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.ProviderFailed(ctx, bkey, BreakerPolicy{Failures: 1, Window: time.Minute, Cooldown: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !states().Open {
+		if time.Now().After(deadline) {
+			t.Fatal("a breaker opened by another limiter (announced) was still served closed after 30 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

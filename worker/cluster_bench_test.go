@@ -130,7 +130,10 @@ func enqueueSpread(b *testing.B, ctx context.Context, client *asynq.Client, keys
 }
 
 // spreadStats are each master's commands and main-thread CPU (µs), by address.
-type spreadStats struct{ calls, usec map[string]float64 }
+type spreadStats struct {
+	calls, usec map[string]float64
+	byCmd       map[string]float64 // commands over all masters, by name
+}
 
 func (s *spreadStats) add(o spreadStats) {
 	if s.calls == nil {
@@ -140,12 +143,22 @@ func (s *spreadStats) add(o spreadStats) {
 		s.calls[a] += v
 		s.usec[a] += o.usec[a]
 	}
+	if s.byCmd == nil {
+		s.byCmd = map[string]float64{}
+	}
+	for c, v := range o.byCmd {
+		s.byCmd[c] += v
+	}
 }
 
 func (s spreadStats) until(after spreadStats) spreadStats {
 	d := spreadStats{calls: map[string]float64{}, usec: map[string]float64{}}
 	for a := range after.calls {
 		d.calls[a], d.usec[a] = after.calls[a]-s.calls[a], after.usec[a]-s.usec[a]
+	}
+	d.byCmd = map[string]float64{}
+	for c, v := range after.byCmd {
+		d.byCmd[c] = v - s.byCmd[c]
 	}
 	return d
 }
@@ -185,12 +198,21 @@ func (s spreadStats) report(b *testing.B, sends float64, holdAddr string) {
 	b.ReportMetric(100*topCalls/calls, "busiest-%cmds")
 	b.ReportMetric(s.calls[holdAddr]/sends, "hold-master-cmds/send")
 	b.ReportMetric(sends/(topUsec/1e6), "sends/s/busiest-core")
-	b.Logf("%.0f sends; CPU by master (%%): %s", sends, strings.Join(shares, " "))
+	var cmds []string
+	for c := range s.byCmd {
+		cmds = append(cmds, c)
+	}
+	sort.Slice(cmds, func(i, j int) bool { return s.byCmd[cmds[i]] > s.byCmd[cmds[j]] })
+	var top []string
+	for _, c := range cmds[:min(12, len(cmds))] {
+		top = append(top, fmt.Sprintf("%s %.2f", c, s.byCmd[c]/sends))
+	}
+	b.Logf("%.0f sends; CPU by master (%%): %s; commands a send (idle not taken off): %s", sends, strings.Join(shares, " "), strings.Join(top, ", "))
 }
 
 // masterStats reads every master's commands and main-thread CPU.
 func masterStats(b *testing.B, cc *redis.ClusterClient) spreadStats {
-	s := spreadStats{calls: map[string]float64{}, usec: map[string]float64{}}
+	s := spreadStats{calls: map[string]float64{}, usec: map[string]float64{}, byCmd: map[string]float64{}}
 	var mu sync.Mutex
 	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
 		info, err := m.Info(ctx, "commandstats", "cpu").Result()
@@ -198,6 +220,7 @@ func masterStats(b *testing.B, cc *redis.ClusterClient) spreadStats {
 			return err
 		}
 		var calls, usec float64
+		byCmd := map[string]float64{}
 		for _, line := range strings.Split(info, "\n") {
 			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
 			switch {
@@ -210,6 +233,7 @@ func masterStats(b *testing.B, cc *redis.ClusterClient) spreadStats {
 					if k, v, _ := strings.Cut(f, "="); k == "calls" {
 						x, _ := strconv.ParseFloat(v, 64)
 						calls += x
+						byCmd[strings.TrimPrefix(name, "cmdstat_")] += x
 					}
 				}
 			}
@@ -217,6 +241,9 @@ func masterStats(b *testing.B, cc *redis.ClusterClient) spreadStats {
 		mu.Lock()
 		defer mu.Unlock()
 		s.calls[m.Options().Addr], s.usec[m.Options().Addr] = calls, usec
+		for c, v := range byCmd {
+			s.byCmd[c] += v
+		}
 		return nil
 	})
 	if err != nil {

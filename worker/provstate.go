@@ -134,7 +134,12 @@ func (ps *providerSet) watch(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-msgs:
+		case m := <-msgs:
+			if m.Payload == throttle.BreakerWritten {
+				// Every write of a breaker, for the hold caches; a
+				// change of its state is announced by its worker.
+				continue
+			}
 			if !timer.Stop() {
 				select {
 				case <-timer.C:
