@@ -27,41 +27,53 @@ import (
 
 // BenchmarkClusterSpread measures how a Cluster's masters share the Redis
 // work of a drain (issue 52): each op enqueues 20,000 SMS to 5,000
-// recipients (admitted at once: the rules are far from full) through the
-// producers' path, two in-process workers send them to a loopback SMS API,
-// and every master's INFO commandstats is read before and after. One tenant
-// or eight, on 1, 3 or 6 masters.
+// recipients (4 each) through the producers' path, two in-process workers
+// send them to a loopback SMS API, and every master's INFO commandstats
+// and cpu are read before and after. One tenant or eight, on 1, 3 or 6
+// masters; admitted traffic (the rules far from full: every send admitted
+// at once) or throttled (1 per recipient per 2 s: one of each recipient's
+// four admitted, three booked for their slots and sent at them).
 //
 // Each master's commands and CPU while the workers idle (3 s, measured
-// first) are taken off at their rate. It reports, per send: the commands (commandstats calls: a script's own
-// calls included) and the microseconds of CPU (the main thread's, INFO cpu)
-// over all masters, the busiest master's share of both, and the commands
-// of the master holding the global {hold} keys; and
-// "sends/s/busiest-core": 1 s over the busiest master's CPU per send, the most sends a second that master's one core admits at this
-// spread (the Cluster's capacity when Redis is the bottleneck: on this
-// 2-core machine the workers are, so throughput itself is not compared).
+// first) are taken off at their rate. It reports, per send: the commands
+// (commandstats calls: a script's own calls included) and the microseconds
+// of CPU (the main thread's, INFO cpu) over all masters, the busiest
+// master's share of both, and the commands of the master holding the
+// global {hold} keys; and "sends/s/busiest-core": 1 s over the busiest
+// master's CPU per send, the most sends a second that master's one core
+// admits at this spread (the Cluster's capacity when Redis is the
+// bottleneck: on this 2-core machine the workers are, so throughput itself
+// is not compared).
 //
 //	go test ./worker -run XXX -bench ClusterSpread -benchtime 1x
 //	BENCH_SEND_SLACK=1s go test ./worker -run XXX -bench ClusterSpread -benchtime 1x
 func BenchmarkClusterSpread(b *testing.B) {
-	for _, masters := range []int{1, 3, 6} {
-		for _, tenants := range []int{1, 8} {
-			b.Run(fmt.Sprintf("masters=%d/tenants=%d", masters, tenants), func(b *testing.B) {
-				benchClusterSpread(b, masters, tenants)
-			})
+	for _, traffic := range []string{"admitted", "throttled"} {
+		for _, masters := range []int{1, 3, 6} {
+			for _, tenants := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%s/masters=%d/tenants=%d", traffic, masters, tenants), func(b *testing.B) {
+					benchClusterSpread(b, spreadRules[traffic], masters, tenants)
+				})
+			}
 		}
 	}
 }
 
+// spreadRules are each traffic's rules.
+var spreadRules = map[string]string{
+	"admitted":  "sms:recipient=100/1m,sms:tenant=1000000/1h",
+	"throttled": "sms:recipient=1/2s,sms:tenant=1000000/1h",
+}
+
 const spreadSends, spreadRecipients = 20000, 5000
 
-func benchClusterSpread(b *testing.B, masters, tenants int) {
+func benchClusterSpread(b *testing.B, rules string, masters, tenants int) {
 	cl, cc := redistest.NewCluster(b, masters, 0)
 	sms := fakes.NewSMSAPI(b)
 	cfg, err := worker.ParseConfig(map[string]string{
 		"SLUICE_REDIS_URL":           "redis://" + cl.Addrs[0],
 		"SLUICE_REDIS_CLUSTER_ADDRS": strings.Join(cl.Addrs, ","),
-		"SLUICE_RULES":               "sms:recipient=100/1m,sms:tenant=1000000/1h",
+		"SLUICE_RULES":               rules,
 		"SLUICE_SUBJECT_SECRET":      "test-secret-0123456789",
 		"SLUICE_PAYLOAD_KEYS":        testKeys,
 		"SLUICE_HTTP_ADDR":           "off",
