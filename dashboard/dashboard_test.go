@@ -48,7 +48,13 @@ func newBrowser(t *testing.T, base string) *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &browser{t: t, base: base, c: &http.Client{Jar: jar, Timeout: 10 * time.Second,
+	// Its own transport: httptest.Server.Close, in a test running beside
+	// this one, closes http.DefaultTransport's idle connections, and a POST
+	// that had just picked one up failed ("CloseIdleConnections called";
+	// a POST is not retried).
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return &browser{t: t, base: base, c: &http.Client{Jar: jar, Timeout: 10 * time.Second, Transport: tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
