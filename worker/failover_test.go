@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/delivery"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
@@ -219,6 +221,13 @@ func breakerOf(t *testing.T, b *bundle) throttle.Breaker {
 // anywhere in 0-1 s late (0.24 and 0.54 s measured): most such runs fail.
 const onTime = 400 * time.Millisecond
 
+// moveOnTime is the move's latency budget. Beside two CPU hogs a move
+// planned for the grace's end to the ms (its wait logged "until" that
+// instant) reached the backup 442 ms after it, its admission late for its
+// slot and asked again. The decision is judged exactly, from the log; the
+// budget only bounds the latency.
+const moveOnTime = 1500 * time.Millisecond
+
 // A standard send whose primary is marked down goes to the backup at the
 // grace's end, counted from the mark Redis holds, not at Asynq's next
 // whole second; the primary back, the sends waiting for their slots at
@@ -235,7 +244,8 @@ func TestFailoverAtTheGraceAndBackAtTheProbe(t *testing.T) {
 	cfg.ProviderFailures = 1
 	cfg.ProviderCooldown = 4 * time.Second
 	b.sms.Down(t)
-	b.start(t, cfg)
+	logs := sluicetest.FailureLog(t, 150)
+	b.startOpts(t, cfg, app.WorkerOptions{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	b.serving(t)
 	b.enqueue(t, tasks.NewSMS("acme", "+14155550600", "hello"))
 	first := backup.WaitCount(t, 1, 20*time.Second)[0]
@@ -243,10 +253,16 @@ func TestFailoverAtTheGraceAndBackAtTheProbe(t *testing.T) {
 	if !br.Open {
 		t.Fatalf("the primary's breaker is not open at the move: %+v", br)
 	}
-	move := first.At.Sub(br.Since.Add(cfg.FailoverGrace))
-	if move < 0 || move > onTime {
+	graceEnd := br.Since.Add(cfg.FailoverGrace)
+	// The decision, exactly: the send waited in process until the grace's
+	// end, to the ms Redis holds the mark at (not Asynq's next second).
+	if want := "until=" + graceEnd.UTC().Format("2006-01-02T15:04:05.000Z07:00"); !strings.Contains(logs.String(), want) {
+		t.Errorf("no wait for the backup until the grace's end (%s) in the log", want)
+	}
+	move := first.At.Sub(graceEnd)
+	if move < 0 || move > moveOnTime {
 		t.Errorf("the move to the backup came %v after the grace's end (marked down at %v, grace %v); want 0-%v",
-			move, br.Since.Format("15:04:05.000"), cfg.FailoverGrace, onTime)
+			move, br.Since.Format("15:04:05.000"), cfg.FailoverGrace, moveOnTime)
 	}
 	// The primary is back; a backlog waits for its slots at the backup.
 	b.sms.Up(t)
@@ -259,8 +275,8 @@ func TestFailoverAtTheGraceAndBackAtTheProbe(t *testing.T) {
 		t.Errorf("the first send at the primary came %v after the probe's instant (cooldown end %v); want 0-%v",
 			back, br.Until.Format("15:04:05.000"), onTime)
 	}
-	t.Logf("moved to the backup %v after the grace's end; back on the primary %v after the probe's instant (budget %v each)",
-		move.Round(time.Millisecond), back.Round(time.Millisecond), onTime)
+	t.Logf("moved to the backup %v after the grace's end (budget %v); back on the primary %v after the probe's instant (budget %v)",
+		move.Round(time.Millisecond), moveOnTime, back.Round(time.Millisecond), onTime)
 }
 
 // The primary answers 429 with Retry-After: 30 to the 6 requests in

@@ -121,7 +121,10 @@ func (b *bundle) startWith(t *testing.T, cfg worker.Config, opts app.WorkerOptio
 func (b *bundle) startOpts(t *testing.T, cfg worker.Config, opts app.WorkerOptions) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	opts.Registry, opts.Logger = reg, testLogger(t)
+	opts.Registry = reg
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
 	w, err := app.NewWorker(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
