@@ -32,7 +32,11 @@ import (
 // and cpu are read before and after. One tenant or eight, on 1, 3 or 6
 // masters; admitted traffic (the rules far from full: every send admitted
 // at once) or throttled (1 per recipient per 2 s: one of each recipient's
-// four admitted, three booked for their slots and sent at them).
+// four admitted, three booked for their slots and sent at them), or
+// digested (SMS alerts, 1 per recipient per 10 s, folded into one message
+// per slot: each recipient's first sent, the second booked past the
+// in-process wait and opening a digest the later ones join; per
+// notification, whether sent or carried).
 //
 // Each master's commands and CPU while the workers idle (3 s, measured
 // first) are taken off at their rate. It reports, per send: the commands
@@ -48,11 +52,11 @@ import (
 //	go test ./worker -run XXX -bench ClusterSpread -benchtime 1x
 //	BENCH_SEND_SLACK=1s go test ./worker -run XXX -bench ClusterSpread -benchtime 1x
 func BenchmarkClusterSpread(b *testing.B) {
-	for _, traffic := range []string{"admitted", "throttled"} {
+	for _, traffic := range []string{"admitted", "throttled", "digested"} {
 		for _, masters := range []int{1, 3, 6} {
 			for _, tenants := range []int{1, 8} {
 				b.Run(fmt.Sprintf("%s/masters=%d/tenants=%d", traffic, masters, tenants), func(b *testing.B) {
-					benchClusterSpread(b, spreadRules[traffic], masters, tenants)
+					benchClusterSpread(b, traffic, masters, tenants)
 				})
 			}
 		}
@@ -63,17 +67,18 @@ func BenchmarkClusterSpread(b *testing.B) {
 var spreadRules = map[string]string{
 	"admitted":  "sms:recipient=100/1m,sms:tenant=1000000/1h",
 	"throttled": "sms:recipient=1/2s,sms:tenant=1000000/1h",
+	"digested":  "sms:recipient=1/10s,sms:tenant=1000000/1h,sms.alerts:digest=max:50",
 }
 
 const spreadSends, spreadRecipients = 20000, 5000
 
-func benchClusterSpread(b *testing.B, rules string, masters, tenants int) {
+func benchClusterSpread(b *testing.B, traffic string, masters, tenants int) {
 	cl, cc := redistest.NewCluster(b, masters, 0)
 	sms := fakes.NewSMSAPI(b)
 	cfg, err := worker.ParseConfig(map[string]string{
 		"SLUICE_REDIS_URL":           "redis://" + cl.Addrs[0],
 		"SLUICE_REDIS_CLUSTER_ADDRS": strings.Join(cl.Addrs, ","),
-		"SLUICE_RULES":               rules,
+		"SLUICE_RULES":               spreadRules[traffic],
 		"SLUICE_SUBJECT_SECRET":      "test-secret-0123456789",
 		"SLUICE_PAYLOAD_KEYS":        testKeys,
 		"SLUICE_HTTP_ADDR":           "off",
@@ -118,13 +123,14 @@ func benchClusterSpread(b *testing.B, rules string, masters, tenants int) {
 	b.ResetTimer()
 	for op := range b.N {
 		before, at := masterStats(b, cc), time.Now()
-		enqueueSpread(b, ctx, client, keys, tenants, op)
+		enqueueSpread(b, ctx, client, keys, tenants, op, traffic == "digested")
 		sent += spreadSends
-		waitSent(b, sms, sent)
+		waitSent(b, sms, regs, sent)
 		total.add(before.until(masterStats(b, cc)).less(idle, time.Since(at)))
 	}
 	b.StopTimer()
 	total.report(b, float64(b.N*spreadSends), hold.Options().Addr)
+	b.Logf("%d messages reached the SMS API for %d notifications", sms.Count(), b.N*spreadSends)
 	b.Logf("worker counters (both workers): %s", counters(b, regs))
 }
 
@@ -163,21 +169,51 @@ func counters(b *testing.B, regs []*prometheus.Registry) string {
 	return strings.Join(out, " ")
 }
 
-// waitSent waits until n sends reached the SMS API, counting them (a copy
-// of 20,000 deliveries at each arrival would make the harness the
-// bottleneck).
-func waitSent(b *testing.B, sms *fakes.SMSAPI, n int) {
+// waitSent waits until n notifications are accounted for: sent to the SMS
+// API, or carried there by a digest (sluice_digested_total{result=
+// "joined"}). It counts (a copy of 20,000 deliveries at each arrival would
+// make the harness the bottleneck).
+func waitSent(b *testing.B, sms *fakes.SMSAPI, regs []*prometheus.Registry, n int) {
 	deadline := time.Now().Add(5 * time.Minute)
-	for sms.Count() < n {
+	tick := time.NewTicker(10 * time.Millisecond) // a digest's joins do not signal the SMS API
+	defer tick.Stop()
+	for sms.Count()+int(joined(b, regs)) < n {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d sends after 5 min", sms.Count(), n)
+			b.Fatalf("%d sent and %.0f joined of %d after 5 min", sms.Count(), joined(b, regs), n)
 		}
-		<-sms.Changed()
+		select {
+		case <-sms.Changed():
+		case <-tick.C:
+		}
 	}
 }
 
+// joined is the items the workers folded into digests.
+func joined(b *testing.B, regs []*prometheus.Registry) float64 {
+	var sum float64
+	for _, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "sluice_digested_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "result" && lp.GetValue() == "joined" {
+						sum += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return sum
+}
+
 // enqueueSpread enqueues one op's sends from 8 goroutines, as producers do.
-func enqueueSpread(b *testing.B, ctx context.Context, client *asynq.Client, keys *tasks.Keyring, tenants, op int) {
+func enqueueSpread(b *testing.B, ctx context.Context, client *asynq.Client, keys *tasks.Keyring, tenants, op int, digested bool) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
@@ -185,6 +221,9 @@ func enqueueSpread(b *testing.B, ctx context.Context, client *asynq.Client, keys
 			for i := g; i < spreadSends; i += 8 {
 				to := fmt.Sprintf("+1415%07d", i%spreadRecipients)
 				n := tasks.NewSMS("t"+strconv.Itoa(i%tenants), to, "spread "+strconv.Itoa(op))
+				if digested {
+					n.Category = "alerts"
+				}
 				if _, err := tasks.Enqueue(ctx, client, keys, n); err != nil {
 					errs <- err
 					return
