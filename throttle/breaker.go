@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // Breakers: a provider's circuit breaker, shared by every worker, so a
