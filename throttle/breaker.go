@@ -214,9 +214,9 @@ func (l *Limiter) ProviderRecovered(ctx context.Context, key string) error {
 }
 
 // ProviderStates reads breaker keys (BreakerKey; "" reads as closed) and
-// hold keys (HoldKey) in one pipelined round trip — from memory on a
-// Cluster whose holds are watched (WatchHolds) — : each breaker's state,
-// and each hold's span, judged against the limiter's clock.
+// hold keys (HoldKey) in one pipelined round trip, or from memory on a
+// Cluster whose holds are watched (WatchHolds): each breaker's state, and
+// each hold's span, judged against the limiter's clock.
 func (l *Limiter) ProviderStates(ctx context.Context, breakers, holds []string) ([]Breaker, []HoldSpan, error) {
 	keys := make([]string, 0, len(breakers)+len(holds))
 	for _, k := range breakers {

@@ -106,24 +106,15 @@ func (l *Limiter) HeldUntil(ctx context.Context, keys ...string) (time.Time, err
 // returns, called once p has run, answers what HeldUntil would. A Limiter
 // watching holds that has them all in memory adds nothing to p.
 func (l *Limiter) QueueHolds(ctx context.Context, p redis.Pipeliner, keys ...string) func() (time.Time, error) {
-	c := l.holds.Load()
-	var gen uint64
-	if c != nil {
-		vals, g, ok := c.cached(keys)
-		if ok {
-			return func() (time.Time, error) { return l.lastLiveOf(vals) }
-		}
-		gen = g
+	vals, keep := l.lookup(keys)
+	if keep == nil {
+		return func() (time.Time, error) { return l.lastLiveOf(vals) }
 	}
-	at := l.cacheNow(c)
 	cmds := queueHoldReads(ctx, p, keys)
 	return func() (time.Time, error) {
-		vals, err := rawOf(cmds)
+		vals, err := keep(cmds)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("throttle: read holds: %w", err)
-		}
-		if c != nil {
-			c.keep(gen, at, keys, vals)
 		}
 		return l.lastLiveOf(vals)
 	}

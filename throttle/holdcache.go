@@ -40,13 +40,11 @@ import (
 // HoldCacheTTL is the longest a watched hold read is served from memory.
 const HoldCacheTTL = 250 * time.Millisecond
 
-// The messages the scripts announce their writes with on ProviderEvents:
-// a hold begun or extended (Hold), and every write of a breaker key (the
-// breaker's worker announces a change of its state itself, with "").
-const (
-	HoldWritten    = "hold"
-	BreakerWritten = "breaker"
-)
+// BreakerWritten is the message the breaker script announces every write
+// with on ProviderEvents (the breaker's worker announces a change of its
+// state itself, with ""); the hold script's is "hold", for a hold begun or
+// extended.
+const BreakerWritten = "breaker"
 
 type holdCache struct {
 	now func() time.Time // this process's clock (a test's own)
@@ -65,8 +63,8 @@ type holdEntry struct {
 	at  time.Time
 }
 
-// WatchHolds serves this Limiter's reads of hold keys on a Cluster
-// (Reserve's, HeldUntil, QueueHolds) from memory, kept fresh by the
+// WatchHolds serves this Limiter's reads of hold and breaker keys on a
+// Cluster (Reserve's, HeldUntil, QueueHolds, ProviderStates) from memory, kept fresh by the
 // announcements on ProviderEvents (see HoldCacheTTL for the bound), until
 // ctx ends. On a single node it returns at once: the check's script reads
 // the holds itself.
@@ -156,16 +154,10 @@ func (l *Limiter) readHolds(ctx context.Context, keys []string) ([]time.Time, er
 // readRaw returns keys' values (nil: no key; "" keys read as none), from
 // the cache when it holds them all, else from Redis in one pipeline.
 func (l *Limiter) readRaw(ctx context.Context, keys []string) ([]*string, error) {
-	c := l.holds.Load()
-	var gen uint64
-	if c != nil {
-		vals, g, ok := c.cached(keys)
-		if ok {
-			return vals, nil
-		}
-		gen = g
+	vals, keep := l.lookup(keys)
+	if keep == nil {
+		return vals, nil
 	}
-	at := l.cacheNow(c)
 	var cmds []*redis.StringCmd
 	_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		cmds = queueHoldReads(ctx, p, keys)
@@ -174,22 +166,33 @@ func (l *Limiter) readRaw(ctx context.Context, keys []string) ([]*string, error)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	vals, err := rawOf(cmds)
-	if err != nil {
-		return nil, err
-	}
-	if c != nil {
-		c.keep(gen, at, keys, vals)
-	}
-	return vals, nil
+	return keep(cmds)
 }
 
-// cacheNow is c's clock (nil: none is watched).
-func (l *Limiter) cacheNow(c *holdCache) time.Time {
-	if c == nil {
-		return time.Time{}
+// lookup returns keys' values from the cache when it holds them all (keep
+// nil); else keep, which reads the replies of queueHoldReads of keys and
+// stores them unless an announcement came since this call.
+func (l *Limiter) lookup(keys []string) (vals []*string, keep func([]*redis.StringCmd) ([]*string, error)) {
+	c := l.holds.Load()
+	var gen uint64
+	var at time.Time
+	if c != nil {
+		vals, g, ok := c.cached(keys)
+		if ok {
+			return vals, nil
+		}
+		gen, at = g, c.now()
 	}
-	return c.now()
+	return nil, func(cmds []*redis.StringCmd) ([]*string, error) {
+		vals, err := rawOf(cmds)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			c.keep(gen, at, keys, vals)
+		}
+		return vals, nil
+	}
 }
 
 // rawOf reads the replies of queueHoldReads (a nil command: a "" key).

@@ -192,22 +192,7 @@ func waitSent(b *testing.B, sms *fakes.SMSAPI, regs []*prometheus.Registry, n in
 func joined(b *testing.B, regs []*prometheus.Registry) float64 {
 	var sum float64
 	for _, reg := range regs {
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "sluice_digested_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == "result" && lp.GetValue() == "joined" {
-						sum += m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
+		sum += metric(b, reg, "sluice_digested_total", map[string]string{"result": "joined"})
 	}
 	return sum
 }

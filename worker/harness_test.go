@@ -140,7 +140,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // metric sums every series of a counter family.
-func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
