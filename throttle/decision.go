@@ -61,7 +61,11 @@ type Decision struct {
 	// Done reports that MarkDone was recorded for the id: its work is
 	// finished, Allowed is false and nothing was counted.
 	Done bool
-	// Booked reports that the id holds the slot at At.
+	// Booked reports that the id holds the slot at At. To keep it, ask again
+	// a little before RetryAt with a Horizon longer than that lead: the
+	// answer admits the id for At itself. Asked after At, the booking is
+	// given back and the id placed anew from now, behind any bookings made
+	// since (a recipient's later sends, for one).
 	Booked bool
 	// At is the slot: when the send is admitted (Allowed), booked (Booked),
 	// or would fit (denied, expired). Redis time.

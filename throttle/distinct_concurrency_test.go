@@ -30,6 +30,12 @@ func TestDistinctConcurrent(t *testing.T) {
 	lims := []*throttle.Limiter{b.lim, other}
 	const limit, sends, recipients = 20, 300, 45
 	window := 1500 * time.Millisecond
+	// A booked send asks again lead before its slot, and the horizon admits it
+	// for the slot itself, as the worker wakes a booked task (records.wakeTime):
+	// asked after its slot, it would be placed anew behind the recipient's
+	// later bookings 101 ms apart, and two such sends woken late each time
+	// could take turns going to the back for minutes.
+	const lead, horizon = 40 * time.Millisecond, 100 * time.Millisecond
 	rule := throttle.Rule{Limit: limit, Window: window, Distinct: true}
 	var mu sync.Mutex
 	m := newDistinctModel(limit, window.Milliseconds())
@@ -49,13 +55,13 @@ func TestDistinctConcurrent(t *testing.T) {
 				}
 				id := fmt.Sprint("n", i)
 				for {
-					d, err := l.Reserve(context.Background(), b.group, id, throttle.ReserveOptions{Book: true, Horizon: 50 * time.Millisecond}, limits...)
+					d, err := l.Reserve(context.Background(), b.group, id, throttle.ReserveOptions{Book: true, Horizon: horizon}, limits...)
 					if err != nil {
 						errs <- err
 						return
 					}
 					if d.Booked {
-						time.Sleep(time.Until(d.RetryAt))
+						time.Sleep(time.Until(d.RetryAt.Add(-lead)))
 						continue
 					}
 					if !d.Allowed {
