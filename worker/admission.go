@@ -152,7 +152,7 @@ func (ad *admission) settled(n tasks.Notification, c check, d throttle.Decision,
 //
 // replied is when the answer reached this process: the decision was
 // taken before it (slotBy).
-func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, log *slog.Logger) (d throttle.Decision, waiter bool, replied time.Time, err error) {
+func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, pk pick, log *slog.Logger) (d throttle.Decision, waiter bool, replied time.Time, held *heldSlot, err error) {
 	opts := c.opts
 	if opts.Nonce == "" {
 		opts.Nonce = nonce() // a retry after a lost reply gets this run's own admission back
@@ -177,6 +177,7 @@ func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, l
 	// later task to the recipient does not take a slot an earlier one gave
 	// back to ask again (a late wake-up).
 	placeOf(ctx).wait(ctx)
+	held = slotFirst(ctx, pk, c, &opts.Seat, ad.paceOf(), ad.cfg.slowAbove()) // after every wait that holds no slot
 	checkCtx, span := ad.startCheck(ctx, c.Limits)
 	err = ad.withRedis(checkCtx, log, "quota check", func(ctx context.Context) error {
 		var err error
@@ -189,7 +190,8 @@ func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, l
 		ad.wait.releaseWaiter(waiter)
 		ad.metrics.LimiterError.Inc()
 		log.Error("quota check failed; nothing sent, will try again", "err", err, "cause", unavailableWhy(err))
-		return d, false, replied, &UnavailableError{Err: err}
+		held.free()
+		return d, false, replied, nil, &UnavailableError{Err: err}
 	}
 	if c.Match.Digest != nil && !c.digestItem && !c.rerun {
 		// A digest's carrier has its slot now: the recipient's later
@@ -206,7 +208,11 @@ func (ad *admission) check(ctx context.Context, n tasks.Notification, c check, l
 		ad.wait.releaseWaiter(waiter)
 		waiter = false
 	}
-	return d, waiter, replied, nil
+	if d.Status != throttle.StatusAdmitted || d.Wait > 0 {
+		held.free() // only a send admitted for now keeps its request slot
+		held = nil
+	}
+	return d, waiter, replied, held, nil
 }
 
 // reachedProvider settles a re-run whose earlier attempt's outcome is
@@ -289,11 +295,12 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			return nil, err
 		}
 		c.opts.Nonce = nonce() // this check's: a held send's fence names it (waiter.hold)
-		d, waiter, replied, err := ad.check(ctx, *n, c, log)
+		d, waiter, replied, held, err := ad.check(ctx, *n, c, pk, log)
 		if err != nil {
 			return nil, err
 		}
 		if d.Attempt > 1 && (d.Status == throttle.StatusAdmitted || d.Status == throttle.StatusBooked) && ad.reachedProvider(ctx, *n, d, c, &resent, log) {
+			held.free()
 			ad.wait.releaseWaiter(waiter)
 			return nil, nil
 		}
@@ -312,11 +319,12 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 			slot := slotBy(replied, d)
 			sendBy := slot.Add(ad.cfg.SendSlack / 2)
 			if late := time.Since(sendBy); ad.cfg.SendSlack > 0 && late > 0 {
+				held.free()
 				ad.wait.releaseWaiter(waiter)
 				ad.wait.lateWake(ctx, *n, d, c.Limits, late+ad.cfg.SendSlack/2, log)
 				err = errLate
 			} else if d.Wait == 0 {
-				return ad.admit(ctx, n, &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy}, log)
+				return ad.admit(ctx, n, &admitted{d: d, c: c, pk: pk, order: order, sendBy: sendBy, slot: held}, log)
 			} else {
 				err = ad.wait.waitForSlot(ctx, *n, d, c, slot, sendBy, pk.replan, log)
 				ad.wait.releaseWaiter(waiter)
@@ -346,6 +354,7 @@ func (ad *admission) reserve(ctx context.Context, t *asynq.Task, n *tasks.Notifi
 // if any, closed and rendered into n (digestAdmitted).
 func (ad *admission) admit(ctx context.Context, n *tasks.Notification, a *admitted, log *slog.Logger) (*admitted, error) {
 	if err := ad.dig.digestAdmitted(ctx, n, a.c, a.d, log); err != nil {
+		a.slot.free()
 		return nil, err
 	}
 	return a, nil
@@ -499,6 +508,9 @@ type admitted struct {
 	// sendBy is the latest instant the send may begin, in this process's
 	// clock: half the send slack after its slot.
 	sendBy time.Time
+	// slot is the request slot taken before the check (slotFirst), nil
+	// when it took none; dispatch frees it.
+	slot *heldSlot
 }
 
 // slotBy places an admission's slot in this process's clock. The

@@ -189,7 +189,8 @@ func (dp *dispatcher) reask(ctx context.Context, t *asynq.Task, n tasks.Notifica
 	c := a.c
 	c.opts.Horizon = 0 // admitted for now, or booked
 	c.opts.Nonce = ""  // a run of its own (check draws one)
-	d, _, replied, err := dp.adm.check(ctx, n, c, log)
+	// No pick: it asks holding its request slot already (no slotFirst).
+	d, _, replied, _, err := dp.adm.check(ctx, n, c, pick{}, log)
 	if err != nil {
 		return err
 	}
@@ -297,6 +298,7 @@ func (dp *dispatcher) sendFailed(ctx context.Context, t *asynq.Task, n tasks.Not
 // to the next provider: a priority send at once (errFailover), the others
 // through Asynq without spending a retry.
 func (dp *dispatcher) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notification, a *admitted, tried []string, next asynq.Handler, log *slog.Logger) error {
+	defer a.slot.free() // taken before the check (slotFirst): freed on every way out
 	if len(a.c.Caps) > 0 {
 		done, err := dp.takeCaps(ctx, n, a, log)
 		if err != nil {
@@ -316,26 +318,23 @@ func (dp *dispatcher) dispatch(ctx context.Context, t *asynq.Task, n tasks.Notif
 	// late is caught below).
 	dp.fb.armFallback(ctx, n, log) // before the request slot: nothing between the late check and the send
 	p := a.pk.p
-	slots := p.slots
-	if a.c.Match.Exempt {
-		slots = p.prioritySlots
-	}
-	if err := slots.Acquire(ctx, 1); err != nil {
+	slot, err := takeSlot(ctx, p.requestSlots(a.c), a.slot)
+	if err != nil {
 		dp.rec.release(ctx, n, a.d.Attempt, a.c.Limits, log)
 		return err
 	}
 	start := time.Now()
 	if late := start.Sub(a.sendBy); dp.cfg.SendSlack > 0 && late > 0 {
 		if err := dp.recheck(ctx, t, n, a, late, log); err != nil {
-			slots.Release(1)
+			slot.free()
 			return err
 		}
 	}
 	inflight := dp.metrics.ProviderInFlight.WithLabelValues(string(n.Channel), p.name)
 	inflight.Inc()
-	err := redact(next.ProcessTask(context.WithValue(context.WithValue(ctx, ctxKey{}, n), providerKey{}, p), t), n)
+	err = redact(next.ProcessTask(context.WithValue(context.WithValue(ctx, ctxKey{}, n), providerKey{}, p), t), n)
 	inflight.Dec()
-	slots.Release(1) // the request is over: what follows (the done record, a hold) holds no request slot
+	slot.free() // the request is over: what follows (the done record, a hold) holds no request slot
 	sent(ctx)
 	took := time.Since(start)
 	dp.metrics.SendLatency.WithLabelValues(string(n.Channel)).Observe(took.Seconds())

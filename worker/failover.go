@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/sender"
@@ -57,7 +55,7 @@ type provider struct {
 	send    sender.Sender
 	// slots and prioritySlots bound this worker's requests at it at once
 	// (CONCURRENCY, PRIORITY_CONCURRENCY).
-	slots, prioritySlots *semaphore.Weighted
+	slots, prioritySlots *reqSlots
 	// breaker is its breaker's key; "" when its channel has one provider
 	// (nothing to fail over to: no breaker is kept).
 	breaker string
@@ -505,8 +503,8 @@ func (ps *providerSet) newProviders(list map[tasks.Channel][]sender.Named) map[t
 				base = ps.cfg.Base
 			}
 			p := &provider{name: s.Name, channel: ch, send: s.Sender, base: base,
-				slots:         semaphore.NewWeighted(int64(ps.cfg.Concurrency)),
-				prioritySlots: semaphore.NewWeighted(int64(ps.cfg.PriorityConcurrency))}
+				slots:         newReqSlots(ps.cfg.Concurrency),
+				prioritySlots: newReqSlots(ps.cfg.PriorityConcurrency)}
 			if len(named) > 1 {
 				p.breaker = ps.limiter.BreakerKey(string(ch), s.Name)
 			}

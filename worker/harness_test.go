@@ -297,3 +297,18 @@ func (b *bundle) serving(t *testing.T) {
 		return err == nil && len(ss) == want
 	})
 }
+
+// deliveredOnce fails t unless each of ids reached the provider exactly
+// once among deliveries (duplicates counted).
+func deliveredOnce(t testing.TB, deliveries []fakes.Delivery, ids []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, d := range deliveries {
+		seen[d.ID]++
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("%s reached the provider %d times, want once (%d deliveries)", id, seen[id], len(deliveries))
+		}
+	}
+}

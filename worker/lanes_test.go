@@ -72,17 +72,9 @@ func TestDequeuersShareTheSlots(t *testing.T) {
 	}
 	b.sms.WaitCount(t, len(ids), 30*time.Second)
 	b.waitIdle(t, 10*time.Second)
-	seen := map[string]int{}
-	for _, d := range b.sms.Deliveries() {
-		seen[d.ID]++
-	}
-	for _, id := range ids {
-		if seen[id] != 1 {
-			t.Fatalf("%s reached the provider %d times, want once (%d deliveries)", id, seen[id], len(b.sms.Deliveries()))
-		}
-	}
-	if len(seen) != len(ids) {
-		t.Fatalf("%d notifications delivered, want %d", len(seen), len(ids))
+	deliveredOnce(t, b.sms.Deliveries(), ids)
+	if n := len(b.sms.Deliveries()); n != len(ids) {
+		t.Fatalf("%d deliveries, want %d", n, len(ids))
 	}
 }
 
