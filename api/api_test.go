@@ -262,7 +262,7 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		first, firstErr = http.DefaultClient.Do(req)
+		first, firstErr = sluicetest.Client(t).Do(req)
 	}()
 	if _, err := pw.Write([]byte(body[:10])); err != nil {
 		t.Fatal(err)

@@ -204,7 +204,7 @@ func (c *conformance) one(i int) {
 	if valid {
 		c.valid++
 	}
-	resp, err := http.DefaultClient.Do(newReq(c.b.HTTP.URL))
+	resp, err := sluicetest.Client(c.t).Do(newReq(c.b.HTTP.URL))
 	if err != nil {
 		t.Fatal(err)
 	}

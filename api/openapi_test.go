@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/unsubscribe"
 )
 
@@ -196,7 +197,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 			if !s.validRequest && reqErr == nil {
 				t.Fatalf("a request the API refuses passes openapi.yaml")
 			}
-			resp, err := http.DefaultClient.Do(newReq(b.HTTP.URL))
+			resp, err := sluicetest.Client(t).Do(newReq(b.HTTP.URL))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -158,7 +158,7 @@ func (s *system) post(t *testing.T, path, token string, body any) int {
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", `"keys-run-1"`)
-	res, err := http.DefaultClient.Do(req)
+	res, err := sluicetest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

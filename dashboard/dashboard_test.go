@@ -473,7 +473,7 @@ func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 		req, _ := http.NewRequest("GET", px.HTTP.URL+"/v1/quotas", nil)
 		req.Header.Set("Authorization", fmt.Sprintf("Bearer sluice_%04d_random", i))
 		req.Header.Set("X-Forwarded-For", "203.0.113.50")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := sluicetest.Client(t).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +489,7 @@ func TestUIFailedLoginsLimitedPerClient(t *testing.T) {
 	req, _ := http.NewRequest("GET", px.HTTP.URL+"/v1/quotas?tenant=acme", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("X-Forwarded-For", "198.51.100.10")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := sluicetest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -232,7 +232,7 @@ func TestOneClickUnsubscribeAsAMailboxProvider(t *testing.T) {
 		}
 		req.Header.Set("Content-Type", mw.FormDataContentType())
 		req.Header.Set("User-Agent", "Mozilla/5.0 (compatible; mailbox-provider one-click)")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := sluicetest.Client(t).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

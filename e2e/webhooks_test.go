@@ -94,7 +94,7 @@ func postJSON(t *testing.T, url string, body []byte, headers ...string) int {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := sluicetest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

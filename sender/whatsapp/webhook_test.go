@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/sender/whatsapp"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/redistest"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 	"github.com/sluicehq/sluice/throttle"
 	"github.com/sluicehq/sluice/webhook"
 )
@@ -154,7 +155,7 @@ func (h *hooks) post(t *testing.T, tenant string, body []byte, sig string) (int,
 	if sig != "" {
 		req.Header.Set(whatsapp.SignatureHeader, sig)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := sluicetest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

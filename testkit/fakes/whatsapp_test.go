@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/testkit/fakes"
+	"github.com/sluicehq/sluice/testkit/sluicetest"
 )
 
 // The fake enforces Meta's limits itself and answers with Meta's codes.
@@ -22,7 +23,7 @@ func TestWhatsAppFakeEnforcesMetasLimits(t *testing.T) {
 		b, _ := json.Marshal(m)
 		req, _ := http.NewRequest("POST", f.URL+"/"+number+"/messages", bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer "+f.Token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := sluicetest.Client(t).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -262,4 +263,24 @@ func TestEarliestFit(t *testing.T) {
 			t.Errorf("%s: EarliestFit = +%v, want +%d ms", c.name, got.Sub(at(0)), c.want)
 		}
 	}
+}
+
+// Client gives one test one client, of its own transport, and another test
+// another.
+func TestClientPerTest(t *testing.T) {
+	var first *http.Client
+	t.Run("a", func(t *testing.T) {
+		first = sluicetest.Client(t)
+		if sluicetest.Client(t) != first {
+			t.Fatal("two clients for one test")
+		}
+		if first.Transport == http.DefaultTransport {
+			t.Fatal("the default transport")
+		}
+	})
+	t.Run("b", func(t *testing.T) {
+		if sluicetest.Client(t) == first {
+			t.Fatal("a second test got the first one's client")
+		}
+	})
 }
