@@ -111,15 +111,7 @@ func (l Layout) Queue(lane Lane, shard int) string {
 	if q, ok := queueNames.Load(key); ok {
 		return q.(string)
 	}
-	name := l.base() + "." + string(lane) + "." + strconv.Itoa(shard)
-	lo, hi := shard*slots/key.n, (shard+1)*slots/key.n
-	q := name
-	for k := 1; k < 1<<16; k++ {
-		if s := int(crc16(q)) % slots; s >= lo && s < hi {
-			break
-		}
-		q = name + "-" + strconv.Itoa(k)
-	}
+	q := keyspace.InShare(l.base()+"."+string(lane)+"."+strconv.Itoa(shard), shard, key.n)
 	queueNames.Store(key, q)
 	return q
 }
@@ -132,25 +124,6 @@ type queueKey struct {
 }
 
 var queueNames sync.Map // queueKey → name
-
-// slots is the number of Redis Cluster hash slots.
-const slots = 16384
-
-// crc16 is Redis Cluster's key hash (CRC-16/XMODEM).
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
 
 // LaneQueues lists the shards of one lane.
 func (l Layout) LaneQueues(lane Lane) []string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/keyspace"
 	"github.com/sluicehq/sluice/tasks"
 	"github.com/sluicehq/sluice/testkit/redistest"
 )
@@ -149,7 +150,7 @@ func TestShardNamesSpreadOverSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := int64(tasks.KeySlot(q)); got != want {
+		if want := int64(keyspace.Slot(q)); got != want {
 			t.Fatalf("%s: Redis puts its keys in slot %d, the layout computed %d", q, got, want)
 		}
 	}
@@ -158,7 +159,7 @@ func TestShardNamesSpreadOverSlots(t *testing.T) {
 		for _, lane := range tasks.Lanes {
 			for i := 0; i < n; i++ {
 				q := l.Queue(lane, i)
-				slot := int(tasks.KeySlot(q))
+				slot := keyspace.Slot(q)
 				if lo, hi := i*16384/n, (i+1)*16384/n; slot < lo || slot >= hi {
 					t.Errorf("%d shards: %s hashes to slot %d, outside [%d, %d)", n, q, slot, lo, hi)
 				}

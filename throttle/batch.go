@@ -593,19 +593,6 @@ func lenOf(v any) int {
 	return -1
 }
 
-// slotOf is the Redis Cluster hash slot of the keys of group: CRC16 (XMODEM)
-// of the escaped group, the keys' hash tag, modulo 16384.
-func slotOf(group string) int {
-	var crc uint16
-	for _, c := range []byte(keyspace.HashTag(group)) {
-		crc ^= uint16(c) << 8
-		for i := 0; i < 8; i++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+// slotOf is the Redis Cluster hash slot of the keys of group (their hash
+// tag is the escaped group).
+func slotOf(group string) int { return keyspace.Slot(keyspace.HashTag(group)) }
