@@ -64,10 +64,9 @@ func (h *heldSlot) free() {
 // takeSlot returns the request slot of sem the send holds: the one
 // slotFirst took for it, else one it waits for now.
 func takeSlot(ctx context.Context, sem *reqSlots, pre *heldSlot) (*heldSlot, error) {
-	if pre != nil && pre.sem == sem {
-		return pre, nil
+	if pre != nil {
+		return pre, nil // of sem: taken for the same pick and check
 	}
-	pre.free()
 	if err := sem.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -77,9 +76,9 @@ func takeSlot(ctx context.Context, sem *reqSlots, pre *heldSlot) (*heldSlot, err
 // slotFirst takes the send's request slot before its check, after the
 // recipient's order (so it holds a slot only while it asks Redis), when the
 // send would otherwise wait long for one after its admission: the
-// providers are slow (their recent request time, pace, above above) and a
-// slot is free, or none is and the sends ahead of it would keep it waiting
-// longer than above. It waits for one then, and the send is admitted for
+// providers are slow (their recent request time, pace, above above), or
+// the sends queued ahead of it would keep it waiting longer than above. It
+// waits for one when none is free, and the send is admitted for
 // now only when it can go at once. Checked first, it would be admitted and
 // then wait for a slot past half the send slack: its admission given back
 // and checked again (a late wake: a release and a second check; 3,413 of
@@ -95,20 +94,15 @@ func slotFirst(ctx context.Context, pk pick, c check, seat *throttle.Seat, pace,
 		return nil
 	}
 	sem := pk.p.requestSlots(c)
-	if sem.TryAcquire(1) {
-		if pace > above {
-			return &heldSlot{sem: sem}
+	if pace <= above && sem.wait(pace) <= above {
+		return nil // the common case: one atomic read, the semaphore untouched
+	}
+	if !sem.TryAcquire(1) {
+		seat.Leave()
+		*seat = throttle.Seat{}
+		if sem.acquire(ctx) != nil {
+			return nil
 		}
-		sem.Release(1)
-		return nil
-	}
-	if sem.wait(pace) <= above {
-		return nil
-	}
-	seat.Leave()
-	*seat = throttle.Seat{}
-	if sem.acquire(ctx) != nil {
-		return nil
 	}
 	return &heldSlot{sem: sem}
 }
